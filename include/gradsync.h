@@ -1,0 +1,261 @@
+/*
+ * gradsync: gradient synchronization for data-parallel training.
+ *
+ * The one public header. Every object is opaque and created/destroyed in
+ * pairs; every call returns a gs_status (GS_OK = 0, errors negative) and sets
+ * its outputs (the arguments ending in _p) only on success. The detail of an
+ * error (which peer, which operation, the errno text) is logged by the
+ * function that detected it and kept in gs_last_error().
+ *
+ * Layers, bottom up: context (config, rank, bootstrap store) -> transport
+ * (one-sided RDMA semantics: memory regions, endpoints, WRITE, WRITE_IMM,
+ * READ, atomics, SEND/RECV, completions) -> collectives and parameter server.
+ */
+#ifndef GRADSYNC_H
+#define GRADSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(GS_BUILDING_LIBRARY)
+#define GS_API __attribute__((visibility("default")))
+#else
+#define GS_API
+#endif
+
+#define GS_VERSION_MAJOR 0
+#define GS_VERSION_MINOR 1
+#define GS_VERSION_PATCH 0
+#define GS_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* X(name, value, message): the one table that generates gs_status,
+ * gs_status_name() and gs_strerror(). */
+#define GS_STATUS_TABLE(X)                                                          \
+    X(OK, 0, "success")                                                             \
+    X(INPROGRESS, 1, "operation in progress")                                       \
+    X(ERR_INVALID, -1, "invalid argument")                                          \
+    X(ERR_NOMEM, -2, "out of memory")                                               \
+    X(ERR_SYSTEM, -3, "system call failed")                                         \
+    X(ERR_CONFIG, -4, "bad configuration")                                          \
+    X(ERR_TIMEOUT, -5, "timed out")                                                 \
+    X(ERR_PEER_LOST, -6, "peer lost")                                               \
+    X(ERR_REMOTE_ACCESS, -7, "remote access error (bad key, out of bounds or no permission)") \
+    X(ERR_PROTOCOL, -8, "protocol error (malformed message)")                       \
+    X(ERR_AUTH, -9, "authentication failed (wrong job token)")                      \
+    X(ERR_MISMATCH, -10, "mismatched calls across ranks")                           \
+    X(ERR_UNSUPPORTED, -11, "not supported by this transport or build")             \
+    X(ERR_FLUSHED, -12, "flushed after an endpoint error")                          \
+    X(ERR_OVERFLOW, -13, "numeric overflow")                                        \
+    X(ERR_AGAIN, -14, "resource temporarily exhausted, retry")                      \
+    X(ERR_IO, -15, "input/output error")
+
+typedef enum gs_status {
+#define GS_X_ENUM(name, value, msg) GS_##name = value,
+    GS_STATUS_TABLE(GS_X_ENUM)
+#undef GS_X_ENUM
+} gs_status;
+
+/* "GS_ERR_TIMEOUT" for GS_ERR_TIMEOUT; "GS_UNKNOWN" for a value not in the table. */
+GS_API const char *gs_status_name(gs_status status);
+/* A one-line human message for the status. */
+GS_API const char *gs_strerror(gs_status status);
+/* The detail of the last error this thread saw ("" if none): what failed,
+ * the rank, the peer, the operation, the errno text. */
+GS_API const char *gs_last_error(void);
+
+GS_API const char *gs_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Context: configuration, rank discovery, bootstrap store                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct gs_ctx gs_ctx;
+
+/*
+ * Reads the configuration once from the environment (GS_* variables; a
+ * malformed value is GS_ERR_CONFIG naming the variable), finds this process's
+ * rank and the world size (GS_RANK/GS_WORLD_SIZE/GS_STORE, else torchrun's
+ * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else Open MPI's
+ * OMPI_COMM_WORLD_RANK/SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS) and
+ * connects to the job's key-value store (served by rank 0 unless gsrun
+ * serves it). Blocks until connected or GS_TIMEOUT_MS.
+ */
+GS_API gs_status gs_ctx_create(gs_ctx **ctx_p);
+/* Closes the store connection (rank 0 waits, within the deadline, until
+ * every rank has closed before it stops serving). */
+GS_API gs_status gs_ctx_destroy(gs_ctx *ctx);
+GS_API int gs_ctx_rank(const gs_ctx *ctx);
+GS_API int gs_ctx_size(const gs_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Bootstrap store: small blobs between the ranks of one job                 */
+/* ------------------------------------------------------------------------ */
+
+#define GS_STORE_KEY_MAX 255
+#define GS_STORE_VALUE_MAX (1u << 20)
+
+/* Sets key to a copy of value (replacing an earlier value). Blocks for one
+ * round trip to the store. */
+GS_API gs_status gs_store_put(gs_ctx *ctx, const char *key, const void *value, size_t len);
+/* Waits until key exists (or GS_TIMEOUT_MS), then copies up to cap bytes of
+ * its value into buf; *len_p is the full length of the value. */
+GS_API gs_status gs_store_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p);
+/* Every rank contributes len bytes; out (size * len bytes) receives them in
+ * rank order. All ranks must call with the same tag and len. */
+GS_API gs_status gs_store_allgather(gs_ctx *ctx, const char *tag, const void *blob, size_t len,
+                                    void *out);
+/* Returns when every rank has entered the barrier with this tag; on the
+ * deadline the error names the ranks that never arrived. */
+GS_API gs_status gs_store_barrier(gs_ctx *ctx, const char *tag);
+
+/* ------------------------------------------------------------------------ */
+/* Transport: one-sided RDMA semantics over shm, tcp or verbs                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct gs_tp gs_tp; /* one transport instance: its endpoints and completion queue */
+typedef struct gs_mr gs_mr; /* a registered memory region */
+typedef struct gs_ep gs_ep; /* a connection to one peer */
+
+typedef enum gs_access {
+    GS_ACCESS_LOCAL_WRITE = 1u << 0,
+    GS_ACCESS_REMOTE_WRITE = 1u << 1,
+    GS_ACCESS_REMOTE_READ = 1u << 2,
+    GS_ACCESS_REMOTE_ATOMIC = 1u << 3,
+    GS_ACCESS_ALL = 0xf,
+} gs_access;
+
+/* The serialized remote descriptor of a memory region: everything a peer
+ * needs to target it (address, length, key; for shm, how to map it).
+ * Fixed size, carried through the bootstrap store or any message. */
+#define GS_RMR_BYTES 64
+typedef struct gs_rmr {
+    uint8_t bytes[GS_RMR_BYTES];
+} gs_rmr;
+
+/* Operation flags. */
+enum {
+    GS_OP_SIGNALED = 1u << 0, /* a completion is delivered locally when done */
+    GS_OP_FENCE = 1u << 1,    /* start only after earlier READs/atomics on the ep completed */
+};
+
+typedef enum gs_wc_opcode {
+    GS_WC_WRITE = 1,
+    GS_WC_WRITE_IMM,
+    GS_WC_READ,
+    GS_WC_FETCH_ADD,
+    GS_WC_CMP_SWAP,
+    GS_WC_SEND,
+    GS_WC_RECV,     /* target side: a SEND arrived into a posted receive */
+    GS_WC_RECV_IMM, /* target side: a WRITE_IMM arrived; imm is valid */
+} gs_wc_opcode;
+
+typedef struct gs_wc {
+    uint64_t wr_id;        /* as given by the caller (posted receive's id for RECV) */
+    gs_status status;      /* GS_OK or the error of this operation */
+    gs_wc_opcode opcode;
+    uint32_t imm;          /* GS_WC_RECV_IMM only */
+    uint32_t len;          /* bytes received (RECV, RECV_IMM) */
+    int peer;              /* rank of the other side */
+} gs_wc;
+
+/* Largest SEND payload (control messages). */
+#define GS_SEND_MAX 4096
+
+/*
+ * Opens a transport by name ("shm", "tcp", "verbs"; NULL or "auto" follows
+ * GS_TRANSPORT) and connects one endpoint to every other rank through the
+ * bootstrap store. Collective over the job: every rank must call it.
+ * Blocks until all endpoints are up or GS_TIMEOUT_MS.
+ */
+GS_API gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p);
+/* Destroys the endpoints, completion queue and any region still registered. */
+GS_API gs_status gs_tp_close(gs_tp *tp);
+GS_API const char *gs_tp_name(const gs_tp *tp);
+/* The endpoint to peer (NULL for the caller's own rank). Non-blocking. */
+GS_API gs_ep *gs_tp_ep(gs_tp *tp, int peer);
+
+/* Allocates len bytes, page-aligned, pre-touched and registered with access:
+ * the seed's GradientBuffer (zero-copy for peers on shm). */
+GS_API gs_status gs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+/* Registers caller memory (shm: cross-memory attach where the kernel
+ * permits it, else GS_ERR_UNSUPPORTED). Deregister before freeing it. */
+GS_API gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
+/* Deregisters (and frees, for gs_buf_alloc memory). */
+GS_API gs_status gs_mr_dereg(gs_mr *mr);
+GS_API void *gs_mr_addr(const gs_mr *mr);
+GS_API size_t gs_mr_len(const gs_mr *mr);
+/* Serializes the remote descriptor. Non-blocking. */
+GS_API void gs_mr_pack(const gs_mr *mr, gs_rmr *rmr_p);
+
+/*
+ * One-sided and two-sided operations. None of them waits for the network:
+ * each posts and returns. The local buffer (src/dst) must lie inside the
+ * registered region lmr and must not be touched until the operation's
+ * completion (or, for unsignaled ops, a later signaled op on the same
+ * endpoint) has been seen. Remote memory is named by a peer's descriptor
+ * and a byte offset into it. A call that returns an error never completes
+ * later. GS_ERR_AGAIN: the send queue is full; poll and retry.
+ */
+GS_API gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
+                             const gs_rmr *dst, uint64_t dst_off, uint64_t wr_id,
+                             unsigned flags);
+/* WRITE, then a GS_WC_RECV_IMM completion carrying imm at the target; when
+ * the target sees it, every earlier WRITE on this endpoint is visible. */
+GS_API gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
+                                 const gs_rmr *dst, uint64_t dst_off, uint32_t imm,
+                                 uint64_t wr_id, unsigned flags);
+GS_API gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr *src,
+                            uint64_t src_off, uint64_t wr_id, unsigned flags);
+/* 64-bit atomics on an 8-byte aligned remote word; the old value is stored
+ * at result (8 bytes inside lmr) before the completion. */
+GS_API gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst,
+                                 uint64_t dst_off, uint64_t add, uint64_t wr_id, unsigned flags);
+GS_API gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst,
+                                uint64_t dst_off, uint64_t compare, uint64_t swap, uint64_t wr_id,
+                                unsigned flags);
+/* Two-sided: len <= GS_SEND_MAX; consumes one receive posted by the peer. */
+GS_API gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id,
+                            unsigned flags);
+/* Posts a receive buffer for the next SEND from this endpoint's peer. */
+GS_API gs_status gs_ep_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+
+/* Takes up to max completions without blocking; *n_p is how many. Also
+ * drives the transport's progress. */
+GS_API gs_status gs_tp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
+/* Waits for at least one completion (GS_POLL: spin, event or hybrid) up to
+ * timeout_ms (-1: GS_TIMEOUT_MS); GS_ERR_TIMEOUT if none came. */
+GS_API gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms);
+
+/* ------------------------------------------------------------------------ */
+/* Data types and reduction operators                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum gs_dtype {
+    GS_F32 = 0,
+    GS_F64,
+    GS_F16,
+    GS_BF16, /* accumulated in f32 */
+    GS_I32,
+    GS_I64,
+    GS_DTYPE_COUNT
+} gs_dtype;
+
+typedef enum gs_redop { GS_SUM = 0, GS_AVG, GS_MIN, GS_MAX, GS_PROD, GS_REDOP_COUNT } gs_redop;
+
+GS_API size_t gs_dtype_size(gs_dtype dtype);
+GS_API const char *gs_dtype_name(gs_dtype dtype);
+GS_API const char *gs_redop_name(gs_redop op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRADSYNC_H */

@@ -1,0 +1,137 @@
+/*
+ * The transport contract: one small ops table that shm, tcp and verbs
+ * implement, and the base objects they extend (each backend's tp, ep and mr
+ * structs start with struct gs_tp / gs_ep / gs_mr).
+ *
+ * The generic layer (tp.c) checks arguments that do not need the peer
+ * (lengths, the local buffer inside its region, 8-byte alignment of atomics,
+ * the descriptor's version and transport) before calling a backend; the
+ * backend checks the remote side (key, bounds, permission) at the target, or
+ * at the initiator where it maps the target's memory (shm).
+ *
+ * Rules every backend keeps:
+ *  - post ops (write ... send, recv) never block on the network: they queue
+ *    and return; GS_ERR_AGAIN when the send queue is full.
+ *  - a call that returns an error never completes later.
+ *  - exactly one completion per signaled op, one per arriving WRITE_IMM and
+ *    one per arriving SEND (consuming a posted recv); unsignaled ops complete
+ *    silently, errors on them are reported on the next signaled completion
+ *    of the endpoint and the endpoint enters error.
+ *  - RC ordering per endpoint: a WRITE_IMM or SEND seen at the target implies
+ *    every earlier WRITE of that endpoint is visible there.
+ *  - after an endpoint error, every later op on it completes (or returns) with
+ *    GS_ERR_FLUSHED; a dead peer surfaces as GS_ERR_PEER_LOST within
+ *    GS_TIMEOUT_MS, never a hang.
+ */
+#ifndef GS_TRANSPORT_TP_H
+#define GS_TRANSPORT_TP_H
+
+#include "gradsync.h"
+#include "util/config.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct gs_tp_ops gs_tp_ops;
+
+struct gs_tp {
+    const gs_tp_ops *ops;
+    gs_ctx *ctx;
+    const gs_config *cfg;
+    int rank;
+    int size;
+    gs_ep **eps; /* [size], NULL at rank; filled by the backend's open */
+};
+
+struct gs_ep {
+    gs_tp *tp;
+    int peer;
+};
+
+struct gs_mr {
+    gs_tp *tp;
+    void *addr;
+    size_t len;
+    unsigned access;
+    bool owned; /* allocated by gs_buf_alloc: freed by dereg */
+};
+
+/* The common head of every serialized descriptor; the backend's own part
+ * follows in tail. Fixed-width fields, little-endian host order (every
+ * supported host is little-endian). */
+#define GS_RMR_VERSION 1
+typedef struct gs_rmr_head {
+    uint8_t version;   /* GS_RMR_VERSION */
+    uint8_t transport; /* GS_TRANSPORT_SHM / _TCP / _VERBS */
+    uint8_t access;    /* gs_access bits */
+    uint8_t pad;
+    uint32_t owner;    /* rank that registered it */
+    uint64_t addr;     /* owner's virtual address of byte 0 */
+    uint64_t len;
+    uint64_t key;      /* backend key (shm: region id, tcp: region id, verbs: rkey) */
+    uint8_t tail[GS_RMR_BYTES - 32];
+} gs_rmr_head;
+_Static_assert(sizeof(gs_rmr_head) == GS_RMR_BYTES, "descriptor must fill the blob exactly");
+
+/* Capabilities a backend may lack; the conformance suite skips (counted) what is missing. */
+enum {
+    GS_TP_CAP_USER_MEM = 1u << 0, /* gs_mr_reg of arbitrary memory */
+    GS_TP_CAP_ATOMIC = 1u << 1,   /* FETCH_ADD / CMP_SWAP */
+};
+
+struct gs_tp_ops {
+    const char *name;
+    int id; /* GS_TRANSPORT_* */
+
+    /* Capabilities of this instance (after open). Non-blocking. */
+    unsigned (*caps)(const gs_tp *tp);
+    /* Creates the backend and connects an endpoint to every peer through the
+     * bootstrap store. Collective, blocking up to GS_TIMEOUT_MS. */
+    gs_status (*open)(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p);
+    /* Tears down everything, continuing past failures. */
+    gs_status (*close)(gs_tp *tp);
+
+    /* Memory. Non-blocking apart from the system calls involved. */
+    gs_status (*buf_alloc)(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+    gs_status (*mr_reg)(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
+    gs_status (*mr_dereg)(gs_mr *mr);
+    void (*mr_pack)(const gs_mr *mr, gs_rmr_head *head);
+
+    /* Posts; never block. dst/src is the peer's descriptor (already checked
+     * for version and transport), off a byte offset into it. */
+    gs_status (*write)(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                       uint64_t off, uint64_t wr_id, unsigned flags);
+    gs_status (*write_imm)(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                           uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
+    gs_status (*read)(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
+                      uint64_t wr_id, unsigned flags);
+    gs_status (*fetch_add)(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                           uint64_t add, uint64_t wr_id, unsigned flags);
+    gs_status (*cmp_swap)(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                          uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
+    gs_status (*send)(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
+    gs_status (*recv)(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+
+    /* Completions. poll never blocks; wait blocks (spin, event or hybrid per
+     * cfg->poll) until at least one completion or deadline_ns (then
+     * GS_ERR_TIMEOUT). Both drive the backend's progress. */
+    gs_status (*poll)(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
+    gs_status (*wait)(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+};
+
+/* The backends built in, in preference order for GS_TRANSPORT=auto. */
+extern const gs_tp_ops gs_shm_ops;
+extern const gs_tp_ops gs_tcp_ops;
+#ifdef GS_HAVE_VERBS
+extern const gs_tp_ops gs_verbs_ops;
+#endif
+
+/* Builtin backend i (NULL past the end). */
+const gs_tp_ops *gs_tp_builtin(int i);
+/* Whether remote access [off, off+len) of a region of region_len bytes is in bounds. */
+static inline bool gs_tp_in_bounds(uint64_t off, uint64_t len, uint64_t region_len)
+{
+    return off <= region_len && len <= region_len - off;
+}
+
+#endif

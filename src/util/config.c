@@ -1,0 +1,318 @@
+/* Parsing of the GS_* environment into gs_config, driven by GS_PARAM_TABLE. */
+#include "util/config.h"
+
+#include "util/log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+enum { T_INT, T_SIZE, T_BOOL, T_STR, T_ENUM };
+
+typedef struct param_desc {
+    gs_param_info info;
+    int type;
+    size_t offset;
+} param_desc;
+
+static const param_desc params[] = {
+#define GS_X_DESC(field, var, type, def, choices, help) \
+    {{var, #type, def, choices, help}, T_##type, offsetof(gs_config, field)},
+    GS_PARAM_TABLE(GS_X_DESC)
+#undef GS_X_DESC
+};
+#define PARAM_COUNT ((int)(sizeof(params) / sizeof(params[0])))
+
+int gs_param_count(void)
+{
+    return PARAM_COUNT;
+}
+
+const gs_param_info *gs_param_info_at(int i)
+{
+    return i >= 0 && i < PARAM_COUNT ? &params[i].info : NULL;
+}
+
+gs_status gs_parse_size(const char *text, uint64_t *value_p)
+{
+    char *end;
+    unsigned long long v;
+    uint64_t mult = 1;
+
+    if (!text || !*text || *text == '-')
+        return GS_ERR_CONFIG;
+    errno = 0;
+    v = strtoull(text, &end, 10);
+    if (errno || end == text)
+        return GS_ERR_CONFIG;
+    switch (*end) {
+    case 'k': case 'K': mult = 1ull << 10; end++; break;
+    case 'm': case 'M': mult = 1ull << 20; end++; break;
+    case 'g': case 'G': mult = 1ull << 30; end++; break;
+    default: break;
+    }
+    if (mult > 1 && (*end == 'i' || *end == 'I'))
+        end++;
+    if (mult > 1 && (*end == 'b' || *end == 'B'))
+        end++;
+    if (*end || v > UINT64_MAX / mult)
+        return GS_ERR_CONFIG;
+    *value_p = v * mult;
+    return GS_OK;
+}
+
+static gs_status parse_int(const char *text, int64_t *value_p)
+{
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(text, &end, 10);
+    if (errno || end == text || *end)
+        return GS_ERR_CONFIG;
+    *value_p = v;
+    return GS_OK;
+}
+
+static gs_status parse_bool(const char *text, bool *value_p)
+{
+    static const char *const yes[] = {"1", "yes", "true", "on", "y"};
+    static const char *const no[] = {"0", "no", "false", "off", "n"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcasecmp(text, yes[i]) == 0) {
+            *value_p = true;
+            return GS_OK;
+        }
+        if (strcasecmp(text, no[i]) == 0) {
+            *value_p = false;
+            return GS_OK;
+        }
+    }
+    return GS_ERR_CONFIG;
+}
+
+/* Index of text among "a|b|c", or -1. */
+static int enum_index(const char *choices, const char *text)
+{
+    int index = 0;
+    size_t len = strlen(text);
+    for (const char *p = choices; *p; index++) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && strncasecmp(p, text, n) == 0)
+            return index;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+static const char *accepted_forms(const param_desc *d)
+{
+    switch (d->type) {
+    case T_INT: return "a decimal integer";
+    case T_SIZE: return "a byte count such as 4096, 256K, 4M or 1G";
+    case T_BOOL: return "1/0, yes/no, true/false or on/off";
+    case T_ENUM: return d->info.choices;
+    default: return "text";
+    }
+}
+
+static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg)
+{
+    char *field = (char *)cfg + d->offset;
+    gs_status status = GS_OK;
+    int index;
+
+    switch (d->type) {
+    case T_INT:
+        status = parse_int(text, (int64_t *)(void *)field);
+        break;
+    case T_SIZE:
+        status = gs_parse_size(text, (uint64_t *)(void *)field);
+        break;
+    case T_BOOL:
+        status = parse_bool(text, (bool *)(void *)field);
+        break;
+    case T_ENUM:
+        index = enum_index(d->info.choices, text);
+        if (index < 0)
+            status = GS_ERR_CONFIG;
+        else
+            *(int *)(void *)field = index;
+        break;
+    default:
+        if (strlen(text) >= GS_CONFIG_STR_MAX)
+            status = GS_ERR_CONFIG;
+        else
+            snprintf(field, GS_CONFIG_STR_MAX, "%s", text);
+        break;
+    }
+    return status;
+}
+
+gs_status gs_config_parse(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg)
+{
+    gs_config parsed;
+    memset(&parsed, 0, sizeof(parsed));
+    for (int i = 0; i < PARAM_COUNT; i++) {
+        const param_desc *d = &params[i];
+        const char *text = getenv_fn(d->info.var, arg);
+        bool from_env = text != NULL;
+        if (parse_one(d, from_env ? text : d->info.def, &parsed) != GS_OK)
+            return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG, "%s='%s' is not valid: expected %s%s", d->info.var,
+                           from_env ? text : d->info.def, accepted_forms(d),
+                           d->type == T_STR ? " shorter than 256 bytes" : "");
+    }
+    if (parsed.timeout_ms <= 0)
+        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG,
+                       "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
+                       parsed.timeout_ms);
+    if (parsed.chunk_bytes < 4096)
+        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG,
+                       "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", parsed.chunk_bytes);
+    *cfg = parsed;
+    return GS_OK;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (lb >= 64 || la >= 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *gs_param_closest(const char *name)
+{
+    const char *best = NULL;
+    size_t best_dist = SIZE_MAX;
+    for (int i = 0; i < PARAM_COUNT; i++) {
+        size_t d = edit_distance(name, params[i].info.var);
+        if (d < best_dist) {
+            best_dist = d;
+            best = params[i].info.var;
+        }
+    }
+    return best_dist <= strlen(name) / 2 ? best : NULL;
+}
+
+static bool param_known(const char *name, size_t len)
+{
+    for (int i = 0; i < PARAM_COUNT; i++)
+        if (strlen(params[i].info.var) == len && strncmp(params[i].info.var, name, len) == 0)
+            return true;
+    return false;
+}
+
+int gs_config_warn_unknown(char *const *envp)
+{
+    int count = 0;
+    for (char *const *e = envp; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[128];
+        const char *closest;
+        if (strncmp(*e, "GS_", 3) != 0 || !eq || param_known(*e, (size_t)(eq - *e)))
+            continue;
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
+        closest = gs_param_closest(name);
+        gs_log_warn(UTIL, "unknown variable %s ignored%s%s%s (gsinfo --params lists them all)", name,
+                    closest ? "; did you mean " : "", closest ? closest : "", closest ? "?" : "");
+        count++;
+    }
+    return count;
+}
+
+void gs_param_format(const gs_config *cfg, int i, char *buf, size_t cap)
+{
+    const param_desc *d = &params[i];
+    const char *field = (const char *)cfg + d->offset;
+    switch (d->type) {
+    case T_INT:
+        snprintf(buf, cap, "%" PRId64, *(const int64_t *)(const void *)field);
+        break;
+    case T_SIZE:
+        snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)(const void *)field);
+        break;
+    case T_BOOL:
+        snprintf(buf, cap, "%d", *(const bool *)(const void *)field ? 1 : 0);
+        break;
+    case T_ENUM: {
+        int index = *(const int *)(const void *)field;
+        const char *p = d->info.choices;
+        for (int k = 0; k < index && p; k++) {
+            p = strchr(p, '|');
+            p = p ? p + 1 : NULL;
+        }
+        const char *bar = p ? strchr(p, '|') : NULL;
+        snprintf(buf, cap, "%.*s", p ? (int)(bar ? (size_t)(bar - p) : strlen(p)) : 1, p ? p : "?");
+        break;
+    }
+    default:
+        snprintf(buf, cap, "%s", field);
+        break;
+    }
+}
+
+static const char *real_getenv(const char *name, void *arg)
+{
+    (void)arg;
+    return getenv(name);
+}
+
+static gs_config process_config;
+static gs_status process_status;
+static pthread_once_t process_once = PTHREAD_ONCE_INIT;
+static char process_error[1024];
+
+static void load_process_config(void)
+{
+    process_status = gs_config_parse(&process_config, real_getenv, NULL);
+    if (process_status != GS_OK) {
+        snprintf(process_error, sizeof(process_error), "%s", gs_last_error());
+        return;
+    }
+    if (gs_log_configure(process_config.log_level, process_config.log_subsys, process_config.log_file) !=
+        GS_OK) {
+        process_status = gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG,
+                                 "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
+                                 "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
+                                 process_config.log_subsys);
+        snprintf(process_error, sizeof(process_error), "%s", gs_last_error());
+        return;
+    }
+    gs_config_warn_unknown(environ);
+}
+
+gs_status gs_config_get(const gs_config **cfg_p)
+{
+    pthread_once(&process_once, load_process_config);
+    if (process_status != GS_OK) {
+        gs_error_restore(process_error);
+        return process_status;
+    }
+    *cfg_p = &process_config;
+    return GS_OK;
+}

@@ -1,0 +1,108 @@
+/* Configuration: read once from the environment into a struct passed down.
+ * One table names every GS_* variable, its type, default and meaning. */
+#ifndef GS_UTIL_CONFIG_H
+#define GS_UTIL_CONFIG_H
+
+#include "gradsync.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GS_CONFIG_STR_MAX 256
+
+/* X(field, VARIABLE, type, default, choices, meaning)
+ * types: INT (signed), SIZE (bytes, K/M/G suffixes), BOOL (0/1/yes/no/true/false/on/off),
+ * STR (free text), ENUM (one of choices, stored as its index). */
+#define GS_PARAM_TABLE(X)                                                                           \
+    X(transport, "GS_TRANSPORT", ENUM, "auto", "auto|shm|tcp|verbs",                                \
+      "transport between ranks: auto = shm on one host, else verbs if built and a port is active, else tcp") \
+    X(timeout_ms, "GS_TIMEOUT_MS", INT, "30000", NULL,                                              \
+      "deadline of every wait in milliseconds; on expiry the error names the rank, peer and operation") \
+    X(log_level, "GS_LOG_LEVEL", ENUM, "warn", "none|error|warn|info|debug|trace", "log level")      \
+    X(log_subsys, "GS_LOG_SUBSYS", STR, "all", NULL,                                                \
+      "subsystems to log, comma separated: all or util,boot,tp,shm,tcp,verbs,coll,ps,tool")         \
+    X(log_file, "GS_LOG_FILE", STR, "", NULL, "log to this file instead of stderr (%h host, %p pid, %r rank)") \
+    X(poll, "GS_POLL", ENUM, "hybrid", "spin|event|hybrid",                                         \
+      "completion wait: busy poll, block on an fd/futex, or spin GS_SPIN_US then block")            \
+    X(spin_us, "GS_SPIN_US", INT, "100", NULL, "hybrid polling: microseconds to spin before blocking") \
+    X(algo, "GS_ALGO", ENUM, "auto", "auto|ring|rd|direct",                                         \
+      "allreduce algorithm: auto by size and ranks, pipelined ring, recursive doubling/halving, direct shared memory") \
+    X(chunk_bytes, "GS_CHUNK_BYTES", SIZE, "256K", NULL, "pipeline chunk of the ring algorithms")   \
+    X(ib_dev, "GS_IB_DEV", STR, "", NULL, "verbs device name (default: the first with an active port)") \
+    X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                   \
+    X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL, "RoCE GID index (-1: automatic, prefers RoCE v2 routable)") \
+    X(ib_timeout, "GS_IB_TIMEOUT", INT, "14", NULL, "verbs QP local ack timeout exponent (4.096 us * 2^n)") \
+    X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "7", NULL, "verbs QP retry count")                      \
+    X(ib_fork_safe, "GS_IB_FORK_SAFE", BOOL, "0", NULL, "call ibv_fork_init so the process may fork") \
+    X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL, "network interface for the tcp transport (default: the store's route)") \
+    X(cpu_affinity, "GS_CPU_AFFINITY", STR, "", NULL, "pin each local rank to a core: empty = no pinning, 'auto' = local rank modulo cores, or a list 0,1,...") \
+    X(progress_thread, "GS_PROGRESS_THREAD", BOOL, "0", NULL,                                       \
+      "run a progress thread so remote READs and non-blocking collectives advance while the caller computes") \
+    X(job_token, "GS_JOB_TOKEN", STR, "", NULL, "secret every connection of the job must prove (gsrun sets a fresh one)") \
+    X(store, "GS_STORE", STR, "", NULL, "host:port of the bootstrap store (rank 0 serves it)")      \
+    X(rank, "GS_RANK", INT, "-1", NULL, "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID)") \
+    X(world_size, "GS_WORLD_SIZE", INT, "-1", NULL, "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)") \
+    X(local_rank, "GS_LOCAL_RANK", INT, "-1", NULL, "rank among the ranks of this host (set by gsrun)") \
+    X(role, "GS_ROLE", ENUM, "auto", "auto|worker|server", "parameter-server role of this rank")    \
+    X(ps_servers, "GS_PS_SERVERS", INT, "1", NULL, "parameter server: number of server ranks (the first ranks)") \
+    X(ps_shard_bytes, "GS_PS_SHARD_BYTES", SIZE, "4M", NULL, "parameter server: largest shard")     \
+    X(ps_mode, "GS_PS_MODE", ENUM, "sync", "sync|async", "parameter server: BSP or ASP")           \
+    X(ps_staleness, "GS_PS_STALENESS", INT, "-1", NULL, "parameter server: SSP bound in steps (-1: none)") \
+    X(ps_agg, "GS_PS_AGG", ENUM, "write", "write|atomic", "parameter server: aggregate by WRITE_IMM slots or by fixed-point FETCH_ADD") \
+    X(ps_checkpoint, "GS_PS_CHECKPOINT", STR, "", NULL, "parameter server: checkpoint file prefix (empty: none)") \
+    X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL, "parameter server: checkpoint every N steps (0: only on request)")
+
+#define GS_CFG_TYPE_INT int64_t
+#define GS_CFG_TYPE_SIZE uint64_t
+#define GS_CFG_TYPE_BOOL bool
+#define GS_CFG_TYPE_ENUM int
+#define GS_CFG_FIELD_STR(field) char field[GS_CONFIG_STR_MAX];
+#define GS_CFG_FIELD_INT(field) GS_CFG_TYPE_INT field;
+#define GS_CFG_FIELD_SIZE(field) GS_CFG_TYPE_SIZE field;
+#define GS_CFG_FIELD_BOOL(field) GS_CFG_TYPE_BOOL field;
+#define GS_CFG_FIELD_ENUM(field) GS_CFG_TYPE_ENUM field;
+
+typedef struct gs_config {
+#define GS_X_FIELD(field, var, type, def, choices, help) GS_CFG_FIELD_##type(field)
+    GS_PARAM_TABLE(GS_X_FIELD)
+#undef GS_X_FIELD
+} gs_config;
+
+/* Enum values, in the order of their choices strings. */
+enum { GS_TRANSPORT_AUTO, GS_TRANSPORT_SHM, GS_TRANSPORT_TCP, GS_TRANSPORT_VERBS };
+enum { GS_POLL_SPIN, GS_POLL_EVENT, GS_POLL_HYBRID };
+enum { GS_ALGO_AUTO, GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT };
+enum { GS_ROLE_AUTO, GS_ROLE_WORKER, GS_ROLE_SERVER };
+enum { GS_PS_SYNC, GS_PS_ASYNC };
+enum { GS_PS_AGG_WRITE, GS_PS_AGG_ATOMIC };
+
+typedef struct gs_param_info {
+    const char *var;
+    const char *type;
+    const char *def;
+    const char *choices;
+    const char *help;
+} gs_param_info;
+
+typedef const char *(*gs_getenv_fn)(const char *name, void *arg);
+
+/* Parses every parameter through getenv_fn (defaults where unset). A bad
+ * value is GS_ERR_CONFIG with gs_last_error() naming the variable and the
+ * accepted forms. */
+gs_status gs_config_parse(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg);
+/* Warns (once per name) about each GS_* variable in envp that no parameter
+ * has, with the closest known name. Returns how many it warned about. */
+int gs_config_warn_unknown(char *const *envp);
+/* The process configuration, parsed from the environment on first use. */
+gs_status gs_config_get(const gs_config **cfg_p);
+/* The table, for gsinfo: count and one entry. */
+int gs_param_count(void);
+const gs_param_info *gs_param_info_at(int i);
+/* The current value of parameter i, formatted. */
+void gs_param_format(const gs_config *cfg, int i, char *buf, size_t cap);
+/* The closest parameter name to name (edit distance), or NULL if none is close. */
+const char *gs_param_closest(const char *name);
+/* Parses "123", "4K", "1M", "2G" (binary). */
+gs_status gs_parse_size(const char *text, uint64_t *value_p);
+
+#endif

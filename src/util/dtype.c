@@ -1,0 +1,27 @@
+/* Names and sizes of the data types and reduction operators. */
+#include "gradsync.h"
+
+size_t gs_dtype_size(gs_dtype dtype)
+{
+    static const size_t sizes[GS_DTYPE_COUNT] = {
+        [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4, [GS_I64] = 8,
+    };
+    return (unsigned)dtype < GS_DTYPE_COUNT ? sizes[dtype] : 0;
+}
+
+const char *gs_dtype_name(gs_dtype dtype)
+{
+    static const char *const names[GS_DTYPE_COUNT] = {
+        [GS_F32] = "f32", [GS_F64] = "f64", [GS_F16] = "f16",
+        [GS_BF16] = "bf16", [GS_I32] = "i32", [GS_I64] = "i64",
+    };
+    return (unsigned)dtype < GS_DTYPE_COUNT ? names[dtype] : "?";
+}
+
+const char *gs_redop_name(gs_redop op)
+{
+    static const char *const names[GS_REDOP_COUNT] = {
+        [GS_SUM] = "sum", [GS_AVG] = "avg", [GS_MIN] = "min", [GS_MAX] = "max", [GS_PROD] = "prod",
+    };
+    return (unsigned)op < GS_REDOP_COUNT ? names[op] : "?";
+}

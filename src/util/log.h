@@ -1,0 +1,72 @@
+/* Logging with levels and subsystems; every line carries host, pid and rank. */
+#ifndef GS_UTIL_LOG_H
+#define GS_UTIL_LOG_H
+
+#include "gradsync.h"
+
+#include <stdbool.h>
+
+typedef enum gs_log_level {
+    GS_LOG_NONE = 0,
+    GS_LOG_ERROR,
+    GS_LOG_WARN,
+    GS_LOG_INFO,
+    GS_LOG_DEBUG,
+    GS_LOG_TRACE,
+} gs_log_level;
+
+/* X(name, string): one bit each in GS_LOG_SUBSYS. */
+#define GS_LOG_SUBSYS_TABLE(X) \
+    X(UTIL, "util")            \
+    X(BOOT, "boot")            \
+    X(TP, "tp")                \
+    X(SHM, "shm")              \
+    X(TCP, "tcp")              \
+    X(VERBS, "verbs")          \
+    X(COLL, "coll")            \
+    X(PS, "ps")                \
+    X(TOOL, "tool")
+
+typedef enum gs_log_subsys {
+#define GS_X_SUBSYS(name, str) GS_SUBSYS_##name,
+    GS_LOG_SUBSYS_TABLE(GS_X_SUBSYS)
+#undef GS_X_SUBSYS
+        GS_SUBSYS_COUNT
+} gs_log_subsys;
+
+extern int gs_log_level_now;        /* current level, checked before formatting */
+extern unsigned gs_log_subsys_mask; /* bit per gs_log_subsys */
+
+static inline bool gs_log_enabled(gs_log_level level, gs_log_subsys subsys)
+{
+    return (int)level <= gs_log_level_now && (gs_log_subsys_mask & (1u << subsys));
+}
+
+/* Applies GS_LOG_LEVEL, GS_LOG_SUBSYS, GS_LOG_FILE from the configuration. */
+gs_status gs_log_configure(int level, const char *subsys_list, const char *file);
+/* The rank printed on every line (-1 until known). */
+void gs_log_set_rank(int rank);
+void gs_log_write(gs_log_level level, gs_log_subsys subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define GS_LOG_AT(level, subsys, ...)                     \
+    do {                                                  \
+        if (gs_log_enabled(level, GS_SUBSYS_##subsys))    \
+            gs_log_write(level, GS_SUBSYS_##subsys, __VA_ARGS__); \
+    } while (0)
+
+#define gs_log_error(subsys, ...) GS_LOG_AT(GS_LOG_ERROR, subsys, __VA_ARGS__)
+#define gs_log_warn(subsys, ...) GS_LOG_AT(GS_LOG_WARN, subsys, __VA_ARGS__)
+#define gs_log_info(subsys, ...) GS_LOG_AT(GS_LOG_INFO, subsys, __VA_ARGS__)
+#define gs_log_debug(subsys, ...) GS_LOG_AT(GS_LOG_DEBUG, subsys, __VA_ARGS__)
+#define gs_log_trace(subsys, ...) GS_LOG_AT(GS_LOG_TRACE, subsys, __VA_ARGS__)
+
+/* Records the detail as gs_last_error(), logs it at error level in subsys,
+ * and returns status: `return gs_fail(GS_SUBSYS_BOOT, GS_ERR_TIMEOUT, ...)`. */
+gs_status gs_fail(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void gs_error_clear(void);
+/* Sets gs_last_error() to text (already logged elsewhere). */
+void gs_error_restore(const char *text);
+
+#endif

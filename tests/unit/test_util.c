@@ -1,0 +1,181 @@
+/* Status table, configuration parsing, logging and allocation. */
+#include "gs_test.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/config.h"
+#include "util/log.h"
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct fake_env {
+    const char *const *pairs; /* name, value, name, value, ..., NULL */
+} fake_env;
+
+static const char *fake_getenv(const char *name, void *arg)
+{
+    const fake_env *env = arg;
+    for (const char *const *p = env->pairs; *p; p += 2)
+        if (strcmp(*p, name) == 0)
+            return p[1];
+    return NULL;
+}
+
+static gs_status parse_with(gs_config *cfg, const char *const *pairs)
+{
+    fake_env env = {pairs};
+    return gs_config_parse(cfg, fake_getenv, &env);
+}
+
+GS_TEST(status_names_and_messages_come_from_one_table)
+{
+    GS_ASSERT_EQ(GS_OK, 0);
+    GS_ASSERT_STR_EQ(gs_status_name(GS_ERR_TIMEOUT), "GS_ERR_TIMEOUT");
+    GS_ASSERT_STR_EQ(gs_status_name(GS_ERR_PEER_LOST), "GS_ERR_PEER_LOST");
+    GS_ASSERT_STR_EQ(gs_status_name((gs_status)-999), "GS_UNKNOWN");
+    GS_ASSERT_STR_EQ(gs_strerror(GS_OK), "success");
+    GS_ASSERT_CONTAINS(gs_strerror(GS_ERR_REMOTE_ACCESS), "remote access");
+#define CHECK_NEGATIVE(name, value, msg) GS_ASSERT(GS_##name <= 1);
+    GS_STATUS_TABLE(CHECK_NEGATIVE)
+#undef CHECK_NEGATIVE
+}
+
+GS_TEST(last_error_keeps_the_detail)
+{
+    gs_status st = gs_fail(GS_SUBSYS_UTIL, GS_ERR_PEER_LOST, "rank %d: peer %d gone during %s", 1, 3, "barrier");
+    GS_ASSERT_EQ(st, GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_ERR_PEER_LOST");
+    GS_ASSERT_CONTAINS(gs_last_error(), "peer 3 gone during barrier");
+}
+
+GS_TEST(config_defaults_parse)
+{
+    static const char *const none[] = {NULL};
+    gs_config cfg;
+    GS_ASSERT_OK(parse_with(&cfg, none));
+    GS_ASSERT_EQ(cfg.timeout_ms, 30000);
+    GS_ASSERT_EQ(cfg.transport, GS_TRANSPORT_AUTO);
+    GS_ASSERT_EQ(cfg.poll, GS_POLL_HYBRID);
+    GS_ASSERT_U64_EQ(cfg.chunk_bytes, 256 * 1024);
+    GS_ASSERT_EQ(cfg.rank, -1);
+    GS_ASSERT_EQ(cfg.ib_fork_safe, 0);
+}
+
+GS_TEST(config_parses_every_form)
+{
+    static const char *const env[] = {"GS_TIMEOUT_MS", "1500", "GS_TRANSPORT", "TCP", "GS_CHUNK_BYTES", "4M",
+                                      "GS_IB_FORK_SAFE", "yes", "GS_STORE", "10.0.0.1:29500",
+                                      "GS_PS_SHARD_BYTES", "64KiB", NULL};
+    gs_config cfg;
+    char buf[64];
+    GS_ASSERT_OK(parse_with(&cfg, env));
+    GS_ASSERT_EQ(cfg.timeout_ms, 1500);
+    GS_ASSERT_EQ(cfg.transport, GS_TRANSPORT_TCP);
+    GS_ASSERT_U64_EQ(cfg.chunk_bytes, 4u << 20);
+    GS_ASSERT_U64_EQ(cfg.ps_shard_bytes, 64u << 10);
+    GS_ASSERT_EQ(cfg.ib_fork_safe, 1);
+    GS_ASSERT_STR_EQ(cfg.store, "10.0.0.1:29500");
+    for (int i = 0; i < gs_param_count(); i++) {
+        if (strcmp(gs_param_info_at(i)->var, "GS_TRANSPORT") == 0) {
+            gs_param_format(&cfg, i, buf, sizeof(buf));
+            GS_ASSERT_STR_EQ(buf, "tcp");
+        }
+    }
+}
+
+static void expect_config_error(const char *var, const char *value, const char *form)
+{
+    const char *const env[] = {var, value, NULL};
+    gs_config cfg;
+    GS_ASSERT_STATUS(parse_with(&cfg, env), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), var);
+    GS_ASSERT_CONTAINS(gs_last_error(), form);
+}
+
+GS_TEST(config_rejects_malformed_values_naming_the_variable)
+{
+    expect_config_error("GS_TIMEOUT_MS", "10s", "decimal integer");
+    expect_config_error("GS_TIMEOUT_MS", "0", "positive");
+    expect_config_error("GS_TIMEOUT_MS", "", "decimal integer");
+    expect_config_error("GS_TRANSPORT", "rdma", "auto|shm|tcp|verbs");
+    expect_config_error("GS_CHUNK_BYTES", "-4K", "byte count");
+    expect_config_error("GS_CHUNK_BYTES", "4X", "byte count");
+    expect_config_error("GS_CHUNK_BYTES", "99999999999999999999", "byte count");
+    expect_config_error("GS_CHUNK_BYTES", "100", "at least 4K");
+    expect_config_error("GS_IB_FORK_SAFE", "maybe", "yes/no");
+    expect_config_error("GS_POLL", "spinning", "spin|event|hybrid");
+}
+
+GS_TEST(config_warns_about_unknown_variables_with_the_closest_name)
+{
+    char *envp[] = {"GS_TIMEOUT_MS=5", "GS_TIMEOUT=5", "GS_TRANSPRT=tcp", "PATH=/bin", "GS_ZZZZZZZZZZZZ=1", NULL};
+    GS_ASSERT_EQ(gs_config_warn_unknown(envp), 3);
+    GS_ASSERT_STR_EQ(gs_param_closest("GS_TIMEOUT"), "GS_TIMEOUT_MS");
+    GS_ASSERT_STR_EQ(gs_param_closest("GS_TRANSPRT"), "GS_TRANSPORT");
+    GS_ASSERT_STR_EQ(gs_param_closest("GS_LOG_LEVL"), "GS_LOG_LEVEL");
+    GS_ASSERT(gs_param_closest("GS_ZZZZZZZZZZZZ") == NULL);
+}
+
+GS_TEST(config_process_copy_reports_bad_environment)
+{
+    const gs_config *cfg;
+    setenv("GS_TIMEOUT_MS", "soon", 1);
+    GS_ASSERT_STATUS(gs_config_get(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_TIMEOUT_MS='soon'");
+}
+
+GS_TEST(log_lines_carry_host_pid_rank_and_honor_level_and_subsys)
+{
+    char path[] = "/tmp/gs_test_log_XXXXXX", text[4096] = {0}, expect[64];
+    int fd = mkstemp(path);
+    GS_ASSERT_GE(fd, 0);
+    GS_ASSERT_OK(gs_log_configure(GS_LOG_INFO, "boot,tcp", path));
+    gs_log_set_rank(5);
+    gs_log_info(BOOT, "store up on port %d", 1234);
+    gs_log_debug(BOOT, "too detailed");
+    gs_log_info(SHM, "other subsystem");
+    gs_log_warn(TCP, "tcp warning");
+    GS_ASSERT_GT(read(fd, text, sizeof(text) - 1), 0);
+    close(fd);
+    unlink(path);
+    snprintf(expect, sizeof(expect), ":%d r5 ", (int)getpid());
+    GS_ASSERT_CONTAINS(text, expect);
+    GS_ASSERT_CONTAINS(text, "INFO boot: store up on port 1234");
+    GS_ASSERT_CONTAINS(text, "WARN tcp: tcp warning");
+    GS_ASSERT(!strstr(text, "too detailed"));
+    GS_ASSERT(!strstr(text, "other subsystem"));
+    GS_ASSERT_STATUS(gs_log_configure(GS_LOG_INFO, "boot,nosuch", NULL), GS_ERR_CONFIG);
+}
+
+GS_TEST(pages_are_aligned_and_touched)
+{
+    void *p;
+    size_t len = 3 * gs_page_size() + 5;
+    GS_ASSERT_OK(gs_pages_alloc(len, &p));
+    GS_ASSERT_EQ((uintptr_t)p % gs_page_size(), 0);
+    memset(p, 0xab, len);
+    GS_ASSERT_EQ(((unsigned char *)p)[len - 1], 0xab);
+    gs_pages_free(p, len);
+}
+
+GS_TEST(deadlines_expire)
+{
+    uint64_t d = gs_deadline_after_ms(20);
+    GS_ASSERT(!gs_deadline_passed(d));
+    GS_ASSERT_LE(gs_deadline_left_ms(d), 20);
+    usleep(30000);
+    GS_ASSERT(gs_deadline_passed(d));
+    GS_ASSERT_EQ(gs_deadline_left_ms(d), 0);
+    GS_ASSERT_EQ(gs_deadline_left_ms(gs_deadline_after_ms(-1)), -1);
+}
+
+GS_TEST(dtype_sizes_and_names)
+{
+    GS_ASSERT_EQ(gs_dtype_size(GS_BF16), 2);
+    GS_ASSERT_EQ(gs_dtype_size(GS_I64), 8);
+    GS_ASSERT_EQ(gs_dtype_size((gs_dtype)99), 0);
+    GS_ASSERT_STR_EQ(gs_dtype_name(GS_F16), "f16");
+    GS_ASSERT_STR_EQ(gs_redop_name(GS_AVG), "avg");
+}
