@@ -254,6 +254,14 @@ GS_API size_t gs_dtype_size(gs_dtype dtype);
 GS_API const char *gs_dtype_name(gs_dtype dtype);
 GS_API const char *gs_redop_name(gs_redop op);
 
+/* ------------------------------------------------------------------------ */
+/* Collectives (src/coll)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* ------------------------------------------------------------------------ */
+/* Parameter server (src/ps)                                                 */
+/* ------------------------------------------------------------------------ */
+
 #ifdef __cplusplus
 }
 #endif

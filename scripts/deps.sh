@@ -1,0 +1,16 @@
+#!/bin/bash
+# Installs the Debian 12 packages gradsync builds, tests and runs with (as root).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev libibverbs-dev rdma-core ibverbs-providers
+      libopenblas-dev zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev iproute2 python3)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || { echo "deps.sh: missing packages ${missing[*]}; run as root" >&2; exit 1; }
+    echo "deps.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
