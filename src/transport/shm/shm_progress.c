@@ -67,9 +67,14 @@ void gs_shm_check_peers(gs_shm_tp *tp)
         char why[160];
         if (p == tp->base.rank || ep->state != GS_SHM_EP_UP)
             continue;
+        /* Closed cleanly (whether or not it has exited since) ... */
+        if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
+            ep->state = GS_SHM_EP_CLOSED;
+            continue;
+        }
+        /* ... or exited without closing; closing may have raced with the poll. */
         if (poll(&pfd, 1, 0) == 0)
             continue;
-        /* It exited: cleanly if it closed its transport first. */
         if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
             ep->state = GS_SHM_EP_CLOSED;
             continue;
