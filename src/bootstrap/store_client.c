@@ -84,9 +84,9 @@ static gs_status connection_failed(gs_status status, exchange_result *res)
     if (status == GS_ERR_TIMEOUT)
         snprintf(res->text, sizeof(res->text), "the store did not answer in time");
     else if (status == GS_ERR_PEER_LOST)
-        snprintf(res->text, sizeof(res->text), "the store closed the connection");
+        snprintf(res->text, sizeof(res->text), "lost the connection to the store (closed by the other side)");
     else
-        snprintf(res->text, sizeof(res->text), "the store connection failed: %s", strerror(errno));
+        snprintf(res->text, sizeof(res->text), "lost the connection to the store (%s)", strerror(errno));
     return status == GS_ERR_TIMEOUT ? GS_ERR_TIMEOUT : GS_ERR_PEER_LOST;
 }
 

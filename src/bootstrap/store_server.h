@@ -53,6 +53,7 @@ typedef struct gs_store_round {
     uint8_t *data;             /* [size * len] */
     uint64_t deadline_ns;
     uint32_t timeout_ms;
+    char mismatch[GS_STORE_ERROR_MAX / 2]; /* set when a rank disagreed on len */
 } gs_store_round;
 
 typedef enum gs_store_rank_state {
