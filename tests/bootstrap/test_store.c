@@ -3,7 +3,10 @@
 #include "gs_test.h"
 #include "multirank.h"
 
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -154,4 +157,38 @@ GS_TEST(get_copies_up_to_cap_and_reports_the_full_length)
     GS_ASSERT_OK(gs_store_get(ctx, "empty", NULL, 0, &len));
     GS_ASSERT_EQ(len, 0);
     GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+static bool ipv6_loopback_works(void)
+{
+    struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&sin6, sizeof(sin6)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void ipv6_body(gs_ctx *ctx, int rank, void *arg)
+{
+    char store[64];
+    int all[3];
+    snprintf(store, sizeof(store), "[::1]:%d", *(int *)arg);
+    setenv("GS_STORE", store, 1);
+    setenv("GS_STORE_EXTERNAL", "0", 1); /* rank 0 serves, on ::1 */
+    GS_ASSERT_OK(gs_ctx_create(&ctx));
+    GS_ASSERT_OK(gs_store_allgather(ctx, "v6", &rank, sizeof(rank), all));
+    for (int r = 0; r < 3; r++)
+        GS_ASSERT_EQ(all[r], r);
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+GS_TEST(the_store_works_over_ipv6)
+{
+    gs_test_ranks_opts opts = {.n = 3, .timeout_ms = 20000, .no_ctx = true};
+    int status[3], port;
+    if (!ipv6_loopback_works())
+        GS_SKIP("no IPv6 loopback here");
+    port = gs_test_free_port();
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, ipv6_body, &port, status), 3);
 }
