@@ -83,8 +83,8 @@ static int print_params(void)
     for (int i = 0; i < gs_param_count(); i++) {
         const gs_param_info *p = gs_param_info_at(i);
         gs_param_format(cfg, i, value, sizeof(value));
-        printf("%-24s = %-12s (default %s%s)\n", p->var, value[0] ? value : "\"\"", p->def[0] ? p->def : "\"\"",
-               getenv(p->var) ? ", set in the environment" : "");
+        printf("%-24s = %-12s (default %s%s)\n", p->var, value[0] ? value : "\"\"",
+               p->def[0] ? p->def : "\"\"", getenv(p->var) ? ", set in the environment" : "");
         printf("    %s", p->help);
         if (p->choices)
             printf(" [%s]", p->choices);

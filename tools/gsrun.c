@@ -37,9 +37,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define RANKS_MAX 1024
+#define RANKS_MAX      1024
 #define LINE_MAX_BYTES 16384
-#define PIPE_DRAIN_MS 2000 /* after the last rank: output of leftover writers */
+#define PIPE_DRAIN_MS  2000 /* after the last rank: output of leftover writers */
 
 extern char **environ;
 
@@ -51,9 +51,9 @@ typedef struct line_buf {
 } line_buf;
 
 typedef struct rank_proc {
-    pid_t pid;     /* also its process group; 0 before start */
+    pid_t pid; /* also its process group; 0 before start */
     bool running;
-    int status;    /* waitpid status once reaped */
+    int status; /* waitpid status once reaped */
     line_buf out, err;
 } rank_proc;
 
@@ -80,17 +80,18 @@ typedef struct job {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: gsrun -n N [--transport auto|shm|tcp|verbs] [--timeout-ms MS] [--grace-ms MS] [--] "
-               "prog [args...]\n"
-               "  -n, --np N        number of local ranks to start (1 to %d)\n"
-               "  --transport T     sets GS_TRANSPORT for every rank\n"
-               "  --timeout-ms MS   sets GS_TIMEOUT_MS for every rank (deadline of every wait)\n"
-               "  --grace-ms MS     after a rank fails, time the others get between SIGTERM and SIGKILL "
-               "(default 2000)\n"
-               "  -h, --help        this text;  --version  the gradsync version\n"
-               "Every output line is prefixed with \"[rank] \"; gsrun exits with the status of the first rank "
-               "that failed (128+signal if killed), else 0.\n",
-               RANKS_MAX);
+    fprintf(f,
+            "usage: gsrun -n N [--transport auto|shm|tcp|verbs] [--timeout-ms MS] [--grace-ms MS] [--] "
+            "prog [args...]\n"
+            "  -n, --np N        number of local ranks to start (1 to %d)\n"
+            "  --transport T     sets GS_TRANSPORT for every rank\n"
+            "  --timeout-ms MS   sets GS_TIMEOUT_MS for every rank (deadline of every wait)\n"
+            "  --grace-ms MS     after a rank fails, time the others get between SIGTERM and SIGKILL "
+            "(default 2000)\n"
+            "  -h, --help        this text;  --version  the gradsync version\n"
+            "Every output line is prefixed with \"[rank] \"; gsrun exits with the status of the first rank "
+            "that failed (128+signal if killed), else 0.\n",
+            RANKS_MAX);
 }
 
 static bool parse_long(const char *text, long min, long max, long *value_p)
@@ -228,8 +229,8 @@ static void pump(int rank, line_buf *b)
 
 static bool overridden(const char *entry, const job *j)
 {
-    static const char *const ours[] = {"GS_RANK=", "GS_WORLD_SIZE=", "GS_LOCAL_RANK=", "GS_STORE=",
-                                       "GS_STORE_EXTERNAL=", "GS_JOB_TOKEN="};
+    static const char *const ours[] = {
+        "GS_RANK=", "GS_WORLD_SIZE=", "GS_LOCAL_RANK=", "GS_STORE=", "GS_STORE_EXTERNAL=", "GS_JOB_TOKEN="};
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strncmp(entry, ours[i], strlen(ours[i])) == 0)
             return true;

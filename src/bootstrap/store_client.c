@@ -32,12 +32,12 @@ struct gs_store_client {
 
 /* What an exchange ended with: the server's answer or the connection's fate. */
 typedef struct exchange_result {
-    bool answered;                 /* status came from the server */
+    bool answered;                     /* status came from the server */
     char text[GS_STORE_ERROR_MAX + 1]; /* the server's error text, or what went wrong */
 } exchange_result;
 
 static const char *const msg_names[] = {
-    [GS_STORE_HELLO] = "hello", [GS_STORE_PUT] = "put", [GS_STORE_GET] = "get",
+    [GS_STORE_HELLO] = "hello",         [GS_STORE_PUT] = "put",         [GS_STORE_GET] = "get",
     [GS_STORE_ALLGATHER] = "allgather", [GS_STORE_BARRIER] = "barrier", [GS_STORE_BYE] = "bye",
 };
 
@@ -117,7 +117,8 @@ static gs_status exchange(gs_store_client *c, const gs_store_request *req, gs_st
         res->answered = true;
         return (gs_status)hdr.status;
     }
-    status = recv_capped(c->fd, reply ? reply->buf : NULL, reply ? reply->cap : 0, hdr.value_len, deadline_ns);
+    status =
+        recv_capped(c->fd, reply ? reply->buf : NULL, reply ? reply->cap : 0, hdr.value_len, deadline_ns);
     if (status != GS_OK)
         return connection_failed(status, res);
     if (reply)
@@ -165,15 +166,15 @@ out:
 static gs_status hello_until(gs_store_client *c, const char *host, int port, const char *token,
                              uint64_t deadline_ns, exchange_result *res)
 {
-    gs_store_request req = {.type = GS_STORE_HELLO, .value = token, .len = strlen(token),
-                            .arg = (uint32_t)c->size};
+    gs_store_request req = {
+        .type = GS_STORE_HELLO, .value = token, .len = strlen(token), .arg = (uint32_t)c->size};
     gs_status status;
 
     for (;;) {
         status = gs_boot_sock_connect(host, port, deadline_ns, &c->fd);
         if (status != GS_OK) {
             snprintf(res->text, sizeof(res->text), "%s",
-                     status == GS_ERR_TIMEOUT ? "nothing accepted the connection"
+                     status == GS_ERR_TIMEOUT  ? "nothing accepted the connection"
                      : status == GS_ERR_CONFIG ? "the host name does not resolve"
                                                : strerror(errno));
             res->answered = false;
@@ -211,10 +212,11 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
     if (res.answered)
         status = gs_fail(GS_SUBSYS_BOOT, status, "rank %d: %s (store at %s)", rank, res.text, c->addr);
     else
-        status = gs_fail(GS_SUBSYS_BOOT, status,
-                         "rank %d: cannot join the store at %s within %d ms: %s; is rank 0 (or gsrun) running, "
-                         "and is GS_STORE (or MASTER_ADDR/MASTER_PORT) right?",
-                         rank, c->addr, timeout_ms, res.text);
+        status =
+            gs_fail(GS_SUBSYS_BOOT, status,
+                    "rank %d: cannot join the store at %s within %d ms: %s; is rank 0 (or gsrun) running, "
+                    "and is GS_STORE (or MASTER_ADDR/MASTER_PORT) right?",
+                    rank, c->addr, timeout_ms, res.text);
     if (c->fd >= 0)
         close(c->fd);
     pthread_mutex_destroy(&c->lock);

@@ -181,9 +181,9 @@ static const char *header_problem(const gs_store_conn *conn)
     if (h->version != GS_STORE_PROTO_VERSION)
         return "not a gradsync store message (or another protocol version)";
     if (conn->rank < 0)
-        return h->type != GS_STORE_HELLO ? "the first message was not a HELLO"
+        return h->type != GS_STORE_HELLO                              ? "the first message was not a HELLO"
                : h->key_len != 0 || h->value_len > GS_STORE_TOKEN_MAX ? "malformed HELLO"
-                                                                       : NULL;
+                                                                      : NULL;
     switch (h->type) {
     case GS_STORE_PUT:
     case GS_STORE_ALLGATHER:
@@ -297,7 +297,7 @@ static void conn_event(gs_store_server *s, gs_store_conn *conn, short revents)
             conn_read(s, conn);
         else if (revents & (POLLRDHUP | POLLHUP | POLLERR))
             conn_drop(conn, conn->wait != GS_STORE_WAIT_NONE ? "closed while waiting for an answer"
-                                                              : "closed before reading its answer");
+                                                             : "closed before reading its answer");
     }
     if (!conn->dead && conn->tx)
         conn_write(conn);
@@ -363,7 +363,8 @@ static bool should_stop(gs_store_server *s)
 
 static void serve_turn(gs_store_server *s, struct pollfd *pfds)
 {
-    uint64_t now = gs_now_ns(), next = atomic_load(&s->stop) ? atomic_load(&s->drain_deadline_ns) : UINT64_MAX;
+    uint64_t now = gs_now_ns(),
+             next = atomic_load(&s->stop) ? atomic_load(&s->drain_deadline_ns) : UINT64_MAX;
     size_t n = 2;
     int rc;
 
@@ -440,9 +441,10 @@ gs_status gs_boot_server_listen(const gs_store_server_params *params, gs_store_s
     }
     status = gs_boot_sock_listen(params->host, params->port, &s->listen_fd, &s->port);
     if (status != GS_OK) {
-        status = gs_fail(GS_SUBSYS_BOOT, status,
-                         "cannot serve the store on %s:%d: %s; choose another address or port (GS_STORE)",
-                         params->host, params->port, status == GS_ERR_CONFIG ? "unknown host" : strerror(errno));
+        status =
+            gs_fail(GS_SUBSYS_BOOT, status,
+                    "cannot serve the store on %s:%d: %s; choose another address or port (GS_STORE)",
+                    params->host, params->port, status == GS_ERR_CONFIG ? "unknown host" : strerror(errno));
         goto fail;
     }
     gs_log_info(BOOT, "store: listening on %s:%d for %d ranks", params->host, s->port, s->size);

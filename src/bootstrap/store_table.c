@@ -180,10 +180,9 @@ static bool round_check_gone(gs_store_server *s, gs_store_round *round)
         return false;
     n = (size_t)snprintf(text, sizeof(text), "%s '%s': ", round_name(round->type), round->tag);
     if (nlost)
-        n += (size_t)snprintf(text + n, sizeof(text) - n,
-                              "%s %s of %d %s lost (store connection closed before arriving)%s",
-                              nlost == 1 ? "rank" : "ranks", lost, s->size, nlost == 1 ? "was" : "were",
-                              ndeparted ? "; " : "");
+        n += (size_t)snprintf(
+            text + n, sizeof(text) - n, "%s %s of %d %s lost (store connection closed before arriving)%s",
+            nlost == 1 ? "rank" : "ranks", lost, s->size, nlost == 1 ? "was" : "were", ndeparted ? "; " : "");
     if (ndeparted && n < sizeof(text))
         snprintf(text + n, sizeof(text) - n, "%s %s of %d left the job (gs_ctx_destroy) without arriving",
                  ndeparted == 1 ? "rank" : "ranks", departed, s->size);
@@ -191,8 +190,8 @@ static bool round_check_gone(gs_store_server *s, gs_store_round *round)
     return true;
 }
 
-static gs_store_round *round_find_or_add(gs_store_server *s, int type, const char *tag, size_t len,
-                                         int rank, uint32_t timeout_ms)
+static gs_store_round *round_find_or_add(gs_store_server *s, int type, const char *tag, size_t len, int rank,
+                                         uint32_t timeout_ms)
 {
     gs_store_round *round;
     for (round = s->rounds; round; round = round->next)
@@ -242,8 +241,9 @@ void gs_boot_table_join(gs_store_server *s, gs_store_conn *conn, int type, const
     if (len == round->len)
         memcpy(round->data + (size_t)rank * len, blob, len);
     else if (!round->mismatch[0])
-        snprintf(round->mismatch, sizeof(round->mismatch), "%s '%s': rank %d gave %zu bytes but rank %d gave %zu",
-                 round_name(type), tag, rank, len, round->first_rank, round->len);
+        snprintf(round->mismatch, sizeof(round->mismatch),
+                 "%s '%s': rank %d gave %zu bytes but rank %d gave %zu", round_name(type), tag, rank, len,
+                 round->first_rank, round->len);
     if (round->arrived < s->size)
         round_check_gone(s, round);
     else if (round->mismatch[0]) /* every rank learns of the mismatch, none waits for a rank that gave up */

@@ -48,9 +48,21 @@ GS_TEST(nothing_set_is_a_single_process)
 
 GS_TEST(gs_variables_come_first)
 {
-    static const char *const env[] = {"GS_RANK", "2", "GS_WORLD_SIZE", "4", "GS_STORE", "10.1.2.3:29400",
-                                      "GS_LOCAL_RANK", "1", "RANK", "0", "WORLD_SIZE", "8",
-                                      "OMPI_COMM_WORLD_RANK", "5", NULL};
+    static const char *const env[] = {"GS_RANK",
+                                      "2",
+                                      "GS_WORLD_SIZE",
+                                      "4",
+                                      "GS_STORE",
+                                      "10.1.2.3:29400",
+                                      "GS_LOCAL_RANK",
+                                      "1",
+                                      "RANK",
+                                      "0",
+                                      "WORLD_SIZE",
+                                      "8",
+                                      "OMPI_COMM_WORLD_RANK",
+                                      "5",
+                                      NULL};
     gs_boot_info info;
     GS_ASSERT_OK(discover(env, &info));
     GS_ASSERT_EQ(info.rank, 2);
@@ -64,10 +76,10 @@ GS_TEST(gs_variables_come_first)
 
 GS_TEST(gs_store_accepts_names_and_bracketed_ipv6)
 {
-    static const char *const v6[] = {"GS_RANK", "0", "GS_WORLD_SIZE", "2", "GS_STORE", "[fe80::1]:5000",
-                                     "GS_STORE_EXTERNAL", "1", NULL};
-    static const char *const name[] = {"GS_RANK", "1", "GS_WORLD_SIZE", "2", "GS_STORE", "node-7.cluster:65535",
-                                       NULL};
+    static const char *const v6[] = {
+        "GS_RANK", "0", "GS_WORLD_SIZE", "2", "GS_STORE", "[fe80::1]:5000", "GS_STORE_EXTERNAL", "1", NULL};
+    static const char *const name[] = {
+        "GS_RANK", "1", "GS_WORLD_SIZE", "2", "GS_STORE", "node-7.cluster:65535", NULL};
     gs_boot_info info;
     GS_ASSERT_OK(discover(v6, &info));
     GS_ASSERT_STR_EQ(info.store_host, "fe80::1");
@@ -111,12 +123,12 @@ GS_TEST(malformed_gs_variables_are_named)
 
 GS_TEST(torchrun_variables)
 {
-    static const char *const env[] = {"RANK", "3", "WORLD_SIZE", "8", "LOCAL_RANK", "1", "MASTER_ADDR",
-                                      "trainer-0", "MASTER_PORT", "29500", NULL};
-    static const char *const v6[] = {"RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "::1", "MASTER_PORT",
-                                     "29500", NULL};
-    static const char *const with_store[] = {"RANK", "1", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT",
-                                             "1", "GS_STORE", "b:7", NULL};
+    static const char *const env[] = {"RANK",        "3",         "WORLD_SIZE",  "8",     "LOCAL_RANK", "1",
+                                      "MASTER_ADDR", "trainer-0", "MASTER_PORT", "29500", NULL};
+    static const char *const v6[] = {"RANK", "0",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                                     "::1",  "MASTER_PORT", "29500",      NULL};
+    static const char *const with_store[] = {"RANK",        "1", "WORLD_SIZE", "2",   "MASTER_ADDR", "a",
+                                             "MASTER_PORT", "1", "GS_STORE",   "b:7", NULL};
     static const char *const single[] = {"RANK", "0", "WORLD_SIZE", "1", NULL};
     gs_boot_info info;
     GS_ASSERT_OK(discover(env, &info));
@@ -137,15 +149,15 @@ GS_TEST(torchrun_variables)
 
 GS_TEST(malformed_torchrun_variables_are_named)
 {
-    static const char *const rank_text[] = {"RANK", "x", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT",
-                                            "5", NULL};
-    static const char *const rank_big[] = {"RANK", "2", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT",
-                                           "5", NULL};
+    static const char *const rank_text[] = {"RANK", "x",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                                            "a",    "MASTER_PORT", "5",          NULL};
+    static const char *const rank_big[] = {"RANK", "2",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                                           "a",    "MASTER_PORT", "5",          NULL};
     static const char *const size_neg[] = {"RANK", "0", "WORLD_SIZE", "-1", NULL};
-    static const char *const port_bad[] = {"RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT",
-                                           "http", NULL};
-    static const char *const port_top[] = {"RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", "MASTER_PORT",
-                                           "65535", NULL};
+    static const char *const port_bad[] = {"RANK", "0",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                                           "a",    "MASTER_PORT", "http",       NULL};
+    static const char *const port_top[] = {"RANK", "0",           "WORLD_SIZE", "2", "MASTER_ADDR",
+                                           "a",    "MASTER_PORT", "65535",      NULL};
     static const char *const no_addr[] = {"RANK", "0", "WORLD_SIZE", "2", "MASTER_PORT", "5", NULL};
     static const char *const no_port[] = {"RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "a", NULL};
     static const char *const local_bad[] = {"RANK", "0", "WORLD_SIZE", "1", "LOCAL_RANK", "-1", NULL};
@@ -163,15 +175,35 @@ GS_TEST(malformed_torchrun_variables_are_named)
 
 GS_TEST(open_mpi_variables)
 {
-    static const char *const with_store[] = {"OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "4",
-                                             "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "2",
-                                             "GS_STORE", "head:4000", NULL};
-    static const char *const one_host[] = {"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4",
-                                           "OMPI_COMM_WORLD_LOCAL_SIZE", "4", "OMPI_MCA_ess_base_jobid",
-                                           "1177681921", NULL};
-    static const char *const one_host_other_job[] = {"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "4",
-                                                     "OMPI_COMM_WORLD_LOCAL_SIZE", "4",
-                                                     "OMPI_MCA_ess_base_jobid", "1177681922", NULL};
+    static const char *const with_store[] = {"OMPI_COMM_WORLD_RANK",
+                                             "1",
+                                             "OMPI_COMM_WORLD_SIZE",
+                                             "4",
+                                             "OMPI_COMM_WORLD_LOCAL_RANK",
+                                             "1",
+                                             "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                             "2",
+                                             "GS_STORE",
+                                             "head:4000",
+                                             NULL};
+    static const char *const one_host[] = {"OMPI_COMM_WORLD_RANK",
+                                           "3",
+                                           "OMPI_COMM_WORLD_SIZE",
+                                           "4",
+                                           "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                           "4",
+                                           "OMPI_MCA_ess_base_jobid",
+                                           "1177681921",
+                                           NULL};
+    static const char *const one_host_other_job[] = {"OMPI_COMM_WORLD_RANK",
+                                                     "0",
+                                                     "OMPI_COMM_WORLD_SIZE",
+                                                     "4",
+                                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                     "4",
+                                                     "OMPI_MCA_ess_base_jobid",
+                                                     "1177681922",
+                                                     NULL};
     gs_boot_info info, other;
     GS_ASSERT_OK(discover(with_store, &info));
     GS_ASSERT_EQ(info.rank, 1);
@@ -190,8 +222,14 @@ GS_TEST(open_mpi_variables)
 
 GS_TEST(open_mpi_across_hosts_needs_gs_store)
 {
-    static const char *const many_hosts[] = {"OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "4",
-                                             "OMPI_COMM_WORLD_LOCAL_SIZE", "2", "OMPI_MCA_ess_base_jobid", "5",
+    static const char *const many_hosts[] = {"OMPI_COMM_WORLD_RANK",
+                                             "1",
+                                             "OMPI_COMM_WORLD_SIZE",
+                                             "4",
+                                             "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                             "2",
+                                             "OMPI_MCA_ess_base_jobid",
+                                             "5",
                                              NULL};
     static const char *const bad_rank[] = {"OMPI_COMM_WORLD_RANK", "1.5", "OMPI_COMM_WORLD_SIZE", "4", NULL};
     static const char *const no_size[] = {"OMPI_COMM_WORLD_RANK", "1", NULL};
@@ -203,15 +241,25 @@ GS_TEST(open_mpi_across_hosts_needs_gs_store)
 
 GS_TEST(slurm_variables)
 {
-    static const char *const one_node[] = {"SLURM_PROCID", "2", "SLURM_NTASKS", "3", "SLURM_LOCALID", "2",
-                                           "SLURM_JOB_ID", "777", "SLURM_STEP_ID", "0", "SLURM_NNODES", "1",
+    static const char *const one_node[] = {"SLURM_PROCID",
+                                           "2",
+                                           "SLURM_NTASKS",
+                                           "3",
+                                           "SLURM_LOCALID",
+                                           "2",
+                                           "SLURM_JOB_ID",
+                                           "777",
+                                           "SLURM_STEP_ID",
+                                           "0",
+                                           "SLURM_NNODES",
+                                           "1",
                                            NULL};
-    static const char *const with_store[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "3", "SLURM_NNODES", "3",
-                                             "GS_STORE", "[::1]:9", NULL};
-    static const char *const many_nodes[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "3", "SLURM_NNODES", "3",
-                                             "SLURM_JOB_ID", "1", NULL};
-    static const char *const bad_local[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "1", "SLURM_LOCALID", "a",
-                                            NULL};
+    static const char *const with_store[] = {
+        "SLURM_PROCID", "0", "SLURM_NTASKS", "3", "SLURM_NNODES", "3", "GS_STORE", "[::1]:9", NULL};
+    static const char *const many_nodes[] = {
+        "SLURM_PROCID", "0", "SLURM_NTASKS", "3", "SLURM_NNODES", "3", "SLURM_JOB_ID", "1", NULL};
+    static const char *const bad_local[] = {
+        "SLURM_PROCID", "0", "SLURM_NTASKS", "1", "SLURM_LOCALID", "a", NULL};
     gs_boot_info info;
     GS_ASSERT_OK(discover(one_node, &info));
     GS_ASSERT_EQ(info.rank, 2);

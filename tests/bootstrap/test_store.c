@@ -125,8 +125,9 @@ static void single_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_plain_program_is_rank_0_of_1)
 {
-    const char *vars[] = {"GS_RANK", "GS_WORLD_SIZE", "GS_STORE", "GS_STORE_EXTERNAL", "GS_JOB_TOKEN", "RANK",
-                          "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    const char *vars[] = {
+        "GS_RANK",    "GS_WORLD_SIZE", "GS_STORE",    "GS_STORE_EXTERNAL",    "GS_JOB_TOKEN", "RANK",
+        "WORLD_SIZE", "MASTER_ADDR",   "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
     single_body(NULL, 0, NULL);

@@ -55,8 +55,12 @@ static bool closed_by_store(int fd)
 
 static void send_hdr(int fd, int type, uint32_t rank, uint32_t arg, uint16_t key_len, uint64_t value_len)
 {
-    gs_store_hdr hdr = {.version = GS_STORE_PROTO_VERSION, .type = (uint8_t)type, .key_len = key_len,
-                        .rank = rank, .arg = arg, .value_len = value_len};
+    gs_store_hdr hdr = {.version = GS_STORE_PROTO_VERSION,
+                        .type = (uint8_t)type,
+                        .key_len = key_len,
+                        .rank = rank,
+                        .arg = arg,
+                        .value_len = value_len};
     GS_ASSERT_OK(gs_boot_sock_send(fd, &hdr, sizeof(hdr), gs_deadline_after_ms(1000)));
 }
 
@@ -92,7 +96,8 @@ static void late_allgather_body(gs_ctx *ctx, int rank, void *arg)
         return;
     }
     GS_ASSERT_STATUS(gs_store_allgather(ctx, "addrs", &rank, sizeof(rank), out), GS_ERR_TIMEOUT);
-    GS_ASSERT_CONTAINS(gs_last_error(), "allgather 'addrs' timed out after 1500 ms: rank 1 of 3 never arrived");
+    GS_ASSERT_CONTAINS(gs_last_error(),
+                       "allgather 'addrs' timed out after 1500 ms: rank 1 of 3 never arrived");
     GS_ASSERT_STATUS(gs_store_get(ctx, "never-put", out, sizeof(out), NULL), GS_ERR_TIMEOUT);
     GS_ASSERT_CONTAINS(gs_last_error(), "get 'never-put' timed out after 1500 ms");
 }
@@ -218,7 +223,8 @@ static void stranger_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT_OK(gs_store_barrier(ctx, "everyone-joined"));
     if (rank == 0) {
         GS_ASSERT_OK(gs_boot_parse_hostport(getenv("GS_STORE"), host, sizeof(host), &port));
-        GS_ASSERT_STATUS(gs_boot_client_connect(host, port, 1, 3, "not-the-token", 2000, &client), GS_ERR_AUTH);
+        GS_ASSERT_STATUS(gs_boot_client_connect(host, port, 1, 3, "not-the-token", 2000, &client),
+                         GS_ERR_AUTH);
         GS_ASSERT_CONTAINS(gs_last_error(), "wrong job token");
         /* The right token, but rank 1 is taken: a second process claiming it. */
         GS_ASSERT_STATUS(gs_boot_client_connect(host, port, 1, 3, getenv("GS_JOB_TOKEN"), 2000, &client),
@@ -262,8 +268,7 @@ static void garbage_body(gs_ctx *ctx, int rank, void *arg)
             close(fd);
             fd = -1;
             break;
-        case 1: /* half-open: says nothing at all while the job goes on */
-            break;
+        case 1: /* half-open: says nothing at all while the job goes on */ break;
         case 2: /* half a header, then silence */
             GS_ASSERT_OK(gs_boot_sock_send(fd, "\x01\x02\x00", 3, gs_deadline_after_ms(1000)));
             break;

@@ -95,8 +95,8 @@ void gs_test_proc_wait(gs_test_proc *p, int timeout_ms)
         if (gs_deadline_passed(deadline)) {
             kill(-p->pid, SIGKILL);
             fprintf(stderr, "--- stdout so far:\n%s\n--- stderr so far:\n%s\n", p->out, p->err);
-            gs_test_fail_here(__FILE__, __LINE__, "spawned process %d still running after %d ms; killed", (int)p->pid,
-                              timeout_ms);
+            gs_test_fail_here(__FILE__, __LINE__, "spawned process %d still running after %d ms; killed",
+                              (int)p->pid, timeout_ms);
         }
         collect(p, gs_deadline_left_ms(deadline) < 50 ? gs_deadline_left_ms(deadline) : 50);
     }

@@ -19,11 +19,11 @@
 #include <sys/types.h>
 
 typedef struct gs_test_proc {
-    pid_t pid;      /* also its process group */
+    pid_t pid; /* also its process group */
     int out_fd, err_fd;
     char *out, *err; /* everything read so far, NUL-terminated */
     size_t out_len, err_len;
-    int status;     /* waitpid status once done */
+    int status; /* waitpid status once done */
     bool done;
 } gs_test_proc;
 

@@ -61,8 +61,8 @@ static void run_mpirun(const char *store_arg)
 {
     char gshello[4200];
     snprintf(gshello, sizeof(gshello), "%s", gs_test_tool("gshello"));
-    char *with_store[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x", (char *)store_arg,
-                          gshello, NULL};
+    char *with_store[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                          "-x",     (char *)store_arg,     gshello,           NULL};
     char *without[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", gshello, NULL};
     static const char *const env[] = {"OMPI_MCA_btl_vader_single_copy_mechanism=none", NULL};
     gs_test_proc p;
