@@ -25,6 +25,7 @@ struct gs_store_client {
     int fd;
     int rank;
     int size;
+    int timeout_ms; /* deadline of requests that do not carry their own */
     char addr[GS_BOOT_HOST_MAX + 16];
     pthread_mutex_t lock;
     bool broken; /* the connection lost its framing or the server; every later call fails */
@@ -131,6 +132,7 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
     gs_store_reply reply = {0};
     exchange_result res;
     const char *key = req->key ? req->key : "";
+    uint32_t wait_ms;
     gs_status status;
 
     if (reply_p)
@@ -143,7 +145,8 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
                          c->rank, msg_names[req->type], key, c->addr);
         goto out;
     }
-    status = exchange(c, req, &reply, gs_deadline_after_ms((int64_t)req->arg + REPLY_GRACE_MS), &res);
+    wait_ms = req->type == GS_STORE_PUT ? (uint32_t)c->timeout_ms : req->arg;
+    status = exchange(c, req, &reply, gs_deadline_after_ms((int64_t)wait_ms + REPLY_GRACE_MS), &res);
     if (status == GS_OK)
         goto out;
     if (res.answered) {
@@ -201,6 +204,7 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
     c->fd = -1;
     c->rank = rank;
     c->size = size;
+    c->timeout_ms = timeout_ms;
     snprintf(c->addr, sizeof(c->addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     pthread_mutex_init(&c->lock, NULL);
     status = hello_until(c, host, port, token, gs_deadline_after_ms(timeout_ms), &res);

@@ -469,6 +469,23 @@ gs_status gs_boot_server_start(gs_store_server *server)
     return GS_OK;
 }
 
+/* After a drain that ran out: who never left. */
+static void warn_stayed(const gs_store_server *s, int drain_ms)
+{
+    uint8_t *left = malloc((size_t)s->size);
+    char ranks[256];
+    if (!left)
+        return;
+    for (int r = 0; r < s->size; r++)
+        left[r] = s->rank_state[r] == GS_STORE_RANK_DEPARTED || s->rank_state[r] == GS_STORE_RANK_LOST;
+    if (gs_boot_format_ranks(left, s->size, ranks, sizeof(ranks)) > 0)
+        gs_log_warn(BOOT,
+                    "store: stopped serving after waiting %d ms for ranks %s to leave (still running, or "
+                    "never joined)",
+                    drain_ms, ranks);
+    free(left);
+}
+
 void gs_boot_server_stop(gs_store_server *server, int drain_ms)
 {
     if (!server)
@@ -479,9 +496,8 @@ void gs_boot_server_stop(gs_store_server *server, int drain_ms)
         if (write(server->wake_fd[1], "x", 1) < 0)
             gs_log_debug(BOOT, "store: wake write failed: %s", strerror(errno));
         pthread_join(server->thread, NULL);
-        if (!all_ranks_left(server))
-            gs_log_warn(BOOT, "store: stopped serving after %d ms with ranks still connected or never seen",
-                        drain_ms);
+        if (drain_ms > 0)
+            warn_stayed(server, drain_ms);
     }
     for (size_t i = 0; i < server->nconns; i++) {
         server->conns[i]->rank = -1; /* no departures to report now */

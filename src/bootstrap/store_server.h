@@ -100,5 +100,8 @@ void gs_boot_table_rank_gone(gs_store_server *s, int rank);
 /* Answers waits whose deadline passed; returns the nearest deadline left. */
 uint64_t gs_boot_table_expire(gs_store_server *s, uint64_t now_ns);
 void gs_boot_table_free(gs_store_server *s);
+/* Writes the ranks whose flag is 0 as "2,3" or "1-5,7" (runs of three or
+ * more as ranges) into buf; returns how many there are. */
+int gs_boot_format_ranks(const uint8_t *flags, int size, char *buf, size_t cap);
 
 #endif

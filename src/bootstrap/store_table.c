@@ -94,8 +94,7 @@ static const char *round_name(int type)
     return type == GS_STORE_BARRIER ? "barrier" : "allgather";
 }
 
-/* Appends the ranks whose flag is 0 as "2,3" or "1-5,7"; returns how many. */
-static int format_missing(const uint8_t *flags, int size, char *buf, size_t cap)
+int gs_boot_format_ranks(const uint8_t *flags, int size, char *buf, size_t cap)
 {
     size_t n = 0;
     int count = 0;
@@ -172,8 +171,8 @@ static bool round_check_gone(gs_store_server *s, gs_store_round *round)
         not_lost[r] = round->joined[r] || s->rank_state[r] != GS_STORE_RANK_LOST;
         not_departed[r] = round->joined[r] || s->rank_state[r] != GS_STORE_RANK_DEPARTED;
     }
-    nlost = format_missing(not_lost, s->size, lost, sizeof(lost));
-    ndeparted = format_missing(not_departed, s->size, departed, sizeof(departed));
+    nlost = gs_boot_format_ranks(not_lost, s->size, lost, sizeof(lost));
+    ndeparted = gs_boot_format_ranks(not_departed, s->size, departed, sizeof(departed));
     free(not_lost);
     free(not_departed);
     if (nlost + ndeparted == 0)
@@ -268,7 +267,7 @@ void gs_boot_table_rank_gone(gs_store_server *s, int rank)
 static void round_timeout(gs_store_server *s, gs_store_round *round)
 {
     char text[GS_STORE_ERROR_MAX], missing[600];
-    int count = format_missing(round->joined, s->size, missing, sizeof(missing));
+    int count = gs_boot_format_ranks(round->joined, s->size, missing, sizeof(missing));
     snprintf(text, sizeof(text), "%s '%s' timed out after %" PRIu32 " ms: %s %s of %d never arrived",
              round_name(round->type), round->tag, round->timeout_ms, count == 1 ? "rank" : "ranks", missing,
              s->size);
