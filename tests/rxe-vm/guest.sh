@@ -68,6 +68,7 @@ say "rxe0 ready"
 # Step 4: run the command; its output goes straight to the output folder.
 ulimit -l unlimited
 say "running command"
+: > "$ctl/started"
 chroot "$R" /usr/bin/env -i /bin/sh "$OUT_PATH/.rxe-vm/cmd.sh" \
     </dev/null >/out/stdout 2>/out/stderr
 rc=$?

@@ -68,13 +68,13 @@ fetch_kernel() {
 
 # Print "path" lines of the .ko files for $MODULES, dependencies first, once each.
 module_files() {
-    local root=$1 kver=$2 m line
+    local root=$1 kver=$2 m line ko
     for m in "${MODULES[@]}"; do
         modprobe --show-depends -d "$root" -S "$kver" "$m" ||
             die "modprobe cannot resolve module $m for $kver"
     done | while read -r line; do
         case $line in
-            insmod\ *) set -- $line; echo "$2" ;;
+            insmod\ *) read -r _ ko _ <<< "$line"; echo "$ko" ;;
             builtin\ *) ;;                     # compiled in, nothing to load
             *) die "unexpected modprobe output: $line" ;;
         esac
