@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +73,8 @@ typedef struct job {
     char store[64];
     char token[80];
     sigset_t orig_mask;
+    struct rlimit orig_nofile;
+    bool have_orig_nofile;
     int sigfd;
     int failed_rank;     /* the first rank that failed, -1 if none */
     int interrupted;     /* the signal gsrun got, 0 if none */
@@ -302,6 +305,8 @@ static void exec_rank(const job *j, char **env, int out_w, int err_w, pid_t gsru
         _exit(127);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &j->orig_mask, NULL);
+    if (j->have_orig_nofile)
+        setrlimit(RLIMIT_NOFILE, &j->orig_nofile);
     execvpe(j->opts.argv[0], j->opts.argv, env);
     dprintf(2, "gsrun: cannot run %s: %s\n", j->opts.argv[0], strerror(errno));
     _exit(127);
@@ -435,42 +440,61 @@ static bool any_running(const job *j)
     return false;
 }
 
-static void serve(job *j)
+static bool any_pipe_open(const job *j)
 {
-    size_t cap = 1 + 2 * (size_t)j->opts.n;
-    struct pollfd *pfds = calloc(cap, sizeof(*pfds));
-    uint64_t drain_until = 0;
+    for (int r = 0; r < j->opts.n; r++)
+        if (j->ranks[r].out.fd >= 0 || j->ranks[r].err.fd >= 0)
+            return true;
+    return false;
+}
 
-    for (;;) {
-        size_t n = 1;
-        uint64_t wake = UINT64_MAX;
-        if (!any_running(j)) {
-            if (!drain_until)
-                drain_until = gs_deadline_after_ms(PIPE_DRAIN_MS);
-            if (gs_deadline_passed(drain_until))
-                break;
-            wake = drain_until;
+/* When the loop must wake up next: the SIGKILL deadline of a stop, or the
+ * end of the output drain once every rank is gone. false: the job is over. */
+static bool next_wake(job *j, uint64_t *drain_until, uint64_t *wake_p)
+{
+    uint64_t wake = UINT64_MAX;
+    if (!any_running(j)) {
+        if (!any_pipe_open(j))
+            return false;
+        if (!*drain_until)
+            *drain_until = gs_deadline_after_ms(PIPE_DRAIN_MS);
+        if (gs_deadline_passed(*drain_until))
+            return false; /* a writer escaped the rank's group: stop waiting for it */
+        wake = *drain_until;
+    } else if (j->kill_at_ns) {
+        if (gs_deadline_passed(j->kill_at_ns)) {
+            signal_ranks(j, SIGKILL);
+            j->kill_at_ns = UINT64_MAX;
+        } else {
+            wake = j->kill_at_ns;
         }
-        if (j->kill_at_ns && any_running(j)) {
-            if (gs_deadline_passed(j->kill_at_ns)) {
-                signal_ranks(j, SIGKILL);
-                j->kill_at_ns = UINT64_MAX;
-            } else if (j->kill_at_ns < wake) {
-                wake = j->kill_at_ns;
-            }
-        }
+    }
+    *wake_p = wake;
+    return true;
+}
+
+/* Relays output and signals until every rank has ended and its output is
+ * in; false if it had to give up (teardown kills what is left). */
+static bool serve(job *j)
+{
+    struct pollfd *pfds = calloc(1 + 2 * (size_t)j->opts.n, sizeof(*pfds));
+    uint64_t drain_until = 0, wake;
+
+    if (!pfds) {
+        fprintf(stderr, "gsrun: out of memory for the poll set; stopping the ranks\n");
+        return false;
+    }
+    while (next_wake(j, &drain_until, &wake)) {
         pfds[0] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
         for (int r = 0; r < j->opts.n; r++) {
-            pfds[n++] = (struct pollfd){.fd = j->ranks[r].out.fd, .events = POLLIN};
-            pfds[n++] = (struct pollfd){.fd = j->ranks[r].err.fd, .events = POLLIN};
+            pfds[1 + 2 * r] = (struct pollfd){.fd = j->ranks[r].out.fd, .events = POLLIN};
+            pfds[2 + 2 * r] = (struct pollfd){.fd = j->ranks[r].err.fd, .events = POLLIN};
         }
-        bool open_pipes = false;
-        for (size_t i = 1; i < n; i++)
-            open_pipes |= pfds[i].fd >= 0;
-        if (!open_pipes && !any_running(j))
-            break;
-        if (poll(pfds, n, gs_deadline_left_ms(wake)) < 0 && errno != EINTR)
-            break;
+        if (poll(pfds, 1 + 2 * (nfds_t)j->opts.n, gs_deadline_left_ms(wake)) < 0 && errno != EINTR) {
+            fprintf(stderr, "gsrun: poll failed: %s; stopping the ranks\n", strerror(errno));
+            free(pfds);
+            return false;
+        }
         if (pfds[0].revents & POLLIN)
             on_signal(j);
         for (int r = 0; r < j->opts.n; r++) {
@@ -481,6 +505,22 @@ static void serve(job *j)
         }
     }
     free(pfds);
+    return true;
+}
+
+/* Two pipes per rank: lift gsrun's soft descriptor limit to the hard one
+ * (the ranks get the original back). */
+static void raise_fd_limit(job *j)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &j->orig_nofile) != 0)
+        return;
+    j->have_orig_nofile = true;
+    rl = j->orig_nofile;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 static int setup(job *j)
@@ -494,6 +534,7 @@ static int setup(job *j)
         return 2;
     }
     params.hello_timeout_ms = (int)(j->opts.timeout_ms ? j->opts.timeout_ms : cfg->timeout_ms);
+    raise_fd_limit(j);
     if (gs_boot_token_generate(j->token, sizeof(j->token)) != GS_OK ||
         gs_boot_server_listen(&params, &j->server) != GS_OK) {
         fprintf(stderr, "gsrun: cannot serve the job's store: %s\n", gs_last_error());
@@ -557,8 +598,8 @@ int main(int argc, char **argv)
     if (rc == 0 && gs_boot_server_start(j.server) != GS_OK)
         rc = 1;
     if (rc == 0) {
-        serve(&j);
-        rc = j.failed_rank >= 0 ? exit_code(j.ranks[j.failed_rank].status) : 0;
+        bool served = serve(&j);
+        rc = j.failed_rank >= 0 ? exit_code(j.ranks[j.failed_rank].status) : served ? 0 : 1;
     }
     teardown(&j);
     return rc;
