@@ -80,14 +80,16 @@ static gs_status recv_capped(int fd, void *buf, size_t cap, uint64_t len, uint64
     return status;
 }
 
-static gs_status connection_failed(gs_status status, exchange_result *res)
+static gs_status connection_failed(const gs_store_client *c, gs_status status, exchange_result *res)
 {
     if (status == GS_ERR_TIMEOUT)
-        snprintf(res->text, sizeof(res->text), "the store did not answer in time");
+        snprintf(res->text, sizeof(res->text), "the store at %s did not answer in time", c->addr);
     else if (status == GS_ERR_PEER_LOST)
-        snprintf(res->text, sizeof(res->text), "lost the connection to the store (closed by the other side)");
+        snprintf(res->text, sizeof(res->text),
+                 "lost the connection to the store at %s (closed by the other side)", c->addr);
     else
-        snprintf(res->text, sizeof(res->text), "lost the connection to the store (%s)", strerror(errno));
+        snprintf(res->text, sizeof(res->text), "lost the connection to the store at %s (%s)", c->addr,
+                 strerror(errno));
     return status == GS_ERR_TIMEOUT ? GS_ERR_TIMEOUT : GS_ERR_PEER_LOST;
 }
 
@@ -102,7 +104,7 @@ static gs_status exchange(gs_store_client *c, const gs_store_request *req, gs_st
     if (status == GS_OK)
         status = gs_boot_sock_recv(c->fd, &hdr, sizeof(hdr), deadline_ns);
     if (status != GS_OK)
-        return connection_failed(status, res);
+        return connection_failed(c, status, res);
     if (hdr.version != GS_STORE_PROTO_VERSION || hdr.type != GS_STORE_REPLY ||
         (hdr.status < 0 && hdr.value_len > GS_STORE_ERROR_MAX)) {
         snprintf(res->text, sizeof(res->text),
@@ -113,7 +115,7 @@ static gs_status exchange(gs_store_client *c, const gs_store_request *req, gs_st
     if (hdr.status < 0) {
         status = gs_boot_sock_recv(c->fd, res->text, (size_t)hdr.value_len, deadline_ns);
         if (status != GS_OK)
-            return connection_failed(status, res);
+            return connection_failed(c, status, res);
         res->text[hdr.value_len] = '\0';
         res->answered = true;
         return (gs_status)hdr.status;
@@ -121,7 +123,7 @@ static gs_status exchange(gs_store_client *c, const gs_store_request *req, gs_st
     status =
         recv_capped(c->fd, reply ? reply->buf : NULL, reply ? reply->cap : 0, hdr.value_len, deadline_ns);
     if (status != GS_OK)
-        return connection_failed(status, res);
+        return connection_failed(c, status, res);
     if (reply)
         reply->len = (size_t)hdr.value_len;
     return GS_OK;
@@ -154,9 +156,8 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
         goto out;
     }
     c->broken = true;
-    status = gs_fail(GS_SUBSYS_BOOT, status,
-                     "rank %d: store %s '%s': %s (store at %s); did rank 0 or the launcher exit?", c->rank,
-                     msg_names[req->type], key, res.text, c->addr);
+    status = gs_fail(GS_SUBSYS_BOOT, status, "rank %d: store %s '%s': %s; did rank 0 or the launcher exit?",
+                     c->rank, msg_names[req->type], key, res.text);
 out:
     pthread_mutex_unlock(&c->lock);
     if (status == GS_OK && reply_p)

@@ -478,11 +478,12 @@ static void warn_stayed(const gs_store_server *s, int drain_ms)
         return;
     for (int r = 0; r < s->size; r++)
         left[r] = s->rank_state[r] == GS_STORE_RANK_DEPARTED || s->rank_state[r] == GS_STORE_RANK_LOST;
-    if (gs_boot_format_ranks(left, s->size, ranks, sizeof(ranks)) > 0)
-        gs_log_warn(BOOT,
-                    "store: stopped serving after waiting %d ms for ranks %s to leave (still running, or "
-                    "never joined)",
-                    drain_ms, ranks);
+    int count = gs_boot_format_ranks(left, s->size, ranks, sizeof(ranks));
+    if (count > 0)
+        gs_log_warn(
+            BOOT,
+            "store: stopped serving after waiting %d ms for %s %s to leave (still running, or never joined)",
+            drain_ms, count == 1 ? "rank" : "ranks", ranks);
     free(left);
 }
 

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -192,4 +193,46 @@ GS_TEST(the_store_works_over_ipv6)
         GS_SKIP("no IPv6 loopback here");
     port = gs_test_free_port();
     GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, ipv6_body, &port, status), 3);
+}
+
+static void rank0_leaves_first_body(gs_ctx *ctx, int rank, void *arg)
+{
+    char buf[8];
+    size_t len;
+    int drain_ms = *(int *)arg;
+    (void)len;
+    GS_ASSERT_OK(gs_ctx_create(&ctx));
+    if (rank == 0) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        GS_ASSERT_OK(gs_ctx_destroy(ctx)); /* keeps serving until the others left, or the deadline */
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        GS_ASSERT_GE(ms, drain_ms ? 250 : 450);
+        GS_ASSERT_LT(ms, drain_ms ? 3000 : 1500);
+        return;
+    }
+    usleep(300 * 1000);
+    if (drain_ms) { /* the others leave within the deadline: the store serves them to the end */
+        GS_ASSERT_OK(gs_store_put(ctx, rank == 1 ? "one" : "two", "x", 2));
+        GS_ASSERT_OK(gs_store_get(ctx, rank == 1 ? "two" : "one", buf, sizeof(buf), &len));
+    } else { /* rank 2 stays past the deadline: rank 0 stops serving */
+        if (rank == 2) {
+            usleep(700 * 1000);
+            GS_ASSERT_STATUS(gs_store_put(ctx, "late", "x", 2), GS_ERR_PEER_LOST);
+        }
+    }
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+GS_TEST(rank_0_serves_until_the_others_left_within_the_deadline)
+{
+    int status[3], drain;
+    gs_test_ranks_opts opts = {
+        .n = 3, .timeout_ms = 20000, .rank_timeout_ms = 5000, .no_ctx = true, .rank0_serves = true};
+    drain = 1;
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, rank0_leaves_first_body, &drain, status), 3);
+    opts.rank_timeout_ms = 500;
+    drain = 0;
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, rank0_leaves_first_body, &drain, status), 3);
 }
