@@ -231,39 +231,45 @@ static long lat_batch(size_t len)
     return len <= 64 * 1024 ? LAT_BATCH : 1;
 }
 
-/* Times batches of rounds; returns median and p99 (ns per round, halved for
- * ping-pongs) of pair 0 and the worst pair's median. */
-static void lat_size(perf *p, int op, size_t len, uint64_t out[3])
+/* Times batches of rounds. out: [0] median and [1] p99 (ns per round,
+ * halved for ping-pongs) of pair 0, [2] the worst pair's median, [3] rounds
+ * per second summed over the pairs (wall clock of the whole loop). */
+static void lat_size(perf *p, int op, size_t len, uint64_t out[4])
 {
     long batch = lat_batch(len), nb = lat_iters(p, len) / batch, warm = nb / 10 + 2;
-    uint64_t *t = calloc((size_t)nb, sizeof(*t)), mine[2] = {0, 0}, *all;
+    uint64_t *t = calloc((size_t)nb, sizeof(*t)), mine[3] = {0, 0, 0}, *all, start = 0;
     bool one_sided = op == OP_READ || op == OP_FETCH_ADD || op == OP_CMP_SWAP;
     uint32_t round = 0;
 
-    all = calloc((size_t)p->size * 2, sizeof(*all));
+    all = calloc((size_t)p->size * 3, sizeof(*all));
     if (!t || !all)
         die("allocation", GS_ERR_NOMEM);
     memset(p->recv_area, 0, len);
     barrier(p);
     for (long b = -warm; b < nb; b++) {
         uint64_t t0 = gs_now_ns();
+        if (b == 0)
+            start = t0;
         for (long i = 0; i < batch; i++)
             lat_round(p, op, len, round++);
         if (b >= 0)
             t[b] = (gs_now_ns() - t0) / (uint64_t)batch / (one_sided ? 1u : 2u);
     }
-    if (one_sided)
-        serve_until_done(p);
     if (p->initiator) {
+        mine[2] = (uint64_t)((double)(nb * batch) * 1e9 / (double)(gs_now_ns() - start));
         mine[0] = quantile(t, (size_t)nb, 0.5);
         mine[1] = quantile(t, (size_t)nb, 0.99);
     }
+    if (one_sided)
+        serve_until_done(p);
     CHECK("allgather", gs_store_allgather(p->ctx, "gsperf.lat", mine, sizeof(mine), all));
     out[0] = all[0];
     out[1] = all[1];
-    out[2] = 0;
-    for (int r = 0; r < p->size; r += 2)
-        out[2] = all[2 * r] > out[2] ? all[2 * r] : out[2];
+    out[2] = out[3] = 0;
+    for (int r = 0; r < p->size; r += 2) {
+        out[2] = all[3 * r] > out[2] ? all[3 * r] : out[2];
+        out[3] += all[3 * r + 2];
+    }
     free(all);
     free(t);
 }
@@ -450,16 +456,17 @@ static void run_lat(perf *p, int op, double floor_ns, double *imm8_p)
                                                                          : "half round trip",
                gs_tp_name(p->tp), p->size);
         printf("# median and p99 over batches of %d rounds (single rounds above 64 KiB)\n", LAT_BATCH);
-        printf("%10s %8s %11s %11s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us");
+        printf("%10s %8s %11s %11s %14s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us",
+               "rounds/s_all");
     }
     for (size_t len = p->o.min; len <= p->o.max; len *= 2) {
-        uint64_t r[3];
+        uint64_t r[4];
         if (!op_fits(op, len))
             continue;
         lat_size(p, op, len, r);
         if (p->rank == 0)
-            printf("%10zu %8ld %11.3f %11.3f %14.3f\n", len, lat_iters(p, len), (double)r[0] / 1e3,
-                   (double)r[1] / 1e3, (double)r[2] / 1e3);
+            printf("%10zu %8ld %11.3f %11.3f %14.3f %14llu\n", len, lat_iters(p, len), (double)r[0] / 1e3,
+                   (double)r[1] / 1e3, (double)r[2] / 1e3, (unsigned long long)r[3]);
         if (op == OP_WRITE_IMM && len == 8)
             *imm8_p = (double)r[0];
     }

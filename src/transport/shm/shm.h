@@ -222,8 +222,13 @@ gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t l
 bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots);
 /* GS_ERR_AGAIN with gs_last_error() saying which ring is full (not logged: flow control). */
 gs_status gs_shm_ring_full(const gs_shm_ep *ep);
-/* The endpoint's state for a post; GS_ERR_PEER_LOST names the peer. */
-gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op);
+/* GS_ERR_PEER_LOST for a post on an endpoint that is not up, naming the peer. */
+gs_status gs_shm_ep_down(gs_shm_ep *ep, const char *op);
+/* The endpoint's state for a post (inline: on every op's path). */
+static inline gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op)
+{
+    return __builtin_expect(ep->state == GS_SHM_EP_UP, 1) ? GS_OK : gs_shm_ep_down(ep, op);
+}
 gs_status gs_shm_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
 gs_status gs_shm_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 /* Checks every peer's process now; marks the lost and closed ones. */

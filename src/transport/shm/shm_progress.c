@@ -25,6 +25,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +36,14 @@
 #define CHECK_EVERY_POLLS 1024u
 #define CHECK_PERIOD_NS 10000000ull /* 10 ms */
 #define SLEEP_SLICE_NS 20000000ull  /* a sleeper wakes this often to check its peers */
+#define YIELD_AFTER_NS 2000ull      /* hybrid: spin this long before yielding the core now and then */
 
 static const char *const poll_mode_names[] = {"spin", "event", "hybrid"};
 
 /* ---- endpoint state --------------------------------------------------------- */
 
-gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op)
+gs_status gs_shm_ep_down(gs_shm_ep *ep, const char *op)
 {
-    if (__builtin_expect(ep->state == GS_SHM_EP_UP, 1))
-        return GS_OK;
     if (ep->state == GS_SHM_EP_CLOSED)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: %s to rank %d: that rank closed its transport",
                        ep->tp->base.rank, op, ep->base.peer);
@@ -366,6 +366,11 @@ gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
                 sleep_until_rung(tp, deadline_ns);
                 break;
             }
+            /* Hybrid, past the first microseconds: let a rank that shares
+             * this core run (with more ranks than cores, the one we wait
+             * for may be it); returns at once when nobody else is ready. */
+            if (mode == GS_POLL_HYBRID && now - start >= YIELD_AFTER_NS)
+                sched_yield();
         }
     }
 }
