@@ -218,17 +218,19 @@ static void serve_until_done(perf *p)
         wait_op(p, GS_WC_RECV_IMM);
 }
 
-static long lat_iters(const perf *p, size_t len)
-{
-    long n = p->o.iters ? p->o.iters : (long)(len <= 64 * 1024 ? 20000 : (64u << 20) / len);
-    return n < 20 ? 20 : n;
-}
-
 /* Rounds per timed batch: a clock read costs about a cache-line transfer
  * here, so small sizes are timed in batches (the floor is timed alike). */
 static long lat_batch(size_t len)
 {
     return len <= 64 * 1024 ? LAT_BATCH : 1;
+}
+
+/* Timed rounds for a size: a whole number of batches, at least 20 rounds. */
+static long lat_iters(const perf *p, size_t len)
+{
+    long n = p->o.iters ? p->o.iters : (long)(len <= 64 * 1024 ? 20000 : (64u << 20) / len), b = lat_batch(len);
+    n = n < 20 ? 20 : n;
+    return (n + b - 1) / b * b;
 }
 
 /* Times batches of rounds. out: [0] median and [1] p99 (ns per round,

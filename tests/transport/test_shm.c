@@ -371,3 +371,45 @@ GS_TEST(shm_across_hosts_fails_clearly_on_every_rank)
 {
     run(2, hosts_body, NULL, NULL);
 }
+
+/* ---- selection ---------------------------------------------------------------------------------- */
+
+static void select_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    /* auto (GS_TRANSPORT unset) on one host is shm, by NULL or by name */
+    GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp));
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+    GS_ASSERT_OK(gs_tp_open(ctx, "auto", &tp));
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+    tp = NULL;
+    GS_ASSERT_STATUS(gs_tp_open(ctx, "carrier-pigeon", &tp), GS_ERR_INVALID);
+    GS_ASSERT_CONTAINS(gs_last_error(), "carrier-pigeon");
+    GS_ASSERT(tp == NULL);
+}
+
+GS_TEST(auto_picks_shm_when_every_rank_shares_the_host)
+{
+    run(3, select_body, NULL, NULL);
+}
+
+static void select_env_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    GS_ASSERT_EQ(ctx->cfg.transport, GS_TRANSPORT_SHM);
+    GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp)); /* NULL follows GS_TRANSPORT */
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(gs_transport_names_the_backend)
+{
+    static const char *const env[] = {"GS_TRANSPORT=shm", NULL};
+    run(2, select_env_body, NULL, env);
+}
