@@ -62,14 +62,14 @@ typedef struct gs_shm_ep {
     gs_shm_tp *tp;
     gs_shm_ep_state state;
     pid_t pid;
-    int pidfd;         /* readable once the peer process has exited */
-    void *ctrl;        /* the peer's control segment, mapped */
+    int pidfd;  /* readable once the peer process has exited */
+    void *ctrl; /* the peer's control segment, mapped */
     size_t ctrl_len;
-    gs_shm_ring *tx;   /* in the peer's segment: my notifications to it */
-    gs_shm_ring *rx;   /* in my segment: its notifications to me */
-    uint32_t tx_tail;  /* slots I have produced into tx */
-    uint32_t tx_head;  /* the peer's consumption, last read */
-    uint32_t rx_head;  /* slots I have consumed from rx */
+    gs_shm_ring *tx;  /* in the peer's segment: my notifications to it */
+    gs_shm_ring *rx;  /* in my segment: its notifications to me */
+    uint32_t tx_tail; /* slots I have produced into tx */
+    uint32_t tx_head; /* the peer's consumption, last read */
+    uint32_t rx_head; /* slots I have consumed from rx */
     uint32_t rx_published;
     gs_shm_map_cache maps;
     /* posted receives and buffered sends: FIFO rings that grow */
@@ -77,8 +77,8 @@ typedef struct gs_shm_ep {
     size_t recv_cap, recv_first, recv_count;
     gs_shm_unexp unexp[GS_SHM_UNEXP_MAX];
     size_t unexp_first, unexp_count;
-    bool stalled;      /* a SEND waits in rx for a receive (unexpected queue full) */
-    bool lost_logged;  /* the loss was logged once; later reports stay quiet */
+    bool stalled;     /* a SEND waits in rx for a receive (unexpected queue full) */
+    bool lost_logged; /* the loss was logged once; later reports stay quiet */
     char lost_why[160];
 } gs_shm_ep;
 
@@ -161,7 +161,8 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies);
 gs_status gs_shm_close(gs_tp *tp);
 /* Opens memfd number fd of process pid (rank peer) through /proc and checks
  * its inode; what names it in errors. */
-gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what, int *fd_p);
+gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what,
+                              int *fd_p);
 
 /* ---- shm_mr.c */
 gs_status gs_shm_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
@@ -184,8 +185,8 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
                             const char *op, gs_shm_target *t_p);
 
 /* ---- shm_rma.c */
-gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst, uint64_t off,
-                       uint64_t wr_id, unsigned flags);
+gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                       uint64_t off, uint64_t wr_id, unsigned flags);
 gs_status gs_shm_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                            uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
 gs_status gs_shm_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
