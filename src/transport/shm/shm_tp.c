@@ -29,6 +29,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#define PRETOUCH_MAX_RANKS 16
+
 size_t gs_shm_ctrl_bytes(int size)
 {
     size_t rings = GS_SHM_RING_OFF + (size_t)size * sizeof(gs_shm_ring);
@@ -78,7 +80,9 @@ static gs_status ctrl_create(gs_shm_tp *tp, int rank, int size)
         .region_off = gs_round_up(GS_SHM_RING_OFF + (size_t)size * sizeof(gs_shm_ring), 4096),
         .total_len = len,
     };
-    for (int src = 0; src < size; src++)
+    /* Small jobs take the rings' first-touch faults now, not on the first
+     * lap; large ones leave the rings of peers that never talk untouched. */
+    for (int src = 0; src < size && size <= PRETOUCH_MAX_RANKS; src++)
         if (src != rank)
             gs_pages_touch(gs_shm_ring_of(ctrl, src), sizeof(gs_shm_ring));
     tp->ctrl_fd = fd;
