@@ -614,6 +614,7 @@ int main(int argc, char **argv)
     p.size = gs_ctx_size(p.ctx);
     if (p.size < 2 || p.size % 2) {
         fprintf(stderr, "gsperf: needs an even number of ranks (got %d)\n", p.size);
+        gs_ctx_destroy(p.ctx);
         return 2;
     }
     p.initiator = p.rank % 2 == 0;

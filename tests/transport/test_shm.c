@@ -415,3 +415,27 @@ GS_TEST(gs_transport_names_the_backend)
     static const char *const env[] = {"GS_TRANSPORT=shm", NULL};
     run(2, select_env_body, NULL, env);
 }
+
+static void auto_hosts_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    bool other = false;
+    (void)arg;
+    for (int i = 0; gs_tp_builtin(i); i++)
+        other = other || strcmp(gs_tp_builtin(i)->name, "shm") != 0;
+    if (rank == 1) /* play a rank on another machine */
+        snprintf(ctx->host_id, sizeof(ctx->host_id), "elsewhere:0000");
+    if (!other) { /* only shm built: a clear error on every rank */
+        GS_ASSERT_STATUS(gs_tp_open(ctx, "auto", &tp), GS_ERR_UNSUPPORTED);
+        GS_ASSERT_CONTAINS(gs_last_error(), "do not share");
+        return;
+    }
+    GS_ASSERT_OK(gs_tp_open(ctx, "auto", &tp)); /* never shm across hosts */
+    GS_ASSERT(strcmp(gs_tp_name(tp), "shm") != 0);
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(auto_across_hosts_never_picks_shm)
+{
+    run(2, auto_hosts_body, NULL, NULL);
+}
