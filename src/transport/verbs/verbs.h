@@ -201,6 +201,7 @@ static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
 
 /* verbs_dev.c: device, port and GID. */
 gs_status gs_verbs_config_check(const gs_config *cfg);
+bool gs_verbs_available(const gs_config *cfg);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
 void gs_verbs_dev_close(gs_verbs_dev *dev);
 /* The best entry among n GID entries (automatic choice), or -1 if all are empty. */

@@ -111,9 +111,7 @@ static void fail_user_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep)
     gs_verbs_match_recvs(vt, ep); /* what arrived before the failure is still delivered */
     while (ep->urecv_count > 0) {
         gs_verbs_urecv *u = &ep->urecv[ep->urecv_head];
-        gs_wc wc = {.wr_id = u->wr_id, .status = ep->err_reported ? GS_ERR_FLUSHED : ep->err,
-                    .opcode = GS_WC_RECV, .peer = ep->base.peer};
-        ep->err_reported = true;
+        gs_wc wc = {.wr_id = u->wr_id, .status = GS_ERR_FLUSHED, .opcode = GS_WC_RECV, .peer = ep->base.peer};
         gs_verbs_outq_push(vt, &wc);
         ep->urecv_head = (ep->urecv_head + 1) % GS_VERBS_URECV_MAX;
         ep->urecv_count--;
@@ -147,7 +145,7 @@ void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
 
 static void ep_mark_closed(gs_verbs_ep *ep)
 {
-    gs_log_debug(VERBS, "rank %d: peer %d closed its transport", ep->base.tp->rank, ep->base.peer);
+    gs_log_debug(VERBS, "rank %d: peer rank %d closed its transport", ep->base.tp->rank, ep->base.peer);
     gs_verbs_ep_fail(ep, GS_ERR_PEER_LOST, UINT64_MAX);
     ep->state = GS_VERBS_EP_CLOSED;
     ep->err_reported = true;
@@ -165,12 +163,11 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
         ep_mark_closed(ep);
         return;
     }
-    if (wc->status == IBV_WC_WR_FLUSH_ERR) {
-        status = GS_ERR_PEER_LOST;
-        hint = "the connection broke from the peer's side (it refused one of our requests, or its queue pair failed)";
-    }
-    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: peer %d: %s (wr_id %llu) failed: %s (vendor error %#x): %s",
-            vt->base.rank, ep->base.peer, what,
+    if (wc->status == IBV_WC_WR_FLUSH_ERR)
+        hint = "the queue pair failed without an error of its own: the peer's side broke the connection "
+               "(e.g. one of its requests was refused here) or the device reported a fatal error";
+    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (wr_id %llu) failed: %s (vendor error %#x): %s",
+            vt->base.rank, what, ep->base.peer,
             seq == UINT64_MAX ? 0ull : (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id,
             ibv_wc_status_str(wc->status), wc->vendor_err, hint);
     gs_verbs_ep_fail(ep, status, seq);
@@ -247,7 +244,7 @@ static void drain_async(gs_verbs_tp *vt)
                         ev.event_type == IBV_EVENT_SQ_DRAINED || ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
         if (qp_event && ev.element.qp && ev.element.qp->qp_context) {
             gs_verbs_ep *ep = ev.element.qp->qp_context;
-            gs_log_info(VERBS, "rank %d: peer %d: device event %s", vt->base.rank, ep->base.peer,
+            gs_log_info(VERBS, "rank %d: peer rank %d: device event %s", vt->base.rank, ep->base.peer,
                         ibv_event_type_str(ev.event_type));
         } else {
             gs_log_warn(VERBS, "rank %d: device %s: event %s", vt->base.rank, vt->dev.name,
@@ -294,16 +291,20 @@ gs_status gs_verbs_progress(gs_verbs_tp *vt)
     return GS_OK;
 }
 
-/* An endpoint error no completion carried (the peer died while we only waited for it). */
-static gs_status unreported_error(gs_verbs_tp *vt)
+/*
+ * With no completion to return, a lost peer is the answer, every time (a
+ * peer that closed cleanly is not lost); another endpoint error that no
+ * completion carried is reported once.
+ */
+static gs_status endpoint_news(gs_verbs_tp *vt)
 {
     for (int peer = 0; peer < vt->base.size; peer++) {
         gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
-        if (ep && ep->state == GS_VERBS_EP_FAILED && !ep->err_reported) {
-            ep->err_reported = true;
-            return gs_fail(GS_SUBSYS_VERBS, ep->err, "rank %d: peer %d: the endpoint failed: %s", vt->base.rank,
-                           peer, gs_strerror(ep->err));
-        }
+        if (!ep || ep->state != GS_VERBS_EP_FAILED || (ep->err != GS_ERR_PEER_LOST && ep->err_reported))
+            continue;
+        ep->err_reported = true;
+        return gs_fail(GS_SUBSYS_VERBS, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
+                       ep->err == GS_ERR_PEER_LOST ? "that rank is lost (died or unreachable)" : gs_strerror(ep->err));
     }
     return GS_OK;
 }
@@ -316,7 +317,7 @@ gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
     if (status != GS_OK)
         return status;
     if (vt->out_count == 0) {
-        status = unreported_error(vt);
+        status = endpoint_news(vt);
         if (status != GS_OK)
             return status;
     }
@@ -374,7 +375,7 @@ static gs_status timeout_error(gs_verbs_tp *vt)
     for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 40; peer++) {
         gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
         if (ep && ep->sq_posted > ep->sq_done)
-            used += (size_t)snprintf(busy + used, sizeof(busy) - used, " peer %d: %llu outstanding;", peer,
+            used += (size_t)snprintf(busy + used, sizeof(busy) - used, " peer rank %d: %llu outstanding;", peer,
                                      (unsigned long long)(ep->sq_posted - ep->sq_done));
     }
     return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,

@@ -31,6 +31,8 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
             return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "%s=%lld is out of range: expected %s",
                            ranges[i].var, (long long)v, ranges[i].meaning);
     }
+    if (cfg->ib_retry_cnt == 7)
+        gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never detected there");
     if (cfg->ib_rnr_retry == 7)
         gs_log_warn(VERBS, "GS_IB_RNR_RETRY=7 retries forever: a peer that stops posting receives hangs its senders");
     return GS_OK;
@@ -305,4 +307,28 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
 out_free:
     ibv_free_device_list(list);
     return status;
+}
+
+/* Whether a device (GS_IB_DEV, else any) has port GS_IB_PORT active; quiet, for GS_TRANSPORT=auto. */
+bool gs_verbs_available(const gs_config *cfg)
+{
+    int n = 0;
+    bool found = false;
+    struct ibv_device **list = ibv_get_device_list(&n);
+
+    for (int i = 0; list && i < n && !found; i++) {
+        struct ibv_context *ctx;
+        struct ibv_port_attr attr;
+        if (cfg->ib_dev[0] && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
+            continue;
+        ctx = ibv_open_device(list[i]);
+        if (!ctx)
+            continue;
+        found = cfg->ib_port >= 1 && cfg->ib_port <= 255 && ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 &&
+                attr.state == IBV_PORT_ACTIVE;
+        ibv_close_device(ctx);
+    }
+    if (list)
+        ibv_free_device_list(list);
+    return found;
 }

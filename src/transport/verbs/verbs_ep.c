@@ -49,7 +49,7 @@ static gs_status create_qp(gs_verbs_tp *vt, gs_verbs_ep *ep)
         err = errno;
     }
     return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
-                   "rank %d: ibv_create_qp for peer %d on %s failed: %s (asked %u send / %u receive WRs)",
+                   "rank %d: ibv_create_qp for peer rank %d on %s failed: %s (asked %u send / %u receive WRs)",
                    vt->base.rank, ep->base.peer, vt->dev.name, strerror(err), vt->sq_depth, vt->rq_depth);
 }
 
@@ -57,7 +57,7 @@ static gs_status modify(gs_verbs_ep *ep, struct ibv_qp_attr *attr, int mask, con
 {
     int rc = ibv_modify_qp(ep->qp, attr, mask);
     if (rc != 0)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: peer %d: ibv_modify_qp to %s failed: %s",
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: peer rank %d: ibv_modify_qp to %s failed: %s",
                        ep->base.tp->rank, ep->base.peer, state, strerror(rc));
     return GS_OK;
 }
@@ -122,7 +122,7 @@ void gs_verbs_ep_destroy(gs_verbs_ep *ep)
     if (ep->qp) {
         int rc = ibv_destroy_qp(ep->qp);
         if (rc != 0)
-            gs_log_warn(VERBS, "rank %d: ibv_destroy_qp for peer %d failed: %s", ep->base.tp->rank,
+            gs_log_warn(VERBS, "rank %d: ibv_destroy_qp for peer rank %d failed: %s", ep->base.tp->rank,
                         ep->base.peer, strerror(rc));
     }
     free(ep->slots);
@@ -159,24 +159,24 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
     int rank = vt->base.rank;
     if (blob->version != GS_VERBS_PROTO_VERSION || blob->magic != GS_VERBS_CONN_MAGIC)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                       "rank %d: peer %d sent a verbs connection blob of version %u (magic %#x), this rank "
+                       "rank %d: peer rank %d sent a verbs connection blob of version %u (magic %#x), this rank "
                        "speaks version %u: run the same gradsync build on every rank",
                        rank, peer, blob->version, blob->magic, GS_VERBS_PROTO_VERSION);
     if (blob->src_rank != (uint32_t)peer || blob->dst_rank != (uint32_t)rank)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                       "rank %d: connection blob for peer %d names %u -> %u instead", rank, peer,
+                       "rank %d: connection blob for peer rank %d names %u -> %u instead", rank, peer,
                        blob->src_rank, blob->dst_rank);
     if ((blob->link_layer == IBV_LINK_LAYER_ETHERNET) != (vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
-                       "rank %d: peer %d's port is %s but this rank's is %s: both need the same fabric",
+                       "rank %d: peer rank %d's port is %s but this rank's is %s: both need the same fabric",
                        rank, peer, blob->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
                        vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
     if (gs_verbs_mtu_bytes((enum ibv_mtu)blob->mtu) == 0 || blob->rq_depth == 0 || blob->psn > 0xffffff)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                       "rank %d: peer %d's connection blob is malformed (MTU code %u, %u receives, PSN %#x)",
+                       "rank %d: peer rank %d's connection blob is malformed (MTU code %u, %u receives, PSN %#x)",
                        rank, peer, blob->mtu, blob->rq_depth, blob->psn);
     if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
-        gs_log_warn(VERBS, "rank %d: peer %d uses a %s GID, this rank %s: packets may not reach; set the same "
+        gs_log_warn(VERBS, "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
                     "GS_IB_GID_INDEX type on every host", rank, peer,
                     gs_verbs_gid_type_name(blob->gid_type), gs_verbs_gid_type_name(vt->dev.gid_type));
     return GS_OK;
@@ -250,7 +250,7 @@ gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_c
     ep->rctrl_rkey = remote->ctrl_rkey;
     ep->state = GS_VERBS_EP_READY;
     ep->last_alive_ns = gs_now_ns();
-    gs_log_debug(VERBS, "rank %d: peer %d connected: QP %u -> %u, path MTU %d, PSN %#x -> %#x", vt->base.rank,
+    gs_log_debug(VERBS, "rank %d: peer rank %d connected: QP %u -> %u, path MTU %d, PSN %#x -> %#x", vt->base.rank,
                  ep->base.peer, ep->qp->qp_num, remote->qpn, gs_verbs_mtu_bytes(mtu), ep->psn, remote->psn);
     return GS_OK;
 }
@@ -264,16 +264,17 @@ gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
     case GS_VERBS_EP_READY:
         return GS_OK;
     case GS_VERBS_EP_CLOSED:
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PEER_LOST, "rank %d: %s to peer %d: the peer closed its transport",
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PEER_LOST, "rank %d: %s to rank %d: that rank closed its transport",
                        rank, op, peer);
     case GS_VERBS_EP_FAILED:
-        if (ep->err_reported)
+        /* A lost peer stays lost; any other error is reported once, then the endpoint flushes. */
+        if (err != GS_ERR_PEER_LOST && ep->err_reported)
             err = GS_ERR_FLUSHED;
         ep->err_reported = true;
-        return gs_fail(GS_SUBSYS_VERBS, err, "rank %d: %s to peer %d: the endpoint failed earlier (%s)", rank,
-                       op, peer, gs_status_name(ep->err));
+        return gs_fail(GS_SUBSYS_VERBS, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank, op,
+                       peer, gs_status_name(ep->err));
     default:
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to peer %d: endpoint not connected", rank,
-                       op, peer);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to rank %d: endpoint not connected", rank, op,
+                       peer);
     }
 }

@@ -266,12 +266,5 @@ void gs_verbs_mr_release_all(gs_verbs_tp *vt)
 
 void gs_verbs_mr_pack(const gs_mr *mr, gs_rmr_head *head)
 {
-    const gs_verbs_mr *vmr = (const gs_verbs_mr *)mr;
-    head->version = GS_RMR_VERSION;
-    head->transport = GS_TRANSPORT_VERBS;
-    head->access = (uint8_t)mr->access;
-    head->owner = (uint32_t)mr->tp->rank;
-    head->addr = (uint64_t)(uintptr_t)mr->addr;
-    head->len = mr->len;
-    head->key = vmr->reg->mr->rkey;
+    head->key = ((const gs_verbs_mr *)mr)->reg->mr->rkey; /* covers exactly [addr, addr + len) */
 }

@@ -113,7 +113,7 @@ static gs_status chain_post(gs_verbs_ep *ep, gs_verbs_chain *ch, uint32_t user_f
         ep->slots[(ep->sq_posted + i) & (((gs_verbs_tp *)ep->base.tp)->sq_depth - 1)].deliver = 0;
     ep->sq_posted += posted;
     gs_status status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
-                               "rank %d: %s to peer %d: ibv_post_send failed: %s (%u of %u work requests posted)",
+                               "rank %d: %s to peer rank %d: ibv_post_send failed: %s (%u of %u work requests posted)",
                                ep->base.tp->rank, what, ep->base.peer, strerror(rc), posted, ch->n);
     if (posted > user_first)
         gs_verbs_ep_fail(ep, GS_ERR_SYSTEM, UINT64_MAX); /* half an operation is on the wire */
@@ -251,7 +251,7 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
     if (is_rdma(op->opcode) && op->len > vt->max_msg)
         chunks = (uint32_t)((op->len + vt->max_msg - 1) / vt->max_msg);
     if (chunks >= GS_VERBS_CHAIN_MAX)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s of %zu bytes to peer %d: more than %u x %u bytes",
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s of %zu bytes to peer rank %d: more than %u x %u bytes",
                        vt->base.rank, op->name, op->len, ep->base.peer, GS_VERBS_CHAIN_MAX - 1, vt->max_msg);
     if (consumes_receive(op->opcode) && credits_available(ep) == 0) {
         gs_verbs_progress(vt);
@@ -286,7 +286,7 @@ static gs_status check_local_write(gs_ep *ep, gs_mr *lmr, const char *op)
 {
     if (lmr && !(((gs_verbs_mr *)lmr)->reg->ibv_access & IBV_ACCESS_LOCAL_WRITE))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID,
-                       "rank %d: %s from peer %d into a region registered without GS_ACCESS_LOCAL_WRITE",
+                       "rank %d: %s from peer rank %d into a region registered without GS_ACCESS_LOCAL_WRITE",
                        ep->tp->rank, op, ep->peer);
     return GS_OK;
 }
@@ -295,7 +295,7 @@ static gs_status check_atomics(gs_ep *ep, const char *op)
 {
     gs_verbs_tp *vt = gs_verbs_tp_of(ep->tp);
     if (vt->dev.attr.atomic_cap == IBV_ATOMIC_NONE)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED, "rank %d: %s to peer %d: device %s has no atomics",
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED, "rank %d: %s to peer rank %d: device %s has no atomics",
                        vt->base.rank, op, ep->peer, vt->dev.name);
     return GS_OK;
 }
@@ -359,7 +359,7 @@ gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint
     gs_verbs_op op = {.name = "SEND", .opcode = IBV_WR_SEND, .wc_opcode = GS_WC_SEND,
                       .laddr = (uint64_t)(uintptr_t)src, .len = len, .lmr = lmr, .wr_id = wr_id, .flags = flags};
     if (len > GS_SEND_MAX)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: SEND of %zu bytes to peer %d: the limit is %d",
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: SEND of %zu bytes to peer rank %d: the limit is %d",
                        ep->tp->rank, len, ep->peer, GS_SEND_MAX);
     return post_op((gs_verbs_ep *)ep, &op);
 }
@@ -385,7 +385,7 @@ gs_status gs_verbs_post_recv_bufs(gs_verbs_ep *ep, const uint32_t *bufs, uint32_
         }
         int rc = ibv_post_recv(ep->qp, wr, &bad);
         if (rc != 0)
-            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_post_recv of %u receives for peer %d failed: %s",
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_post_recv of %u receives for peer rank %d failed: %s",
                            vt->base.rank, n, ep->base.peer, strerror(rc));
     }
     return GS_OK;
@@ -413,10 +413,10 @@ void gs_verbs_match_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep)
         ep->urecv_count--;
         if (h.len > u.cap)
             wc.status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_OVERFLOW,
-                                "rank %d: a SEND of %u bytes from peer %d does not fit the posted receive "
+                                "rank %d: a SEND of %u bytes from rank %d does not fit the posted receive "
                                 "(wr_id %llu, %zu bytes); the message is dropped",
                                 vt->base.rank, h.len, ep->base.peer, (unsigned long long)u.wr_id, u.cap);
-        else
+        else if (h.len > 0)
             memcpy(u.dst, gs_verbs_rbuf_addr(vt, h.buf), h.len);
         gs_verbs_outq_push(vt, &wc);
         gs_verbs_queue_repost(vt, ep, h.buf);

@@ -212,7 +212,7 @@ static gs_status connect_all(gs_verbs_tp *vt)
         status = gs_store_get(ctx, key, &blob, sizeof(blob), &len);
         if (status == GS_OK && len != sizeof(blob))
             status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                             "rank %d: peer %d's verbs connection blob has %zu bytes, expected %zu: run the same "
+                             "rank %d: peer rank %d's verbs connection blob has %zu bytes, expected %zu: run the same "
                              "gradsync build on every rank",
                              rank, peer, len, sizeof(blob));
         if (status == GS_OK)
@@ -333,6 +333,7 @@ static unsigned verbs_caps(const gs_tp *tp)
 const gs_tp_ops gs_verbs_ops = {
     .name = "verbs",
     .id = GS_TRANSPORT_VERBS,
+    .available = gs_verbs_available,
     .caps = verbs_caps,
     .open = verbs_open,
     .close = verbs_close,
