@@ -166,10 +166,11 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     if (wc->status == IBV_WC_WR_FLUSH_ERR)
         hint = "the queue pair failed without an error of its own: the peer's side broke the connection "
                "(e.g. one of its requests was refused here) or the device reported a fatal error";
-    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (wr_id %llu) failed: %s (vendor error %#x): %s",
-            vt->base.rank, what, ep->base.peer,
-            seq == UINT64_MAX ? 0ull : (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id,
-            ibv_wc_status_str(wc->status), wc->vendor_err, hint);
+    char id[40] = "internal";
+    if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
+        snprintf(id, sizeof(id), "wr_id %llu", (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
+    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (%s) failed: %s (vendor error %#x): %s", vt->base.rank,
+            what, ep->base.peer, id, ibv_wc_status_str(wc->status), wc->vendor_err, hint);
     gs_verbs_ep_fail(ep, status, seq);
 }
 
@@ -368,27 +369,27 @@ static gs_status block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
     return GS_OK;
 }
 
-static gs_status timeout_error(gs_verbs_tp *vt)
+static gs_status timeout_error(gs_verbs_tp *vt, uint64_t start_ns)
 {
     char busy[256] = "";
     size_t used = 0;
-    for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 40; peer++) {
+    for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 48; peer++) {
         gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
         if (ep && ep->sq_posted > ep->sq_done)
-            used += (size_t)snprintf(busy + used, sizeof(busy) - used, " peer rank %d: %llu outstanding;", peer,
-                                     (unsigned long long)(ep->sq_posted - ep->sq_done));
+            used += (size_t)snprintf(busy + used, sizeof(busy) - used, " to rank %d: %llu work requests outstanding;",
+                                     peer, (unsigned long long)(ep->sq_posted - ep->sq_done));
     }
-    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
-                   "rank %d: no verbs completion arrived before the deadline (GS_TIMEOUT_MS=%lld);%s",
-                   vt->base.rank, (long long)vt->base.cfg->timeout_ms, used ? busy : " nothing outstanding here");
+    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT, "rank %d: no verbs completion arrived in %.0f ms of waiting;%s",
+                   vt->base.rank, (double)(gs_now_ns() - start_ns) / 1e6, used ? busy : " nothing outstanding here");
 }
 
 gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
 {
     gs_verbs_tp *vt = gs_verbs_tp_of(tp);
     int mode = vt->base.cfg->poll;
+    uint64_t start = gs_now_ns();
     uint64_t spin_end = mode == GS_POLL_SPIN ? UINT64_MAX
-                      : mode == GS_POLL_HYBRID ? gs_now_ns() + (uint64_t)vt->base.cfg->spin_us * 1000u
+                      : mode == GS_POLL_HYBRID ? start + (uint64_t)vt->base.cfg->spin_us * 1000u
                       : 0;
 
     for (;;) {
@@ -403,7 +404,7 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
         }
         now = gs_now_ns();
         if (now >= deadline_ns)
-            return timeout_error(vt);
+            return timeout_error(vt, start);
         if (now < spin_end) {
             gs_cpu_relax();
             continue;

@@ -282,8 +282,9 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
 
     if (!list)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
-                       "rank %d: ibv_get_device_list failed: %s: this kernel offers no RDMA devices "
-                       "(load ib_uverbs and a driver; for Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)",
+                       "rank %d: ibv_get_device_list failed: %s: this kernel offers no RDMA devices; use "
+                       "GS_TRANSPORT=tcp, or load ib_uverbs and a driver (Soft-RoCE: rdma link add rxe0 type rxe "
+                       "netdev <if>)",
                        rank, strerror(errno));
     if (n == 0) {
         status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
