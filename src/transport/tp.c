@@ -24,13 +24,13 @@
 /* ---- the backends built in, in preference order for auto ------------------ */
 
 static const gs_tp_ops *const builtins[] = {
-#ifdef GS_HAVE_SHM
+#ifdef GS_TP_BUILT_SHM
     &gs_shm_ops,
 #endif
-#ifdef GS_HAVE_VERBS
+#ifdef GS_TP_BUILT_VERBS
     &gs_verbs_ops,
 #endif
-#ifdef GS_HAVE_TCP
+#ifdef GS_TP_BUILT_TCP
     &gs_tcp_ops,
 #endif
     NULL,
@@ -283,26 +283,29 @@ static gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, 
                               const char *op, gs_rmr_head *head)
 {
     int rank = ep->tp->rank, peer = ep->peer;
+    const char *dir = need == GS_ACCESS_REMOTE_READ ? "from" : "to";
     if (!rmr)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: descriptor is NULL", rank, op, peer);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: descriptor is NULL", rank, op, dir,
+                       peer);
     memcpy(head, rmr->bytes, sizeof(*head));
     if (head->version != GS_RMR_VERSION)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s to rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)", rank,
-                       op, peer, head->version, GS_RMR_VERSION);
+                       "rank %d: %s %s rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)", rank,
+                       op, dir, peer, head->version, GS_RMR_VERSION);
     if (head->transport != ep->tp->ops->id)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: a %s descriptor used on the %s transport",
-                       rank, op, peer, transport_name(head->transport), ep->tp->ops->name);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: a %s descriptor used on the %s transport",
+                       rank, op, dir, peer, transport_name(head->transport), ep->tp->ops->name);
     if (head->owner != (uint32_t)peer)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s to rank %d: the descriptor is of a region of rank %u", rank, op, peer, head->owner);
+                       "rank %d: %s %s rank %d: the descriptor is of a region of rank %u", rank, op, dir, peer,
+                       head->owner);
     if (!gs_tp_in_bounds(off, len, head->len))
         return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
-                       peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)head->len);
+                       "rank %d: %s %s rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
+                       dir, peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)head->len);
     if ((head->access & need) != need)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: the region was registered without %s access", rank, op, peer,
+                       "rank %d: %s %s rank %d: the region was registered without %s access", rank, op, dir, peer,
                        need == GS_ACCESS_REMOTE_READ ? "remote read"
                        : need == GS_ACCESS_REMOTE_ATOMIC ? "remote atomic"
                                                          : "remote write");
