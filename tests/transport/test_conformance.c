@@ -54,12 +54,23 @@ static void ct_register(const char *name, ct_case_fn fn, const gs_test_fn *tramp
     }
 }
 
+/* A built transport this machine cannot use (verbs without an active port)
+ * skips, counted; tests/rxe-vm/ci.sh runs verbs where a device exists. */
+static const char *ct_usable(int i)
+{
+    const gs_tp_ops *ops = gs_tp_builtin(i);
+    const gs_config *cfg = NULL;
+    if (ops->available && gs_config_get(&cfg) == GS_OK && !ops->available(cfg))
+        GS_SKIP("this machine cannot use the transport (verbs: no active port; tests/rxe-vm/ci.sh runs it)");
+    return ops->name;
+}
+
 #define CT_TEST(name)                                                                                        \
     static void name(const char *transport);                                                                 \
-    static void name##_t0(void) { name(ct_transport_at(0)); }                                                \
-    static void name##_t1(void) { name(ct_transport_at(1)); }                                                \
-    static void name##_t2(void) { name(ct_transport_at(2)); }                                                \
-    static void name##_t3(void) { name(ct_transport_at(3)); }                                                \
+    static void name##_t0(void) { name(ct_usable(0)); }                                                      \
+    static void name##_t1(void) { name(ct_usable(1)); }                                                      \
+    static void name##_t2(void) { name(ct_usable(2)); }                                                      \
+    static void name##_t3(void) { name(ct_usable(3)); }                                                      \
     __attribute__((constructor)) static void ct_reg_##name(void)                                             \
     {                                                                                                        \
         static const gs_test_fn tramp[CT_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \
