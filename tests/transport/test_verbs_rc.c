@@ -282,6 +282,64 @@ GS_TEST(fenced_write_after_read_keeps_the_order)
     run(2, fence_body, NULL);
 }
 
+/* ---- operations longer than the port's message size: split into a chain ---------------------- */
+
+static void long_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = open_verbs(ctx);
+    gs_verbs_tp *vt = (gs_verbs_tp *)tp;
+    const size_t len = 2 * (size_t)vt->max_msg + 4099, region = len + 8192;
+    gs_mr *mr = NULL;
+    gs_rmr *all;
+    uint8_t *buf;
+    int others = 0;
+
+    (void)arg;
+    if (vt->max_msg > (64u << 20)) {
+        GS_ASSERT_OK(gs_tp_close(tp));
+        GS_SKIP("the port's message size is too large to split in this guest");
+    }
+    GS_ASSERT_OK(gs_buf_alloc(tp, region, GS_ACCESS_ALL, &mr));
+    buf = gs_mr_addr(mr);
+    for (size_t i = 0; i < region; i++)
+        buf[i] = (uint8_t)(i * 7 + (size_t)rank);
+    all = exchange(ctx, "long.rmr", mr);
+    if (rank == 0) {
+        /* WRITE_IMM of three chunks: the immediate comes once, after all of them */
+        GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, 1), buf + 1, mr, len, &all[1], 3, 55, 1, GS_OP_SIGNALED));
+        GS_ASSERT_U64_EQ(wait_for(tp, GS_WC_WRITE_IMM, NULL).wr_id, 1);
+        GS_ASSERT_EQ(wait_for(tp, GS_WC_RECV_IMM, NULL).imm, 56); /* rank 1 checked */
+        /* READ it all back into a fresh place */
+        memset(buf, 0, region);
+        GS_ASSERT_OK(gs_ep_read(gs_tp_ep(tp, 1), buf + 8, mr, len, &all[1], 3, 2, GS_OP_SIGNALED));
+        GS_ASSERT_U64_EQ(wait_for(tp, GS_WC_READ, &others).wr_id, 2);
+        for (size_t i = 0; i < len; i++)
+            if (buf[8 + i] != (uint8_t)((i + 1) * 7))
+                gs_test_fail_here(__FILE__, __LINE__, "byte %zu of the %zu-byte READ differs", i, len);
+    } else {
+        gs_wc wc = wait_for(tp, GS_WC_RECV_IMM, NULL);
+        GS_ASSERT_EQ(wc.imm, 55);
+        GS_ASSERT_EQ(wc.len, len % vt->max_msg); /* the last chunk carries the immediate */
+        for (size_t i = 0; i < len; i++)
+            if (buf[3 + i] != (uint8_t)((i + 1) * 7))
+                gs_test_fail_here(__FILE__, __LINE__, "byte %zu of the %zu-byte WRITE_IMM differs", i, len);
+        GS_ASSERT_EQ(buf[2], (uint8_t)(2 * 7 + 1));
+        GS_ASSERT_EQ(buf[3 + len], (uint8_t)((3 + len) * 7 + 1));
+        GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, 0), NULL, NULL, 0, &all[0], 0, 56, 0, 0));
+    }
+    GS_ASSERT_EQ(others, 0);
+    GS_ASSERT_OK(gs_store_barrier(ctx, "long.done"));
+    free(all);
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(operations_longer_than_the_port_message_size_are_chained)
+{
+    need_device();
+    run(2, long_body, NULL);
+}
+
 /* ---- registration cache ------------------------------------------------------------------------ */
 
 static void cache_body(gs_ctx *ctx, int rank, void *arg)
