@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,7 +388,7 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
 {
     gs_verbs_tp *vt = gs_verbs_tp_of(tp);
     int mode = vt->base.cfg->poll;
-    uint64_t start = gs_now_ns();
+    uint64_t start = gs_now_ns(), spins = 0;
     uint64_t spin_end = mode == GS_POLL_SPIN ? UINT64_MAX
                       : mode == GS_POLL_HYBRID ? start + (uint64_t)vt->base.cfg->spin_us * 1000u
                       : 0;
@@ -406,7 +407,11 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
         if (now >= deadline_ns)
             return timeout_error(vt, start);
         if (now < spin_end) {
-            gs_cpu_relax();
+            /* More ranks than cores (or Soft-RoCE's kernel work) need the CPU now and then. */
+            if (++spins % 256 == 0)
+                sched_yield();
+            else
+                gs_cpu_relax();
             continue;
         }
         status = block_once(vt, deadline_ns);

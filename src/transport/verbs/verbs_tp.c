@@ -243,9 +243,10 @@ static void notify_close(gs_verbs_tp *vt)
         pending = false;
         if (gs_verbs_progress(vt) != GS_OK)
             break;
+        /* A peer that is closing as well does not need to hear from us. */
         for (int peer = 0; peer < vt->base.size; peer++) {
             gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
-            if (ep && ep->state == GS_VERBS_EP_READY && ep->sq_posted > ep->sq_done)
+            if (ep && ep->state == GS_VERBS_EP_READY && ep->sq_posted > ep->sq_done && !gs_verbs_peer_closed(ep))
                 pending = true;
         }
     }
