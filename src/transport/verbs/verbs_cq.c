@@ -123,12 +123,16 @@ static void fail_user_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep)
 void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
 {
     gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
+    struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
     if (ep->state == GS_VERBS_EP_FAILED || ep->state == GS_VERBS_EP_CLOSED)
         return;
     ep->state = GS_VERBS_EP_FAILED;
     ep->err = status;
     ep->err_reported = false;
+    /* The hardware stops too (no more retries to a dead peer); what it still reports is stale. */
+    if (ep->qp && ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE) != 0)
+        gs_log_debug(VERBS, "rank %d: moving the queue pair to rank %d to ERR failed", vt->base.rank, ep->base.peer);
     /* Outstanding slots before failed_seq completed (RC is in order); the rest never will. */
     for (uint64_t seq = ep->sq_done; seq < ep->sq_posted; seq++) {
         gs_verbs_slot *slot = &ep->slots[seq & (vt->sq_depth - 1)];

@@ -241,7 +241,7 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
 {
     gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
     gs_verbs_chain ch = {.n = 0};
-    uint64_t reposted = ep->reposted;
+    uint64_t reposted;
     uint32_t chunks = 1, user_first;
     bool credit;
     gs_status status = gs_verbs_ep_usable(ep, op->name);
@@ -258,10 +258,12 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
         if (credits_available(ep) == 0)
             return GS_ERR_AGAIN; /* the peer has not re-posted yet: poll and retry */
     }
-    credit = credit_owed(ep);
-    status = sq_reserve(ep, chunks + credit);
+    status = sq_reserve(ep, chunks);
     if (status != GS_OK)
         return status;
+    /* A credit return still owed (its own post found the queue full) rides along if there is room. */
+    credit = credit_owed(ep) && sq_has_room(ep, chunks + 1);
+    reposted = ep->reposted;
     if (credit)
         chain_add_credit(ep, &ch);
     user_first = ch.n;
