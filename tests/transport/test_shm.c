@@ -2,8 +2,8 @@
  * What only the shm transport promises: its shared-memory layout, nothing
  * left in /dev/shm or in the process after a run (a killed rank included),
  * the mapping cache across deregistration, wake-ups only for sleepers,
- * throughput with more ranks than cores, and a clean close told apart from
- * a lost peer.
+ * a ping-pong cycling through a few ring slots, throughput with more ranks
+ * than cores, and a clean close told apart from a lost peer.
  */
 #include "gs_test.h"
 #include "multirank.h"
@@ -57,10 +57,10 @@ static gs_wc wait_one(gs_tp *tp)
 GS_TEST(message_slots_follow_the_inline_sizes)
 {
     GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(0u), 1);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(48u), 1);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(49u), 2);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(108u), 2);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(109u), 3);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(44u), 1);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(45u), 2);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(104u), 2);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(105u), 3);
     GS_ASSERT_EQ(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), 69);
     GS_ASSERT_LT(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), GS_SHM_RING_SLOTS / 8);
     GS_ASSERT_EQ(gs_shm_ctrl_bytes(4) % 4096, 0);
@@ -264,6 +264,100 @@ GS_TEST(writers_wake_only_sleeping_readers)
     static const char *const event[] = {"GS_POLL=event", NULL};
     run(2, doorbell_body, NULL, spin);
     run(2, doorbell_body, (void *)1, event);
+}
+
+/* ---- a ping-pong stays in a few ring lines ---------------------------------------------- */
+
+#define PP_ROUNDS 3000
+
+/* The slot index of the next message to the peer: where this rank's ring to it is at. */
+static uint32_t tx_slot(gs_tp *tp, int peer)
+{
+    return gs_shm_ep_of(gs_tp_ep(tp, peer))->tx_tail & (GS_SHM_RING_SLOTS - 1u);
+}
+
+/* WRITE_IMMs from rank 0 to rank 1 until the ring is full; how many. */
+static uint32_t burst(gs_tp *tp, const gs_rmr *dst, uint32_t first)
+{
+    uint32_t n = 0;
+    gs_status st;
+    while ((st = gs_ep_write_imm(gs_tp_ep(tp, 1), NULL, NULL, 0, dst, 0, first + n, 0, 0)) == GS_OK)
+        n++;
+    GS_ASSERT_STATUS(st, GS_ERR_AGAIN);
+    return n;
+}
+
+/* Rank 0 posts, rank 1 answers, mixing WRITE_IMMs and SENDs of every
+ * slot count: the writers go back to slot 0 (WRAP) instead of cycling
+ * through the whole ring, and every message arrives in order. Then rank 0
+ * posts until the ring is full, twice, rank 1 reading everything in
+ * between: the first burst may start with a WRAP (the last ack said
+ * ping-pong) and get part of a ring, the second (a stream, no ack) the
+ * whole ring: skipped slots are not lost. */
+static void compact_body(gs_ctx *ctx, int rank, void *arg)
+{
+    static const size_t sizes[] = {0, 1, 44, 45, 104, 105, 1000, GS_SEND_MAX};
+    const uint32_t bound = GS_SHM_RING_HOT + 2 * GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX);
+    int peer = 1 - rank;
+    gs_tp *tp = NULL;
+    gs_mr *mr = NULL;
+    uint8_t *in, *out;
+    gs_rmr *all;
+    uint32_t slots = 0, counts[2] = {0, 0};
+    (void)arg;
+
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    GS_ASSERT_OK(gs_buf_alloc(tp, 2 * GS_SEND_MAX, GS_ACCESS_ALL, &mr));
+    in = gs_mr_addr(mr);
+    out = in + GS_SEND_MAX;
+    all = exchange(ctx, "compact.rmr", mr);
+    for (uint32_t i = 0; i < PP_ROUNDS; i++) {
+        size_t len = sizes[i % 8];
+        bool send = i % 3 == 0;
+        gs_wc wc;
+        if (send)
+            GS_ASSERT_OK(gs_ep_recv(gs_tp_ep(tp, peer), in, mr, GS_SEND_MAX, i));
+        for (int turn = 0; turn < 2; turn++) {
+            if (turn == rank) { /* rank 0 posts first, rank 1 answers */
+                memset(out, (int)(i & 0xff), len);
+                if (send)
+                    GS_ASSERT_OK(gs_ep_send(gs_tp_ep(tp, peer), out, mr, len, i, 0));
+                else
+                    GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, peer), out, mr, len, &all[peer], 0, i, 0, 0));
+                slots += send ? GS_SHM_MSG_SLOTS((uint32_t)len) : 1u;
+                GS_ASSERT_LT(tx_slot(tp, peer), bound);
+                continue;
+            }
+            wc = wait_one(tp);
+            GS_ASSERT_EQ(wc.opcode, send ? GS_WC_RECV : GS_WC_RECV_IMM);
+            GS_ASSERT_EQ(send ? wc.wr_id : wc.imm, i);
+            GS_ASSERT_EQ(wc.len, len);
+            if (send && len > 0)
+                GS_ASSERT_EQ(in[len - 1], i & 0xff);
+        }
+    }
+    GS_ASSERT_GT(slots, 4 * GS_SHM_RING_SLOTS); /* without WRAP the ring would have gone round */
+    for (int b = 0; b < 2; b++) {
+        uint32_t mine, both[2];
+        GS_ASSERT_OK(gs_store_barrier(ctx, b ? "compact.burst1" : "compact.burst0")); /* rank 1 read all */
+        mine = rank == 0 ? burst(tp, &all[1], b ? counts[0] : 0) : 0;
+        GS_ASSERT_OK(
+            gs_store_allgather(ctx, b ? "compact.count1" : "compact.count0", &mine, sizeof(mine), both));
+        counts[b] = both[0];
+        for (uint32_t i = 0; rank == 1 && i < counts[b]; i++)
+            GS_ASSERT_EQ(wait_one(tp).imm, (b ? counts[0] : 0) + i);
+    }
+    GS_ASSERT_GE(counts[0], GS_SHM_RING_HOT - GS_SHM_RING_HOT / 4);
+    GS_ASSERT_EQ(counts[1], GS_SHM_RING_SLOTS);
+    GS_ASSERT_OK(gs_store_barrier(ctx, "compact.done"));
+    free(all);
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(a_ping_pong_cycles_through_a_few_ring_slots_and_a_burst_gets_the_whole_ring)
+{
+    run(2, compact_body, NULL, NULL);
 }
 
 /* ---- more ranks than cores ------------------------------------------------------------------ */

@@ -70,9 +70,10 @@ typedef struct gs_shm_ep {
     gs_shm_region *regions; /* the peer's region table, in ctrl */
     gs_shm_ring *tx;        /* in the peer's segment: my notifications to it */
     gs_shm_ring *rx;        /* in my segment: its notifications to me */
-    uint32_t tx_tail;       /* slots I have produced into tx */
-    uint32_t tx_head;       /* the peer's consumption, last read */
-    uint32_t rx_head;       /* slots I have consumed from rx */
+    uint32_t tx_tail;       /* position of my next message in tx */
+    uint32_t tx_head;       /* the peer's consumption of tx, last read or acked */
+    uint32_t tx_acked;      /* the peer's consumption of tx, as its last ack said */
+    uint32_t rx_head;       /* position of its next message in rx (what I consumed) */
     uint32_t rx_published;
     gs_shm_map_cache maps;
     /* posted receives and buffered sends: FIFO rings that grow */
@@ -258,15 +259,27 @@ static inline bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots)
            gs_shm_ring_room_reread(ep, nslots);
 }
 
+/* Past this many slots of a lap the writer goes back to slot 0 (WRAP)
+ * when the peer's last ack says it is at most a quarter of them behind
+ * (a ping-pong, not a stream), so that a ping-pong cycles through a few
+ * lines: once the lines a process cycles through outgrow L1, each message
+ * costs up to one more cache-line transfer. */
+#define GS_SHM_RING_HOT 32u
+
 /* Publishes the head slot at the ring's tail, whose other fields (and
- * continuation slots) are written: its seq last, seq_cst so that it is
- * ordered before the load of the peer's waiter flag (which pairs with the
- * sleeper's store of that flag before its last look at the rings). */
+ * continuation slots) are written: flags and ack, then seq last, seq_cst
+ * so that it is ordered before the load of the peer's waiter flag (which
+ * pairs with the sleeper's store of that flag before its last look). */
 static inline void gs_shm_ring_publish(gs_shm_ep *ep, gs_shm_slot *head, uint32_t nslots)
 {
-    uint32_t pos = ep->tx_tail;
+    uint32_t pos = ep->tx_tail, next = pos + nslots;
+    bool wrap =
+        (next & (GS_SHM_RING_SLOTS - 1u)) >= GS_SHM_RING_HOT && next - ep->tx_acked <= GS_SHM_RING_HOT / 4;
+
+    head->flags = wrap ? GS_SHM_SLOT_WRAP : 0;
+    head->ack = ep->rx_head;
     __atomic_store_n(&head->seq, pos + 1, __ATOMIC_SEQ_CST);
-    ep->tx_tail = pos + nslots;
+    ep->tx_tail = wrap ? GS_SHM_NEXT_LAP(next) : next;
     if (__builtin_expect(__atomic_load_n(&gs_shm_wake_of(ep->ctrl)->waiting, __ATOMIC_SEQ_CST) != 0, 0))
         gs_shm_ring_wake(ep);
 }
@@ -276,12 +289,12 @@ static inline void gs_shm_ring_post_imm(gs_shm_ep *ep, uint32_t imm, uint32_t le
 {
     gs_shm_slot *s = &ep->tx->slots[ep->tx_tail & (GS_SHM_RING_SLOTS - 1u)];
     s->type = GS_SHM_MSG_WRITE_IMM;
-    s->pad = 0;
     s->nslots = 1;
     s->imm = imm;
     s->len = len;
     gs_shm_ring_publish(ep, s, 1);
 }
+
 /* GS_ERR_AGAIN with gs_last_error() saying which ring is full (not logged: flow control). */
 gs_status gs_shm_ring_full(const gs_shm_ep *ep);
 /* GS_ERR_PEER_LOST for a post on an endpoint that is not up, naming the peer. */

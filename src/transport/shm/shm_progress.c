@@ -145,9 +145,19 @@ static __attribute__((noinline)) gs_status lost_status(gs_shm_tp *tp)
 
 /* ---- ring: writer side -------------------------------------------------------- */
 
+/* Whether the peer's reading of ep's ring to it, reported as pos, is news
+ * after since: only forward, never past what was written (a peer's bad
+ * value is ignored). */
+static inline bool tx_ahead(const gs_shm_ep *ep, uint32_t since, uint32_t pos)
+{
+    return (int32_t)(pos - since) > 0 && (int32_t)(ep->tx_tail - pos) >= 0;
+}
+
 bool gs_shm_ring_room_reread(gs_shm_ep *ep, uint32_t nslots)
 {
-    ep->tx_head = __atomic_load_n(&ep->tx->ctl.head, __ATOMIC_ACQUIRE);
+    uint32_t head = __atomic_load_n(&ep->tx->ctl.head, __ATOMIC_ACQUIRE);
+    if (tx_ahead(ep, ep->tx_head, head))
+        ep->tx_head = head;
     return ep->tx_tail + nslots - ep->tx_head <= GS_SHM_RING_SLOTS;
 }
 
@@ -254,10 +264,16 @@ static int take_send(gs_shm_ep *ep, const gs_shm_slot *head, gs_wc *wc)
     return 0;
 }
 
+/* A WRITE_IMM: one slot, no flag but WRAP (the common case, tested inline). */
+static inline bool slot_is_imm(const gs_shm_slot *s)
+{
+    return s->type == GS_SHM_MSG_WRITE_IMM && s->nslots == 1 && (s->flags & ~GS_SHM_SLOT_WRAP) == 0;
+}
+
 static bool slot_valid(const gs_shm_slot *s)
 {
-    return (s->type == GS_SHM_MSG_WRITE_IMM && s->nslots == 1) ||
-           (s->type == GS_SHM_MSG_SEND && s->len <= GS_SEND_MAX && s->nslots == GS_SHM_MSG_SLOTS(s->len));
+    return slot_is_imm(s) || (s->type == GS_SHM_MSG_SEND && (s->flags & ~GS_SHM_SLOT_WRAP) == 0 &&
+                              s->len <= GS_SEND_MAX && s->nslots == GS_SHM_MSG_SLOTS(s->len));
 }
 
 /* The message at the ring head when it is not a plain WRITE_IMM: a SEND
@@ -276,7 +292,8 @@ static __attribute__((noinline)) int take_other(gs_shm_ep *ep, const gs_shm_slot
 }
 
 /* Takes up to max completions from ep's ring, then publishes how far it
- * read. Out of line: the poll of rings with nothing stays short. */
+ * read; each message's ack tells how far the peer read our ring to it.
+ * Out of line: the poll of rings with nothing stays short. */
 static __attribute__((noinline)) int ring_drain(gs_shm_ep *ep, gs_wc *wcs, int max)
 {
     uint32_t head = ep->rx_head;
@@ -287,7 +304,7 @@ static __attribute__((noinline)) int ring_drain(gs_shm_ep *ep, gs_wc *wcs, int m
         int took = 1;
         if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != head + 1)
             break;
-        if (__builtin_expect(s->type == GS_SHM_MSG_WRITE_IMM && s->nslots == 1, 1)) {
+        if (__builtin_expect(slot_is_imm(s), 1)) {
             wcs[n] = (gs_wc){.status = GS_OK,
                              .opcode = GS_WC_RECV_IMM,
                              .imm = s->imm,
@@ -300,7 +317,11 @@ static __attribute__((noinline)) int ring_drain(gs_shm_ep *ep, gs_wc *wcs, int m
         if (took < 0)
             break;
         n += took;
-        head += s->nslots;
+        if (tx_ahead(ep, ep->tx_acked, s->ack)) /* the peer has read our ring to it up to ack */
+            ep->tx_acked = s->ack;
+        if (tx_ahead(ep, ep->tx_head, ep->tx_acked))
+            ep->tx_head = ep->tx_acked;
+        head = s->flags & GS_SHM_SLOT_WRAP ? GS_SHM_NEXT_LAP(head + s->nslots) : head + s->nslots;
     }
     ep->rx_head = head;
     if (head != ep->rx_published) {
