@@ -74,7 +74,6 @@ typedef struct gs_shm_ep {
     uint32_t tx_head;       /* the peer's consumption of tx, last read or acked */
     uint32_t tx_acked;      /* the peer's consumption of tx, as its last ack said */
     uint32_t rx_head;       /* position of its next message in rx (what I consumed) */
-    uint32_t rx_published;
     gs_shm_map_cache maps;
     /* posted receives and buffered sends: FIFO rings that grow */
     gs_shm_rbuf *recvs;

@@ -291,56 +291,49 @@ static __attribute__((noinline)) int take_other(gs_shm_ep *ep, const gs_shm_slot
     return -1;
 }
 
-/* Takes up to max completions from ep's ring, then publishes how far it
- * read; each message's ack tells how far the peer read our ring to it.
- * Out of line: the poll of rings with nothing stays short. */
-static __attribute__((noinline)) int ring_drain(gs_shm_ep *ep, gs_wc *wcs, int max)
+/* Consumes the message s at the head of ep's ring: its ack says how far
+ * the peer read our ring to it; then publishes how far we read. */
+static inline void ring_consume(gs_shm_ep *ep, const gs_shm_slot *s)
 {
-    uint32_t head = ep->rx_head;
-    int n = 0;
+    uint32_t head = ep->rx_head + s->nslots;
+    if (tx_ahead(ep, ep->tx_acked, s->ack)) {
+        ep->tx_acked = s->ack;
+        if (tx_ahead(ep, ep->tx_head, s->ack))
+            ep->tx_head = s->ack;
+    }
+    ep->rx_head = s->flags & GS_SHM_SLOT_WRAP ? GS_SHM_NEXT_LAP(head) : head;
+    __atomic_store_n(&ep->rx->ctl.head, ep->rx_head, __ATOMIC_RELEASE);
+}
 
-    while (n < max && !ep->stalled) {
-        const gs_shm_slot *s = &ep->rx->slots[head & RING_MASK];
+/* Takes up to max completions from the rings, each drained in turn,
+ * starting at a rotating one (fairness). */
+static inline int rings_drain(gs_shm_tp *tp, gs_wc *wcs, int max)
+{
+    int n = 0, size = tp->base.size, p = tp->rr, left = size;
+
+    tp->rr = p + 1 < size ? p + 1 : 0;
+    while (n < max && left > 0) {
+        gs_shm_ep *ep = &tp->peers[p];
+        const gs_shm_slot *s;
         int took = 1;
-        if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != head + 1)
-            break;
-        if (__builtin_expect(slot_is_imm(s), 1)) {
+        if (p == tp->base.rank || !ring_ready(ep) || ep->stalled) {
+            p = p + 1 < size ? p + 1 : 0; /* this ring is done */
+            left--;
+            continue;
+        }
+        s = &ep->rx->slots[ep->rx_head & RING_MASK];
+        if (__builtin_expect(slot_is_imm(s), 1))
             wcs[n] = (gs_wc){.status = GS_OK,
                              .opcode = GS_WC_RECV_IMM,
                              .imm = s->imm,
                              .len = s->len,
                              .peer = ep->base.peer};
-        } else {
-            ep->rx_head = head; /* where take_other reads the message */
+        else
             took = take_other(ep, s, &wcs[n]);
+        if (took >= 0) {
+            n += took;
+            ring_consume(ep, s);
         }
-        if (took < 0)
-            break;
-        n += took;
-        if (tx_ahead(ep, ep->tx_acked, s->ack)) /* the peer has read our ring to it up to ack */
-            ep->tx_acked = s->ack;
-        if (tx_ahead(ep, ep->tx_head, ep->tx_acked))
-            ep->tx_head = ep->tx_acked;
-        head = s->flags & GS_SHM_SLOT_WRAP ? GS_SHM_NEXT_LAP(head + s->nslots) : head + s->nslots;
-    }
-    ep->rx_head = head;
-    if (head != ep->rx_published) {
-        __atomic_store_n(&ep->rx->ctl.head, head, __ATOMIC_RELEASE);
-        ep->rx_published = head;
-    }
-    return n;
-}
-
-/* Drains the rings that have something, starting at a rotating one (fairness). */
-static inline int rings_drain(gs_shm_tp *tp, gs_wc *wcs, int max)
-{
-    int n = 0, size = tp->base.size, p = tp->rr;
-
-    tp->rr = p + 1 < size ? p + 1 : 0;
-    for (int i = 0; i < size && n < max; i++) {
-        if (p != tp->base.rank && ring_ready(&tp->peers[p]))
-            n += ring_drain(&tp->peers[p], wcs + n, max - n);
-        p = p + 1 < size ? p + 1 : 0;
     }
     return n;
 }
