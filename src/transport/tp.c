@@ -484,25 +484,13 @@ static uint64_t coarse_deadline(int64_t timeout_ms)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
 }
 
-static GS_COLD gs_status wait_max_error(const gs_tp *tp)
-{
-    return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: gs_tp_wait: max must be at least 1", tp->rank);
-}
-
-/* A poll first: what is already there costs no clock read and no wait setup. */
 gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms)
 {
     gs_status st = check_poll(tp, wcs, max, n_p, "gs_tp_wait");
-    int n = 0;
-    if (st == GS_OK && __builtin_expect(max == 0, 0))
-        st = wait_max_error(tp);
-    if (st == GS_OK)
-        st = tp->ops->poll(tp, wcs, max, &n);
-    if (st != GS_OK || n > 0) {
-        if (st == GS_OK)
-            *n_p = n;
+    if (st == GS_OK && max == 0)
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: gs_tp_wait: max must be at least 1", tp->rank);
+    if (st != GS_OK)
         return st;
-    }
     return tp->ops->wait(tp, wcs, max, n_p,
                          coarse_deadline(timeout_ms < 0 ? tp->cfg->timeout_ms : timeout_ms));
 }
