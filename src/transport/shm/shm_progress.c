@@ -309,14 +309,14 @@ static inline void ring_consume(gs_shm_ep *ep, const gs_shm_slot *s)
  * starting at a rotating one (fairness). */
 static inline int rings_drain(gs_shm_tp *tp, gs_wc *wcs, int max)
 {
-    int n = 0, size = tp->base.size, p = tp->rr, left = size;
+    int n = 0, size = tp->base.size, rank = tp->base.rank, p = tp->rr, left = size;
 
     tp->rr = p + 1 < size ? p + 1 : 0;
     while (n < max && left > 0) {
         gs_shm_ep *ep = &tp->peers[p];
         const gs_shm_slot *s;
         int took = 1;
-        if (p == tp->base.rank || !ring_ready(ep) || ep->stalled) {
+        if (p == rank || !ring_ready(ep) || ep->stalled) {
             p = p + 1 < size ? p + 1 : 0; /* this ring is done */
             left--;
             continue;
@@ -342,10 +342,13 @@ static inline int rings_drain(gs_shm_tp *tp, gs_wc *wcs, int max)
  * to report, or a notification in a ring that is not stalled. */
 static inline bool anything_ready(gs_shm_tp *tp)
 {
+    gs_shm_ep *peers = tp->peers;
+    int size = tp->base.size, rank = tp->base.rank;
+
     if (tp->cq.count > 0 || tp->lost_count > 0)
         return true;
-    for (int p = 0; p < tp->base.size; p++)
-        if (p != tp->base.rank && ring_ready(&tp->peers[p]) && !tp->peers[p].stalled)
+    for (int p = 0; p < size; p++)
+        if (p != rank && ring_ready(&peers[p]) && !peers[p].stalled)
             return true;
     return false;
 }
@@ -359,13 +362,12 @@ static __attribute__((noinline)) void poll_check_peers(gs_shm_tp *tp)
         gs_shm_check_peers(tp);
 }
 
-gs_status gs_shm_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
+/* Takes what anything_ready said is there: local completions first, then
+ * the rings; a lost peer's report when there is nothing to return. */
+static gs_status poll_take(gs_shm_tp *tp, gs_wc *wcs, int max, int *n_p)
 {
-    gs_shm_tp *tp = gs_shm_tp_of(base);
     int n = 0;
 
-    if (__builtin_expect(++tp->poll_count % CHECK_EVERY_POLLS == 0, 0))
-        poll_check_peers(tp); /* before taking: flushed receives come out now */
     if (tp->cq.count > 0)
         n = gs_shm_cq_take(tp, wcs, max);
     n += rings_drain(tp, wcs + n, max - n);
@@ -376,6 +378,26 @@ gs_status gs_shm_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
     }
     *n_p = n;
     return GS_OK;
+}
+
+/* Every CHECK_EVERY_POLLS polls (and waits): the peers' liveness, at most
+ * every CHECK_PERIOD_NS; before taking, so flushed receives come out now. */
+static inline void poll_count_check(gs_shm_tp *tp)
+{
+    if (__builtin_expect(++tp->poll_count % CHECK_EVERY_POLLS == 0, 0))
+        poll_check_peers(tp);
+}
+
+gs_status gs_shm_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
+{
+    gs_shm_tp *tp = gs_shm_tp_of(base);
+
+    poll_count_check(tp);
+    if (!anything_ready(tp)) { /* the idle poll: a few loads */
+        *n_p = 0;
+        return GS_OK;
+    }
+    return poll_take(tp, wcs, max, n_p);
 }
 
 /* Sleeps on the doorbell until a writer rings it, the slice ends or the deadline. */
@@ -461,8 +483,10 @@ gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
     for (;;) {
         int n = 0;
         gs_status st = wait_for_news(tp, deadline_ns, &start);
-        if (st == GS_OK)
-            st = gs_shm_poll(base, wcs, max, &n);
+        if (st == GS_OK) {
+            poll_count_check(tp);
+            st = poll_take(tp, wcs, max, &n);
+        }
         if (st != GS_OK)
             return st;
         if (n > 0) {
