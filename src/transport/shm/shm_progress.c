@@ -8,6 +8,10 @@
  * it calls FUTEX_WAKE only when the reader said it sleeps. The reader polls
  * the seq word of the next slot of each ring: when nothing arrives it reads
  * lines it already holds, so an idle poll costs no cache-line transfer.
+ * Every head slot carries the writer's ack of the ring the other way; a
+ * writer whose peer's ack says it is close behind goes back to slot 0
+ * (WRAP) past GS_SHM_RING_HOT slots, so that a ping-pong keeps cycling
+ * through a few lines that stay in L1 instead of the whole ring.
  *
  * Liveness: every peer has a pidfd that becomes readable when the process
  * exits (without pidfd_open: its /proc entry disappears, turns zombie or
@@ -295,11 +299,11 @@ static __attribute__((noinline)) int take_other(gs_shm_ep *ep, const gs_shm_slot
  * the peer read our ring to it; then publishes how far we read. */
 static inline void ring_consume(gs_shm_ep *ep, const gs_shm_slot *s)
 {
-    uint32_t head = ep->rx_head + s->nslots;
-    if (tx_ahead(ep, ep->tx_acked, s->ack)) {
-        ep->tx_acked = s->ack;
-        if (tx_ahead(ep, ep->tx_head, s->ack))
-            ep->tx_head = s->ack;
+    uint32_t head = ep->rx_head + s->nslots, ack = s->ack;
+    if (tx_ahead(ep, ep->tx_acked, ack)) {
+        ep->tx_acked = ack;
+        if (tx_ahead(ep, ep->tx_head, ack))
+            ep->tx_head = ack;
     }
     ep->rx_head = s->flags & GS_SHM_SLOT_WRAP ? GS_SHM_NEXT_LAP(head) : head;
     __atomic_store_n(&ep->rx->ctl.head, ep->rx_head, __ATOMIC_RELEASE);

@@ -117,9 +117,9 @@ typedef struct gs_shm_cont {
 /* The first position of the next lap after pos (pos itself if it starts one). */
 #define GS_SHM_NEXT_LAP(pos) (((pos) + GS_SHM_RING_SLOTS - 1u) & ~(GS_SHM_RING_SLOTS - 1u))
 
-/* head: the position the reader has consumed up to, published after each
- * drain; the writer keeps its tail privately and re-reads head only when
- * it thinks the ring is full (acks usually tell it first). */
+/* head: the position the reader has consumed up to, published as it
+ * consumes each message; the writer keeps its tail privately and re-reads
+ * head only when it thinks the ring is full (acks usually tell it first). */
 typedef struct gs_shm_ring_ctl {
     uint32_t head;
     uint8_t pad[GS_SHM_LINE - 4];
