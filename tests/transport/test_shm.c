@@ -2,8 +2,9 @@
  * What only the shm transport promises: its shared-memory layout, nothing
  * left in /dev/shm or in the process after a run (a killed rank included),
  * the mapping cache across deregistration, wake-ups only for sleepers,
- * a ping-pong cycling through a few ring slots, throughput with more ranks
- * than cores, and a clean close told apart from a lost peer.
+ * a ping-pong cycling through a few ring slots, the software cost of a
+ * hop (two transports in one process), throughput with more ranks than
+ * cores, and a clean close told apart from a lost peer.
  */
 #include "gs_test.h"
 #include "multirank.h"
@@ -358,6 +359,86 @@ static void compact_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(a_ping_pong_cycles_through_a_few_ring_slots_and_a_burst_gets_the_whole_ring)
 {
     run(2, compact_body, NULL, NULL);
+}
+
+/* ---- the hot path in one process ----------------------------------------------------------- */
+
+#define SOLO_ROUNDS 200000
+
+typedef struct solo {
+    gs_tp *tp[2];
+    gs_mr *mr[2];
+    gs_rmr rmr[2];
+} solo;
+
+/* Two shm transports of one job (ranks 0 and 1) in this process, connected without a store. */
+static void solo_open(solo *s)
+{
+    const gs_config *cfg;
+    gs_shm_tp *t[2];
+    gs_shm_addr addrs[2];
+    gs_shm_ready ready[2];
+
+    GS_ASSERT_OK(gs_config_get(&cfg));
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_shm_tp_create(cfg, r, 2, &t[r]));
+        gs_shm_tp_addr(t[r], "solo", &addrs[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        GS_ASSERT_OK(gs_shm_tp_connect(t[r], addrs, &ready[r]));
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_shm_tp_finish(t[r], ready));
+        s->tp[r] = &t[r]->base;
+        GS_ASSERT_OK(gs_buf_alloc(s->tp[r], 4096, GS_ACCESS_ALL, &s->mr[r]));
+        gs_mr_pack(s->mr[r], &s->rmr[r]);
+    }
+}
+
+/* n WRITE_IMM round trips of 8 bytes, each side waiting for the other's:
+ * one hop is a post and a wait that finds it. */
+static void solo_rounds(solo *s, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (int r = 0; r < 2; r++) {
+            gs_wc wc;
+            int got = 0;
+            GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(s->tp[r], 1 - r), gs_mr_addr(s->mr[r]), s->mr[r], 8,
+                                         &s->rmr[1 - r], 0, i, 0, 0));
+            GS_ASSERT_OK(gs_tp_wait(s->tp[1 - r], &wc, 1, &got, -1));
+            GS_ASSERT_EQ(got, 1);
+            GS_ASSERT_EQ(wc.imm, i);
+        }
+}
+
+/* The timed rounds, out of line for
+ * `valgrind --tool=callgrind --toggle-collect=solo_timed`. */
+static __attribute__((noinline)) uint64_t solo_timed(solo *s, uint32_t n)
+{
+    uint64_t t0 = gs_now_ns();
+    solo_rounds(s, n);
+    return gs_now_ns() - t0;
+}
+
+/* Both ends in one thread: no cache line moves between cores, so the time
+ * per round trip is the software's alone (printed; gsperf's write_imm
+ * figure is about a cache-line transfer plus half of it). */
+GS_TEST(two_transports_in_one_process_ping_pong_in_order)
+{
+    solo s;
+    uint64_t ns;
+    uint32_t n = SOLO_ROUNDS;
+    const char *env = getenv("GS_TEST_SOLO_ROUNDS");
+
+    if (env)
+        n = (uint32_t)strtoul(env, NULL, 10);
+    solo_open(&s);
+    solo_rounds(&s, 1000);
+    ns = solo_timed(&s, n);
+    fprintf(stderr, "  %u round trips, %.1f ns each\n", n, (double)ns / (double)(n ? n : 1));
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_mr_dereg(s.mr[r]));
+        GS_ASSERT_OK(gs_tp_close(s.tp[r]));
+    }
 }
 
 /* ---- more ranks than cores ------------------------------------------------------------------ */
