@@ -419,6 +419,19 @@ static __attribute__((noinline)) uint64_t solo_timed(solo *s, uint32_t n)
     return gs_now_ns() - t0;
 }
 
+/* n polls that find nothing, out of line for --toggle-collect=solo_idle. */
+static __attribute__((noinline)) uint64_t solo_idle(solo *s, uint32_t n)
+{
+    uint64_t t0 = gs_now_ns();
+    for (uint32_t i = 0; i < n; i++) {
+        gs_wc wc;
+        int got = -1;
+        GS_ASSERT_OK(gs_tp_poll(s->tp[0], &wc, 1, &got));
+        GS_ASSERT_EQ(got, 0);
+    }
+    return gs_now_ns() - t0;
+}
+
 /* Both ends in one thread: no cache line moves between cores, so the time
  * per round trip is the software's alone (printed; gsperf's write_imm
  * figure is about a cache-line transfer plus half of it). */
@@ -435,6 +448,8 @@ GS_TEST(two_transports_in_one_process_ping_pong_in_order)
     solo_rounds(&s, 1000);
     ns = solo_timed(&s, n);
     fprintf(stderr, "  %u round trips, %.1f ns each\n", n, (double)ns / (double)(n ? n : 1));
+    ns = solo_idle(&s, n);
+    fprintf(stderr, "  %u idle polls, %.1f ns each\n", n, (double)ns / (double)(n ? n : 1));
     for (int r = 0; r < 2; r++) {
         GS_ASSERT_OK(gs_mr_dereg(s.mr[r]));
         GS_ASSERT_OK(gs_tp_close(s.tp[r]));
