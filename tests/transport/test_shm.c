@@ -456,6 +456,46 @@ GS_TEST(two_transports_in_one_process_ping_pong_in_order)
     }
 }
 
+/* Moves both rings of a fresh solo pair to position pos, as if that many
+ * slots had gone through each. */
+static void solo_seek(solo *s, uint32_t pos)
+{
+    for (int r = 0; r < 2; r++) {
+        gs_shm_ep *ep = gs_shm_ep_of(gs_tp_ep(s->tp[r], 1 - r));
+        ep->tx_tail = ep->tx_head = ep->tx_acked = ep->rx_head = pos;
+        __atomic_store_n(&ep->rx->ctl.head, pos, __ATOMIC_RELEASE);
+    }
+}
+
+/* A ping-pong across the 2^32 wrap of the position counter: messages stay
+ * in order, the lap ending at 2^32 (one in GS_SHM_FULL_LAP_EVERY) is
+ * written through without WRAP, so every slot's seq is renewed, and the
+ * laps after it wrap again. */
+GS_TEST(positions_wrap_around_2_to_the_32_and_one_lap_in_65536_is_written_through)
+{
+    const uint32_t bound = GS_SHM_RING_HOT + 2, last_lap = (0u - GS_SHM_RING_SLOTS) / GS_SHM_RING_SLOTS;
+    solo s;
+    uint32_t full_max = 0, after_max = 0;
+
+    solo_open(&s);
+    solo_seek(&s, 0u - GS_SHM_RING_SLOTS - 40u); /* near the end of the lap before */
+    for (uint32_t i = 0; i < GS_SHM_RING_SLOTS + 400; i++) {
+        uint32_t pos = gs_shm_ep_of(gs_tp_ep(s.tp[0], 1))->tx_tail, slot = pos & (GS_SHM_RING_SLOTS - 1u);
+        if (pos / GS_SHM_RING_SLOTS == last_lap)
+            full_max = slot > full_max ? slot : full_max;
+        else if (pos < 0x80000000u) /* past 2^32 */
+            after_max = slot > after_max ? slot : after_max;
+        solo_rounds(&s, 1);
+    }
+    GS_ASSERT_EQ(full_max, GS_SHM_RING_SLOTS - 1);
+    GS_ASSERT_GT(after_max, 0);
+    GS_ASSERT_LT(after_max, bound);
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_mr_dereg(s.mr[r]));
+        GS_ASSERT_OK(gs_tp_close(s.tp[r]));
+    }
+}
+
 /* ---- more ranks than cores ------------------------------------------------------------------ */
 
 #define HOPS 3000

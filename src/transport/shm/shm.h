@@ -264,6 +264,11 @@ static inline bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots)
  * lines: once the lines a process cycles through outgrow L1, each message
  * costs up to one more cache-line transfer. */
 #define GS_SHM_RING_HOT 32u
+/* One lap in this many (the last of each run) is written through, without
+ * WRAP, so that every slot's seq is rewritten long before positions, counted
+ * mod 2^32, could come back to a value a skipped slot still holds (after
+ * 2^21 laps of 2048 slots); the lap ending at 2^32 is one of them. */
+#define GS_SHM_FULL_LAP_EVERY 65536u
 
 /* Publishes the head slot at the ring's tail, whose other fields (and
  * continuation slots) are written: flags and ack, then seq last, seq_cst
@@ -272,8 +277,9 @@ static inline bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots)
 static inline void gs_shm_ring_publish(gs_shm_ep *ep, gs_shm_slot *head, uint32_t nslots)
 {
     uint32_t pos = ep->tx_tail, next = pos + nslots;
-    bool wrap =
-        (next & (GS_SHM_RING_SLOTS - 1u)) >= GS_SHM_RING_HOT && next - ep->tx_acked <= GS_SHM_RING_HOT / 4;
+    bool wrap = (next & (GS_SHM_RING_SLOTS - 1u)) >= GS_SHM_RING_HOT &&
+                next - ep->tx_acked <= GS_SHM_RING_HOT / 4 &&
+                next / GS_SHM_RING_SLOTS % GS_SHM_FULL_LAP_EVERY != GS_SHM_FULL_LAP_EVERY - 1;
 
     head->flags = wrap ? GS_SHM_SLOT_WRAP : 0;
     head->ack = ep->rx_head;

@@ -94,7 +94,10 @@ enum {
  * WRAP: the positions up to the next multiple of GS_SHM_RING_SLOTS are
  * skipped (never written), so the next message is in slot 0. The writer
  * sets it when the reader is close behind, so that a ping-pong cycles
- * through a few lines that stay in L1 instead of the whole ring.
+ * through a few lines that stay in L1 instead of the whole ring; it never
+ * sets it in one lap of every GS_SHM_FULL_LAP_EVERY (shm.h), so a skipped
+ * slot is rewritten before the position counter (mod 2^32) could come back
+ * to its stale seq.
  * ack: how far the writer has read the ring in the other direction (its
  * rx head when it wrote this slot): the reader of this slot learns from it
  * that its own ring has room, without reading the other process's head. */
