@@ -62,6 +62,7 @@ typedef struct tcp_pair {
     gs_tcp_tp *tp[2];
     gs_wc got[2][256]; /* completions polled but not yet taken */
     int ngot[2];
+    gs_status last[2]; /* what the last poll of each side returned */
 } tcp_pair;
 
 static inline void tcp_pair_open_with(tcp_pair *p, const char *const *env0, const char *const *env1)
@@ -96,16 +97,28 @@ static inline gs_ep *tcp_pair_ep(tcp_pair *p, int side)
     return p->tp[side]->base.eps[1 - side];
 }
 
-/* Polls both sides once, keeping what each gets. */
+/* Polls both sides once, keeping what each gets (and the poll's status:
+ * GS_ERR_PEER_LOST once a side has lost its peer and has nothing else). */
 static inline void tcp_pair_drive(tcp_pair *p)
 {
     for (int r = 0; r < 2; r++) {
         int n = 0, room = 256 - p->ngot[r];
         if (!p->tp[r] || room == 0)
             continue;
-        GS_ASSERT_OK(gs_tcp_poll(&p->tp[r]->base, p->got[r] + p->ngot[r], room, &n));
-        p->ngot[r] += n;
+        p->last[r] = gs_tcp_poll(&p->tp[r]->base, p->got[r] + p->ngot[r], room, &n);
+        if (p->last[r] == GS_OK)
+            p->ngot[r] += n;
     }
+}
+
+/* Drives both sides until side's poll returns status (up to 5 s). */
+static inline gs_status tcp_pair_poll_until(tcp_pair *p, int side, gs_status status)
+{
+    uint64_t deadline = gs_deadline_after_ms(5000);
+    p->last[side] = GS_OK;
+    while (p->last[side] != status && !gs_deadline_passed(deadline))
+        tcp_pair_drive(p);
+    return p->last[side];
 }
 
 /* The next completion of side, driving both sides for up to 5 s;

@@ -218,9 +218,12 @@ static void expect_refused(int op)
         GS_ASSERT_EQ(((uint8_t *)ro->addr)[i], 0x22);
     }
     GS_ASSERT_STATUS(gs_tcp_write(ep, src->addr, src, 8, &rdst, 0, 3, 0), GS_ERR_FLUSHED);
-    /* the target dropped the connection and says why */
-    TCP_EXPECT_WC(&p, 1, wc, GS_WC_RECV_IMM, GS_ERR_REMOTE_ACCESS);
-    GS_ASSERT_CONTAINS(gs_tcp_ep_at(p.tp[1], 0)->why, "refused");
+    /* the target dropped the connection and says why; the peer is gone for it */
+    GS_ASSERT_STATUS(tcp_pair_poll_until(&p, 1, GS_ERR_PEER_LOST), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "was refused");
+    GS_ASSERT_EQ(p.ngot[1], 0);
+    /* the initiator was refused, not abandoned: its polls stay quiet */
+    GS_ASSERT_EQ(p.last[0], GS_OK);
     tcp_pair_close(&p);
 }
 
@@ -279,19 +282,27 @@ GS_TEST(tcp_peer_lost_fails_outstanding_ops)
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_READ, GS_ERR_PEER_LOST);
     GS_ASSERT_U64_EQ(wc.wr_id, 1);
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_READ, GS_ERR_FLUSHED);
-    GS_ASSERT_CONTAINS(gs_tcp_ep_at(p.tp[0], 1)->why, "peer 1");
-    GS_ASSERT_STATUS(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, 64, &rrem, 0, 3, 0), GS_ERR_FLUSHED);
+    GS_ASSERT_CONTAINS(gs_tcp_ep_at(p.tp[0], 1)->why, "rank 1");
+    GS_ASSERT_STATUS(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, 64, &rrem, 0, 3, 0), GS_ERR_PEER_LOST);
+    GS_ASSERT_STATUS(tcp_pair_poll_until(&p, 0, GS_ERR_PEER_LOST), GS_ERR_PEER_LOST);
     tcp_pair_close(&p);
 }
 
 GS_TEST(tcp_quiet_peer_loss_still_reaches_the_caller)
 {
     tcp_pair p;
+    gs_mr *mr;
     gs_wc wc;
     tcp_pair_open(&p);
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[0]->base, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_tcp_recv(tcp_pair_ep(&p, 0), mr->addr, mr, 64, 31));
     kill_side(&p, 1);
-    TCP_EXPECT_WC(&p, 0, wc, GS_WC_RECV_IMM, GS_ERR_PEER_LOST);
-    GS_ASSERT_EQ(wc.peer, 1);
+    /* the posted receive is flushed, then every empty poll says who is lost */
+    TCP_EXPECT_WC(&p, 0, wc, GS_WC_RECV, GS_ERR_FLUSHED);
+    GS_ASSERT_U64_EQ(wc.wr_id, 31);
+    GS_ASSERT_STATUS(tcp_pair_poll_until(&p, 0, GS_ERR_PEER_LOST), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "rank 1 is lost");
+    GS_ASSERT_STATUS(tcp_pair_poll_until(&p, 0, GS_ERR_PEER_LOST), GS_ERR_PEER_LOST);
     tcp_pair_close(&p);
 }
 
@@ -318,6 +329,9 @@ GS_TEST(tcp_orderly_close_is_not_an_error)
     for (int i = 0; i < 20; i++)
         tcp_pair_drive(&p);
     GS_ASSERT_EQ(p.ngot[1], 0); /* nothing to report: no error completion */
+    GS_ASSERT_EQ(p.last[1], GS_OK); /* a peer that closed in order is not lost */
+    rdst.owner = 0; /* as if rank 0 had a region there */
+    GS_ASSERT_STATUS(gs_tcp_write(tcp_pair_ep(&p, 1), dst->addr, dst, 8, &rdst, 0, 1, 0), GS_ERR_PEER_LOST);
     tcp_pair_close(&p);
 }
 
@@ -340,7 +354,7 @@ GS_TEST(tcp_unanswered_op_times_out)
     GS_ASSERT_EQ(n, 1);
     GS_ASSERT_STR_EQ(gs_status_name(wc.status), "GS_ERR_TIMEOUT");
     GS_ASSERT_GE(gs_now_ns() - t0, 250000000ull);
-    GS_ASSERT_CONTAINS(gs_tcp_ep_at(p.tp[0], 1)->why, "no answer from peer 1");
+    GS_ASSERT_CONTAINS(gs_tcp_ep_at(p.tp[0], 1)->why, "no answer from rank 1");
     tcp_pair_close(&p);
 }
 

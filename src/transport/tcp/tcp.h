@@ -101,6 +101,7 @@ typedef struct gs_tcp_ep {
     gs_ep base;
     int fd;
     bool dead;          /* no more traffic: error or orderly close */
+    bool lost;          /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
     bool bye_rcvd;      /* the peer closed in order */
     bool err_reported;  /* a completion or return value has carried err */
     gs_status err;      /* why the endpoint died */
@@ -136,6 +137,7 @@ typedef struct gs_tcp_tp {
     uint32_t instance;
     int wake_fd;        /* eventfd: wakes a blocked waiter or the progress thread */
     int waiters;        /* threads blocked in poll() waiting for completions */
+    uint64_t user_ns;   /* when the caller last polled (the progress thread stays out of its way) */
 
     /* regions */
     gs_tcp_mr **regions;
@@ -236,9 +238,9 @@ void gs_tcp_tx_flush(gs_tcp_ep *ep);
 gs_tcp_tx *gs_tcp_tx_push(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, const void *payload, bool user);
 /* Sends any acknowledgement a peer asked for and is still owed. */
 void gs_tcp_ack_flush(gs_tcp_tp *tp);
-/* Puts ep in error (idempotent): logs why at level, shuts the socket down,
- * drops its queue; the outstanding operations complete with status when
- * polled. */
+/* Puts ep in error (idempotent): logs why, shuts the socket down, drops its
+ * queue, and marks the peer lost; the outstanding operations complete with
+ * status when polled. */
 void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Drops an orderly closed endpoint without an error to report. */
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why);
@@ -255,7 +257,12 @@ void gs_tcp_wake(gs_tcp_tp *tp);
 gs_status gs_tcp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
 gs_status gs_tcp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 
-/* tcp_thread.c */
+/* tcp_thread.c: the progress thread. It takes over the progress engine
+ * whenever the caller has not polled for GS_TCP_TAKEOVER_NS (computing, or
+ * waiting in the store), so peers' READs, atomics and acknowledgements are
+ * served without the caller; with GS_PROGRESS_THREAD=1 it serves at once,
+ * all the time. */
+#define GS_TCP_TAKEOVER_NS 5000000ull
 gs_status gs_tcp_thread_start(gs_tcp_tp *tp);
 void gs_tcp_thread_stop(gs_tcp_tp *tp);
 /* Makes a progress thread blocked in poll() look again (new data to write). */

@@ -193,7 +193,7 @@ gs_status gs_tcp_blob_unpack(const gs_tcp_addr_blob *blob, int peer, gs_tcp_addr
     if (blob->version != GS_TCP_PROTO_VERSION || blob->port == 0 ||
         (blob->family != GS_TCP_FAMILY_IPV4 && blob->family != GS_TCP_FAMILY_IPV6))
         return gs_fail(GS_SUBSYS_TCP, GS_ERR_PROTOCOL,
-                       "peer %d published a tcp address this build cannot read (version %u, family %u): "
+                       "rank %d published a tcp address this build cannot read (version %u, family %u): "
                        "are all ranks running the same gradsync?",
                        peer, blob->version, blob->family);
     if (blob->family == GS_TCP_FAMILY_IPV4) {
@@ -222,11 +222,11 @@ gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer)
     int keep_cnt = 3;
 
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot make the socket to peer %d non-blocking: %s",
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot make the socket to rank %d non-blocking: %s",
                        rank, peer, strerror(errno));
     /* latency first; a socket that is not TCP (tests use socketpairs) keeps its defaults */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 && errno != EOPNOTSUPP)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: TCP_NODELAY on the socket to peer %d failed: %s", rank,
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: TCP_NODELAY on the socket to rank %d failed: %s", rank,
                        peer, strerror(errno));
     /* a peer that stops acknowledging is declared lost after GS_TIMEOUT_MS */
     if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout)) == 0) {

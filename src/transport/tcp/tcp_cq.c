@@ -77,21 +77,29 @@ static int harvest_pending(gs_tcp_ep *ep, gs_wc *wcs, int max)
     return n;
 }
 
-/* A failed endpoint flushes its posted receives, and makes sure its error
- * reaches the caller at least once (an error completion from the peer). */
+/* A dead endpoint flushes its posted receives. */
 static int harvest_failed(gs_tcp_ep *ep, gs_wc *wcs, int max)
 {
     int n = 0;
     while (n < max && ep->recv_count) {
         gs_tcp_posted *r = &ep->recvs[ep->recv_head];
-        wcs[n++] = (gs_wc){.wr_id = r->wr_id, .status = failed_status(ep), .opcode = GS_WC_RECV,
-                           .peer = ep->base.peer};
+        wcs[n++] = (gs_wc){.wr_id = r->wr_id, .status = GS_ERR_FLUSHED, .opcode = GS_WC_RECV, .peer = ep->base.peer};
         ep->recv_head = (ep->recv_head + 1) % GS_TCP_RECV_CAP;
         ep->recv_count--;
     }
-    if (n < max && !ep->err_reported && ep->pend_count == 0)
-        wcs[n++] = (gs_wc){.status = failed_status(ep), .opcode = GS_WC_RECV_IMM, .peer = ep->base.peer};
     return n;
+}
+
+/* With nothing to return, a lost peer is the answer (every time). */
+static gs_status lost_status(gs_tcp_tp *tp)
+{
+    for (int p = 0; p < tp->base.size; p++) {
+        gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
+        if (ep && ep->dead && ep->lost)
+            return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: rank %d is lost: %s", tp->base.rank, p,
+                           ep->why);
+    }
+    return GS_OK;
 }
 
 static int harvest(gs_tcp_tp *tp, gs_wc *wcs, int max)
@@ -112,22 +120,27 @@ static int harvest(gs_tcp_tp *tp, gs_wc *wcs, int max)
 gs_status gs_tcp_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
 {
     gs_tcp_tp *tp = gs_tcp_tp_of(base);
+    gs_status status = GS_OK;
     int n;
     pthread_mutex_lock(&tp->lock);
+    tp->user_ns = gs_now_ns();
     gs_tcp_progress(tp);
     n = harvest(tp, wcs, max);
+    if (n == 0)
+        status = lost_status(tp);
     pthread_mutex_unlock(&tp->lock);
-    *n_p = n;
-    return GS_OK;
+    if (status == GS_OK)
+        *n_p = n;
+    return status;
 }
 
-/* The descriptors a blocked waiter watches: the eventfd, and (unless the
- * progress thread watches them) the sockets with work in either direction. */
+/* The descriptors a blocked waiter watches: the eventfd (another thread
+ * made progress) and the sockets with work in either direction. */
 static int waiter_fds(gs_tcp_tp *tp, struct pollfd *pfds)
 {
     int n = 0;
     pfds[n++] = (struct pollfd){.fd = tp->wake_fd, .events = POLLIN};
-    for (int p = 0; p < tp->base.size && !tp->thread_on; p++) {
+    for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
         short events;
         if (!ep || ep->dead)

@@ -104,7 +104,7 @@ static void region_quiesce(gs_tcp_tp *tp, gs_tcp_mr *mr)
         gs_tcp_ep *ep = tp->base.eps ? gs_tcp_ep_at(tp, p) : NULL;
         if (ep && ep_uses(ep, mr))
             gs_tcp_ep_fail(ep, GS_ERR_REMOTE_ACCESS,
-                           "rank %d: region key %#llx deregistered while peer %d was still accessing it; "
+                           "rank %d: region key %#llx deregistered while rank %d was still accessing it; "
                            "dropping the connection",
                            tp->base.rank, (unsigned long long)mr->key, p);
     }

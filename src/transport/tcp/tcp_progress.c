@@ -122,7 +122,7 @@ void gs_tcp_tx_flush(gs_tcp_ep *ep)
             return;
         }
         if (sent < 0) {
-            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: sending to peer %d failed: %s; connection lost",
+            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: sending to rank %d failed: %s; connection lost",
                            ep->base.tp->rank, ep->base.peer, strerror(errno));
             return;
         }
@@ -186,6 +186,7 @@ void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
     va_end(ap);
     ep->err = status;
     ep->err_reported = false;
+    ep->lost = true;
     gs_fail(GS_SUBSYS_TCP, status, "%s", ep->why);
     ep_stop(ep);
 }
@@ -194,10 +195,10 @@ void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why)
 {
     if (ep->dead)
         return;
-    snprintf(ep->why, sizeof(ep->why), "rank %d: peer %d %s", ep->base.tp->rank, ep->base.peer, why);
+    snprintf(ep->why, sizeof(ep->why), "rank %d: rank %d %s", ep->base.tp->rank, ep->base.peer, why);
     gs_log_info(TCP, "%s", ep->why);
     ep->err = GS_ERR_PEER_LOST;
-    ep->err_reported = ep->pend_count == 0 && ep->recv_count == 0;
+    ep->err_reported = false;
     ep_stop(ep);
 }
 
@@ -211,7 +212,7 @@ static void refuse(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, gs_status status, const
     if (ep->tx_count == 0 && gs_tcp_op_is_request(hdr->op) && gs_tcp_tx_push(ep, &nak, NULL, false))
         gs_tcp_tx_flush(ep);
     gs_tcp_ep_fail(ep, status,
-                   "rank %d: dropping the connection from peer %d: its %s (key %#llx, offset %llu, length %llu) "
+                   "rank %d: dropping the connection from rank %d: its %s (key %#llx, offset %llu, length %llu) "
                    "was refused: %s",
                    ep->base.tp->rank, ep->base.peer, gs_tcp_op_name(hdr->op), (unsigned long long)hdr->key,
                    (unsigned long long)hdr->off,
@@ -350,7 +351,7 @@ static int take_reply(gs_tcp_ep *ep, const gs_tcp_hdr *hdr)
     bool is_read = hdr->op == GS_TCP_OP_READ_RESP;
     if (!e || e->seq != hdr->seq || (e->opcode == GS_WC_READ) != is_read || (is_read && e->len != hdr->len)) {
         gs_tcp_ep_fail(ep, GS_ERR_PROTOCOL,
-                       "rank %d: dropping the connection from peer %d: %s for request %llu matches no "
+                       "rank %d: dropping the connection from rank %d: %s for request %llu matches no "
                        "outstanding operation",
                        ep->base.tp->rank, ep->base.peer, gs_tcp_op_name(hdr->op), (unsigned long long)hdr->seq);
         return -1;
@@ -382,8 +383,9 @@ static void take_nak(gs_tcp_ep *ep, const gs_tcp_hdr *hdr)
     }
     if (hdr->seq > ep->acked)
         ep->acked = hdr->seq; /* everything before the refused request was served */
-    gs_tcp_ep_fail(ep, status, "rank %d: peer %d refused our %s%s: %s (its log says why); the endpoint is now in error",
+    gs_tcp_ep_fail(ep, status, "rank %d: rank %d refused our %s%s: %s (its log says why); the endpoint is now in error",
                    ep->base.tp->rank, ep->base.peer, what, detail, gs_strerror(status));
+    ep->lost = false; /* the peer is alive: it refused an access of ours */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -455,7 +457,7 @@ static bool rx_header(gs_tcp_tp *tp, gs_tcp_ep *ep)
 
     memcpy(&hdr, ep->rx.buf + ep->rx.rpos, sizeof(hdr));
     if (ep->bye_rcvd) {
-        gs_tcp_ep_fail(ep, GS_ERR_PROTOCOL, "rank %d: dropping the connection from peer %d: a frame after its goodbye",
+        gs_tcp_ep_fail(ep, GS_ERR_PROTOCOL, "rank %d: dropping the connection from rank %d: a frame after its goodbye",
                        tp->base.rank, ep->base.peer);
         return false;
     }
@@ -544,14 +546,14 @@ static bool rx_closed(gs_tcp_tp *tp, gs_tcp_ep *ep, ssize_t got)
         return false;
     if (mid_frame)
         gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST,
-                       "rank %d: connection from peer %d ended inside a %s frame (truncated; %s); dropped",
+                       "rank %d: connection from rank %d ended inside a %s frame (truncated; %s); dropped",
                        tp->base.rank, ep->base.peer,
                        ep->rx.state == GS_TCP_RX_PAYLOAD ? gs_tcp_op_name(ep->rx.hdr.op) : "partial header",
                        got == 0 ? "end of stream" : strerror(errno));
     else if (ep->bye_rcvd)
         gs_tcp_ep_close_quiet(ep, "closed its transport");
     else
-        gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: connection to peer %d lost (%s): did it exit or crash?",
+        gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: connection to rank %d lost (%s): did it exit or crash?",
                        tp->base.rank, ep->base.peer, got == 0 ? "closed by the peer" : strerror(errno));
     return false;
 }
@@ -593,13 +595,13 @@ static void check_deadlines(gs_tcp_tp *tp, gs_tcp_ep *ep, uint64_t now)
             continue;
         if (now > e->posted_ns && now - e->posted_ns > limit)
             gs_tcp_ep_fail(ep, GS_ERR_TIMEOUT,
-                           "rank %d: no answer from peer %d to operation wr_id %llu within %lld ms "
+                           "rank %d: no answer from rank %d to operation wr_id %llu within %lld ms "
                            "(is it polling? GS_PROGRESS_THREAD=1 serves peers while computing)",
                            tp->base.rank, ep->base.peer, (unsigned long long)e->wr_id, (long long)timeout_ms);
         break; /* later operations were posted later */
     }
     if (!ep->dead && ep->tx_count && now > ep->tx_stuck_since && now - ep->tx_stuck_since > limit)
-        gs_tcp_ep_fail(ep, GS_ERR_TIMEOUT, "rank %d: peer %d has taken no data for %lld ms; giving up",
+        gs_tcp_ep_fail(ep, GS_ERR_TIMEOUT, "rank %d: rank %d has taken no data for %lld ms; giving up",
                        tp->base.rank, ep->base.peer, (long long)timeout_ms);
 }
 

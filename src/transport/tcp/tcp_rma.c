@@ -26,12 +26,17 @@ static bool opcode_has_reply(gs_wc_opcode opcode)
     return opcode == GS_WC_READ || opcode == GS_WC_FETCH_ADD || opcode == GS_WC_CMP_SWAP;
 }
 
-/* The status a post on a failed endpoint returns: its cause once, then FLUSHED. */
+/* The status a post on a dead endpoint returns: PEER_LOST if the peer died
+ * or closed; after a refusal of ours, that error once, then FLUSHED. */
 static gs_status dead_status(gs_tcp_ep *ep)
 {
-    gs_status status = ep->err_reported ? GS_ERR_FLUSHED : ep->err;
+    gs_status status;
+    if (ep->lost || ep->bye_rcvd)
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: no connection to rank %d: %s", ep->base.tp->rank,
+                       ep->base.peer, ep->why);
+    status = ep->err_reported ? GS_ERR_FLUSHED : ep->err;
     ep->err_reported = true;
-    return gs_fail(GS_SUBSYS_TCP, status, "rank %d: endpoint to peer %d is in error: %s", ep->base.tp->rank,
+    return gs_fail(GS_SUBSYS_TCP, status, "rank %d: the endpoint to rank %d is in error: %s", ep->base.tp->rank,
                    ep->base.peer, ep->why);
 }
 
@@ -76,10 +81,11 @@ static gs_status post(gs_ep *base, gs_tcp_hdr *hdr, const void *payload, const p
         gs_tcp_tx_push(ep, hdr, payload, true);
         if ((a->flags & GS_OP_SIGNALED) || opcode_has_reply(a->opcode))
             pend_push(ep, a, hdr->seq);
-        if (!ep->tx_blocked)
+        if (!ep->tx_blocked) {
             gs_tcp_tx_flush(ep);
-        if (ep->tx_count)
-            gs_tcp_wake_thread(tp); /* so a sleeping progress thread watches for room */
+            if (ep->tx_blocked)
+                gs_tcp_wake_thread(tp); /* so a serving progress thread watches for room */
+        }
     }
     pthread_mutex_unlock(&tp->lock);
     return status;
@@ -89,10 +95,10 @@ static gs_status check_target(const gs_ep *ep, const gs_rmr_head *rmr, uint64_t 
 {
     if (rmr->owner != (uint32_t)ep->peer)
         return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID,
-                       "rank %d: a region of rank %u used on the endpoint to peer %d", ep->tp->rank, rmr->owner,
+                       "rank %d: a region of rank %u used on the endpoint to rank %d", ep->tp->rank, rmr->owner,
                        ep->peer);
     if (len > GS_TCP_MAX_PAYLOAD)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID, "rank %d: %llu bytes to peer %d exceed one tcp operation",
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID, "rank %d: %llu bytes to rank %d exceed one tcp operation",
                        ep->tp->rank, (unsigned long long)len, ep->peer);
     return GS_OK;
 }
@@ -153,7 +159,7 @@ gs_status gs_tcp_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64
     post_args a = {.opcode = GS_WC_SEND, .wr_id = wr_id, .flags = flags};
     (void)lmr;
     if (len > GS_SEND_MAX)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID, "rank %d: SEND of %zu bytes to peer %d exceeds GS_SEND_MAX (%d)",
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID, "rank %d: SEND of %zu bytes to rank %d exceeds GS_SEND_MAX (%d)",
                        ep->tp->rank, len, ep->peer, GS_SEND_MAX);
     return post(ep, &hdr, src, &a);
 }
@@ -166,10 +172,11 @@ void gs_tcp_ep_match_unexp(gs_tcp_tp *tp, gs_tcp_ep *ep)
         gs_wc wc = {.wr_id = r->wr_id, .status = GS_OK, .opcode = GS_WC_RECV, .len = (uint32_t)u->len,
                     .peer = ep->base.peer};
         if (u->len <= r->cap) {
-            memcpy(r->buf, u->buf, u->len);
+            if (u->len)
+                memcpy(r->buf, u->buf, u->len);
         } else {
             wc.status = GS_ERR_INVALID;
-            gs_log_error(TCP, "rank %d: a SEND of %llu bytes from peer %d does not fit the posted receive of %llu bytes "
+            gs_log_error(TCP, "rank %d: a SEND of %llu bytes from rank %d does not fit the posted receive of %llu bytes "
                          "(wr_id %llu); message dropped",
                          tp->base.rank, (unsigned long long)u->len, ep->base.peer, (unsigned long long)r->cap,
                          (unsigned long long)r->wr_id);

@@ -64,10 +64,10 @@ static gs_status send_hello(const setup_state *st, int fd, int kind, int to_peer
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EINTR)
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: sending the tcp hello to peer %d failed: %s",
+            return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: sending the tcp hello to rank %d failed: %s",
                            st->s->rank, to_peer, strerror(errno));
         if (gs_deadline_passed(st->s->deadline_ns) || poll(&pfd, 1, gs_deadline_left_ms(st->s->deadline_ns)) < 0)
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT, "rank %d: sending the tcp hello to peer %d timed out",
+            return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT, "rank %d: sending the tcp hello to rank %d timed out",
                            st->s->rank, to_peer);
     }
     return GS_OK;
@@ -82,7 +82,7 @@ static void dial(setup_state *st, setup_conn *c)
         c->phase = C_CONNECTING;
         return;
     }
-    gs_log_debug(TCP, "rank %d: connect to peer %d at %s failed (%s); retrying", st->s->rank, c->peer, c->from,
+    gs_log_debug(TCP, "rank %d: connect to rank %d at %s failed (%s); retrying", st->s->rank, c->peer, c->from,
                  strerror(errno));
     if (c->fd >= 0)
         close(c->fd);
@@ -99,7 +99,7 @@ static gs_status on_connected(setup_state *st, setup_conn *c)
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
     if (err) {
-        gs_log_debug(TCP, "rank %d: connect to peer %d at %s: %s; retrying", st->s->rank, c->peer, c->from,
+        gs_log_debug(TCP, "rank %d: connect to rank %d at %s: %s; retrying", st->s->rank, c->peer, c->from,
                      strerror(err));
         close(c->fd);
         c->fd = -1;
@@ -149,7 +149,7 @@ static gs_status on_hello_ack(setup_state *st, setup_conn *c)
         why = "the answer came from another rank";
     }
     if (status != GS_OK)
-        return gs_fail(GS_SUBSYS_TCP, status, "rank %d: tcp hello answer from peer %d at %s refused: %s", st->s->rank,
+        return gs_fail(GS_SUBSYS_TCP, status, "rank %d: tcp hello answer from rank %d at %s refused: %s", st->s->rank,
                        c->peer, c->from, why);
     st->fds[c->peer] = c->fd;
     st->missing--;
@@ -166,7 +166,7 @@ static gs_status on_readable(setup_state *st, setup_conn *c)
     if (n <= 0) {
         if (c->phase == C_WAIT_ACK)
             return gs_fail(GS_SUBSYS_TCP, GS_ERR_AUTH,
-                           "rank %d: peer %d at %s closed the connection during the tcp hello (%s): "
+                           "rank %d: rank %d at %s closed the connection during the tcp hello (%s): "
                            "does its GS_JOB_TOKEN match? see its log",
                            st->s->rank, c->peer, c->from, n == 0 ? "end of stream" : strerror(errno));
         gs_log_warn(TCP, "rank %d: dropped a tcp connection from %s: it closed after %zu of %zu hello bytes",

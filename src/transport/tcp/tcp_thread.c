@@ -1,9 +1,13 @@
-/* The optional progress thread (GS_PROGRESS_THREAD=1): sleeps in poll() on
- * every socket and its own eventfd, and runs the progress engine when one is
- * ready, so a rank that is busy computing still serves its peers' READs,
- * atomics and acknowledgements. It shares tp->lock with the caller. */
+/* The progress thread. While the caller polls, it stays out of the way
+ * (asleep on its eventfd, looking again when the caller could have gone
+ * quiet); once the caller has not polled for GS_TCP_TAKEOVER_NS it sleeps in
+ * poll() on every socket and runs the progress engine when one is ready, so
+ * a rank that computes, or waits in the store, still serves its peers' READs,
+ * atomics and acknowledgements. With GS_PROGRESS_THREAD=1 it serves all the
+ * time. It shares tp->lock with the caller. */
 #include "transport/tcp/tcp.h"
 
+#include "util/clock.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -39,6 +43,17 @@ static int thread_pass(gs_tcp_tp *tp, struct pollfd *pfds)
     return n;
 }
 
+/* Under the lock: how long to stay out of the caller's way (0: serve now). */
+static int dormant_ms(const gs_tcp_tp *tp)
+{
+    uint64_t now = gs_now_ns(), quiet_at = tp->user_ns + GS_TCP_TAKEOVER_NS;
+    if (tp->base.cfg->progress_thread || (tp->waiters == 0 && now >= quiet_at))
+        return 0;
+    if (tp->waiters > 0) /* a blocked waiter watches the sockets itself */
+        return (int)(GS_TCP_TAKEOVER_NS / 1000000ull);
+    return (int)((quiet_at - now + 999999ull) / 1000000ull);
+}
+
 static void *thread_main(void *arg)
 {
     gs_tcp_tp *tp = arg;
@@ -51,16 +66,20 @@ static void *thread_main(void *arg)
     }
     gs_log_set_rank(tp->base.rank);
     for (;;) {
-        int n;
+        int n = 1, timeout;
         pthread_mutex_lock(&tp->lock);
         if (tp->thread_stop) {
             pthread_mutex_unlock(&tp->lock);
             break;
         }
-        n = thread_pass(tp, pfds);
+        timeout = dormant_ms(tp);
+        pfds[0] = (struct pollfd){.fd = tp->thread_wake_fd, .events = POLLIN};
+        if (timeout == 0) {
+            n = thread_pass(tp, pfds);
+            timeout = 100; /* at most, so that operation deadlines are checked */
+        }
         pthread_mutex_unlock(&tp->lock);
-        /* 100 ms at most, so that operation deadlines are checked */
-        if (poll(pfds, (nfds_t)n, 100) > 0 && (pfds[0].revents & POLLIN) &&
+        if (poll(pfds, (nfds_t)n, timeout) > 0 && (pfds[0].revents & POLLIN) &&
             read(tp->thread_wake_fd, &drain, sizeof(drain)) < 0 && errno != EAGAIN)
             gs_log_warn(TCP, "rank %d: reading the progress thread's eventfd failed: %s", tp->base.rank,
                         strerror(errno));

@@ -94,15 +94,15 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         status = connect_peers(tp, lfd, blobs);
     if (lfd >= 0)
         close(lfd);
-    if (status == GS_OK && cfg->progress_thread)
+    if (status == GS_OK)
         status = gs_tcp_thread_start(tp);
     free(blobs);
     if (status != GS_OK) {
         gs_tcp_tp_destroy(tp);
         return status;
     }
-    gs_log_info(TCP, "rank %d: tcp transport %u connected to %d peer(s)%s", ctx->rank, tp->instance, ctx->size - 1,
-                cfg->progress_thread ? ", progress thread on" : "");
+    gs_log_info(TCP, "rank %d: tcp transport %u connected to %d peer(s), progress thread %s", ctx->rank,
+                tp->instance, ctx->size - 1, cfg->progress_thread ? "serving always" : "serving when the caller is away");
     *tp_p = &tp->base;
     return GS_OK;
 }
