@@ -207,7 +207,7 @@ void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why)
 static void refuse(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, gs_status status, const char *why)
 {
     gs_tcp_hdr nak = {.version = GS_TCP_PROTO_VERSION, .op = GS_TCP_OP_NAK, .status = (uint8_t)-status,
-                      .seq = hdr->seq};
+                      .seq = ep->rx_seq}; /* the number the refused request should have had */
     tx_drop(ep, false);
     if (ep->tx_count == 0 && gs_tcp_op_is_request(hdr->op) && gs_tcp_tx_push(ep, &nak, NULL, false))
         gs_tcp_tx_flush(ep);
