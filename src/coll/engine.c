@@ -191,13 +191,15 @@ static bool overdue(const gs_comm *comm)
            gs_now_ns() - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
 }
 
-/* Blocks in the transport until a completion comes (or a little while). */
+/* Blocks in the transport until a completion comes, at most until the
+ * head request's deadline. */
 static gs_status wait_completions(gs_comm *comm)
 {
     int n, max = (int)(sizeof(comm->wcs) / sizeof(comm->wcs[0]));
-    gs_status st = gs_tp_wait(comm->tp, comm->wcs, max, &n, 100);
+    int64_t left_ms = comm->cfg->timeout_ms - (int64_t)((gs_now_ns() - comm->progress_ns) / 1000000u);
+    gs_status st = gs_tp_wait(comm->tp, comm->wcs, max, &n, left_ms < 1 ? 1 : (int)left_ms);
     if (st == GS_ERR_TIMEOUT)
-        return GS_OK;
+        return GS_OK; /* the caller sees the deadline passed */
     if (st != GS_OK) {
         gs_engine_fail(comm, st, gs_last_error(), true);
         return st;
