@@ -27,7 +27,7 @@ static void advance_released(gs_comm *comm, gs_chan *ch)
     if (ch->rx_released != before) {
         gs_status st = gs_chan_credit(comm, ch);
         if (st != GS_OK)
-            gs_engine_fail(comm, st, gs_last_error(), true);
+            gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
     }
 }
 
@@ -130,8 +130,8 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
         char text[sizeof(a->text)];
         memcpy(text, a->text, len);
         text[len] = '\0';
-        gs_engine_fail(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, text, false);
-        return comm->failed;
+        gs_engine_fail(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, a->seq, text, false);
+        return GS_OK; /* recorded: calls before a->seq go on */
     }
     if (kind != GS_COLL_IMM_DATA || ch->rx_arrived - ch->rx_next >= GS_COLL_SLOTS)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,

@@ -185,6 +185,7 @@ struct gs_comm {
     gs_req sync_req;      /* the blocking calls' request */
     uint64_t progress_ns; /* last time anything moved (for the deadline) */
     gs_status failed;     /* GS_OK, or the error every later call returns */
+    uint64_t failed_seq;  /* the first call the failure concerns */
     char failed_text[GS_COLL_CTRL_BYTES];
     /* progress thread (GS_PROGRESS_THREAD) */
     bool threaded;
@@ -274,9 +275,12 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req);
 gs_status gs_engine_test(gs_comm *comm, gs_req *req);
 /* Polls once and runs the queue; never blocks. Caller holds the lock. */
 gs_status gs_engine_progress(gs_comm *comm);
-/* Fails the communicator: every queued request ends with status; unless
- * quiet (the news came from a peer), every peer is told. */
-void gs_engine_fail(gs_comm *comm, gs_status status, const char *text, bool tell_peers);
+/* Fails the communicator from call seq on: queued requests from seq on end
+ * with status (earlier ones still finish), later calls return it; with
+ * tell_peers every peer is told (not when the news came from a peer). */
+void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell_peers);
+/* The call a failure now concerns: the head request's, else the next one. */
+uint64_t gs_engine_current_seq(const gs_comm *comm);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 

@@ -197,17 +197,20 @@ gs_status gs_comm_destroy(gs_comm *comm)
     char tag[64];
     if (!comm)
         return GS_OK;
-    if (comm->head)
+    if (comm->head && comm->failed == GS_OK)
         gs_log_warn(COLL, "rank %d: destroying a communicator with requests in flight (call #%llu on)",
                     comm->rank, (unsigned long long)comm->head->op.seq);
-    /* no peer may still be writing a credit into our inbox when it goes:
-     * wait for every rank (a failed communicator does not wait) */
-    if (comm->failed == GS_OK && comm->size > 1) {
+    /* no peer may still be writing into our inbox when it goes: wait for
+     * every rank. After a failure the wait is only a courtesy (a peer may
+     * be gone): its outcome is not an error. */
+    if (comm->size > 1) {
         snprintf(tag, sizeof(tag), "coll/%u/destroy", comm->id);
         st = gs_store_barrier(comm->ctx, tag);
-        if (st != GS_OK)
+        if (st != GS_OK && comm->failed == GS_OK)
             gs_log_warn(COLL, "rank %d: the other ranks did not all reach gs_comm_destroy: %s", comm->rank,
                         gs_last_error());
+        if (comm->failed != GS_OK)
+            st = GS_OK;
     }
     release(comm);
     return st;

@@ -33,7 +33,7 @@ static void unlock(gs_comm *comm)
 
 /* Tells every peer, best effort: they fail their call at once instead of
  * waiting for their deadline. */
-static void tell_peers(gs_comm *comm, gs_status status, const char *text)
+static void tell_peers(gs_comm *comm, gs_status status, uint64_t seq, const char *text)
 {
     gs_coll_abort *a = (gs_coll_abort *)comm->abort_src;
     size_t len = strlen(text);
@@ -44,7 +44,7 @@ static void tell_peers(gs_comm *comm, gs_status status, const char *text)
     a->status = (int32_t)status;
     a->rank = (uint32_t)comm->rank;
     a->len = (uint32_t)len;
-    a->seq = comm->head ? comm->head->op.seq : comm->seq_done;
+    a->seq = seq;
     memcpy(a->text, text, len);
     a->text[len] = '\0';
     for (int p = 0; p < comm->size; p++) {
@@ -85,16 +85,44 @@ static void finish_head(gs_comm *comm, gs_status status)
         pthread_cond_broadcast(&comm->cond);
 }
 
-void gs_engine_fail(gs_comm *comm, gs_status status, const char *text, bool tell)
+uint64_t gs_engine_current_seq(const gs_comm *comm)
 {
-    if (comm->failed != GS_OK)
-        return;
+    return comm->head ? comm->head->op.seq : comm->seq_done + 1;
+}
+
+void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell)
+{
+    gs_req **link = &comm->head;
+    if (comm->failed != GS_OK && seq >= comm->failed_seq)
+        return; /* already failed from an earlier call on */
     comm->failed = status;
+    comm->failed_seq = seq;
     snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
     if (tell)
-        tell_peers(comm, status, comm->failed_text);
-    while (comm->head)
-        finish_head(comm, status);
+        tell_peers(comm, status, seq, comm->failed_text);
+    /* calls before the failed one still finish: their messages were all
+     * sent before any rank entered the failed call */
+    while (*link && (*link)->op.seq < seq)
+        link = &(*link)->next;
+    while (*link) {
+        gs_req *req = *link;
+        *link = req->next;
+        req->next = NULL;
+        req->status = status;
+    }
+    if (!comm->head)
+        comm->tail = NULL;
+    else
+        for (comm->tail = comm->head; comm->tail->next;)
+            comm->tail = comm->tail->next;
+    if (comm->threaded)
+        pthread_cond_broadcast(&comm->cond);
+}
+
+/* Whether the failure stops the head request (or any new one). */
+static bool blocked(const gs_comm *comm)
+{
+    return comm->failed != GS_OK && (!comm->head || comm->head->op.seq >= comm->failed_seq);
 }
 
 /* Runs one op's steps until one has to wait: GS_OK when the op is done. */
@@ -130,7 +158,7 @@ static gs_status run_queue(gs_comm *comm)
         if (st == GS_INPROGRESS)
             return GS_OK;
         if (st != GS_OK) {
-            gs_engine_fail(comm, st, gs_last_error(), true);
+            gs_engine_fail(comm, st, op->seq, gs_last_error(), true);
             return st;
         }
         finish_head(comm, GS_OK);
@@ -138,28 +166,32 @@ static gs_status run_queue(gs_comm *comm)
     return GS_OK;
 }
 
+/* Handles every completion polled (all of them: calls before a failed one
+ * may still need the later ones). */
 static gs_status dispatch(gs_comm *comm, int n)
 {
+    gs_status first = GS_OK;
     for (int i = 0; i < n; i++) {
         gs_status st = gs_chan_complete(comm, &comm->wcs[i]);
-        if (st != GS_OK) {
-            gs_engine_fail(comm, st, gs_last_error(), st != GS_ERR_PEER_LOST || comm->size > 2);
-            return st;
+        if (st != GS_OK && first == GS_OK) {
+            first = st;
+            gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(),
+                           st != GS_ERR_PEER_LOST || comm->size > 2);
         }
     }
-    return GS_OK;
+    return first;
 }
 
 gs_status gs_engine_progress(gs_comm *comm)
 {
     int n, max = (int)(sizeof(comm->wcs) / sizeof(comm->wcs[0]));
     gs_status st;
-    if (comm->failed != GS_OK)
+    if (blocked(comm))
         return comm->failed;
     do {
         st = gs_tp_poll(comm->tp, comm->wcs, max, &n);
         if (st != GS_OK) {
-            gs_engine_fail(comm, st, gs_last_error(), true);
+            gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
             return st;
         }
         st = dispatch(comm, n);
@@ -182,7 +214,7 @@ static void time_out(gs_comm *comm)
     snprintf(text, sizeof(text), "rank %d: %s made no progress for %lld ms (GS_TIMEOUT_MS): %s", comm->rank,
              call, (long long)comm->cfg->timeout_ms, wait);
     gs_fail(GS_SUBSYS_COLL, GS_ERR_TIMEOUT, "%s", text);
-    gs_engine_fail(comm, GS_ERR_TIMEOUT, text, true);
+    gs_engine_fail(comm, GS_ERR_TIMEOUT, op->seq, text, true);
 }
 
 static bool overdue(const gs_comm *comm)
@@ -201,7 +233,7 @@ static gs_status wait_completions(gs_comm *comm)
     if (st == GS_ERR_TIMEOUT)
         return GS_OK; /* the caller sees the deadline passed */
     if (st != GS_OK) {
-        gs_engine_fail(comm, st, gs_last_error(), true);
+        gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
         return st;
     }
     return dispatch(comm, n);
@@ -211,7 +243,7 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 {
     gs_status st;
     lock(comm);
-    if (comm->failed != GS_OK) {
+    if (comm->failed != GS_OK && comm->seq_issued + 1 >= comm->failed_seq) {
         st = comm->failed;
         gs_error_restore(comm->failed_text);
         unlock(comm);
@@ -249,7 +281,8 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
             pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
             continue;
         }
-        if (gs_engine_progress(comm) != GS_OK || req->status != GS_INPROGRESS)
+        gs_engine_progress(comm);
+        if (req->status != GS_INPROGRESS)
             break;
         if (overdue(comm)) {
             time_out(comm);
@@ -300,7 +333,7 @@ static void *progress_main(void *arg)
     unsigned idle = 0;
     pthread_mutex_lock(&comm->lock);
     while (!comm->stop) {
-        if (!comm->head || comm->failed != GS_OK) {
+        if (!comm->head || blocked(comm)) {
             pthread_cond_wait(&comm->cond, &comm->lock);
             continue;
         }
