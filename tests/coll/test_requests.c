@@ -171,7 +171,7 @@ CC_TEST(allreduce_multi_fuses_tensors)
 static void multi_mismatch_body(gs_ctx *ctx, int rank, void *argp)
 {
     const cc_arg *a = argp;
-    float x[10] = {0};
+    float x[16] = {0};
     gs_tensor t[2] = {{x, x, rank == 0 ? 4 : 6}, {x + 6, x + 6, rank == 0 ? 6 : 4}};
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, a->transport, &tp);
