@@ -80,23 +80,24 @@ typedef struct bench {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: gsrun -n N gsbench [options]\n"
-               "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast\n"
-               "  -t, --type T      f32 (default), f64, f16, bf16, i32, i64\n"
-               "  -o, --op OP       sum (default), avg, min, max, prod\n"
-               "  -b, --min B       smallest size (default 8; K, M, G suffixes)\n"
-               "  -e, --max B       largest size (default 64M)\n"
-               "  -f, --factor F    size step factor (default 2)\n"
-               "      --sizes LIST  explicit sizes, comma separated (e.g. 8,64,1K,4K,64K,1M,16M,64M)\n"
-               "      --iters N     timed iterations per size (default: 2^28/size x scale, 20..1000 x scale)\n"
-               "      --warmup N    warm-up calls per size (default iters/10, at least 5)\n"
-               "      --scale S     iteration scale (e.g. 0.25 when ranks outnumber cores)\n"
-               "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
-               "      --root R      broadcast root (default 0)\n"
-               "      --inplace     in place (recvbuf == sendbuf or its block)\n"
-               "      --pin         pin each rank to core (local rank mod cores)\n"
-               "      --json        one JSON object instead of the table\n"
-               "Algorithm: GS_ALGO; chunk: GS_CHUNK_BYTES (gsinfo --params lists them).\n");
+    fprintf(f,
+            "usage: gsrun -n N gsbench [options]\n"
+            "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast\n"
+            "  -t, --type T      f32 (default), f64, f16, bf16, i32, i64\n"
+            "  -o, --op OP       sum (default), avg, min, max, prod\n"
+            "  -b, --min B       smallest size (default 8; K, M, G suffixes)\n"
+            "  -e, --max B       largest size (default 64M)\n"
+            "  -f, --factor F    size step factor (default 2)\n"
+            "      --sizes LIST  explicit sizes, comma separated (e.g. 8,64,1K,4K,64K,1M,16M,64M)\n"
+            "      --iters N     timed iterations per size (default: 2^28/size x scale, 20..1000 x scale)\n"
+            "      --warmup N    warm-up calls per size (default iters/10, at least 5)\n"
+            "      --scale S     iteration scale (e.g. 0.25 when ranks outnumber cores)\n"
+            "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
+            "      --root R      broadcast root (default 0)\n"
+            "      --inplace     in place (recvbuf == sendbuf or its block)\n"
+            "      --pin         pin each rank to core (local rank mod cores)\n"
+            "      --json        one JSON object instead of the table\n"
+            "Algorithm: GS_ALGO; chunk: GS_CHUNK_BYTES (gsinfo --params lists them).\n");
 }
 
 static int parse_name(const char *arg, const char *const *names, int count, const char *what)
@@ -121,14 +122,22 @@ static size_t parse_bytes(const char *arg, const char *what)
 static void parse_opts(int argc, char **argv, bench_opts *o)
 {
     static const struct option longs[] = {
-        {"coll", required_argument, NULL, 'c'},  {"type", required_argument, NULL, 't'},
-        {"op", required_argument, NULL, 'o'},    {"min", required_argument, NULL, 'b'},
-        {"max", required_argument, NULL, 'e'},   {"factor", required_argument, NULL, 'f'},
-        {"sizes", required_argument, NULL, 'S'}, {"iters", required_argument, NULL, 'n'},
-        {"warmup", required_argument, NULL, 'w'}, {"scale", required_argument, NULL, 's'},
-        {"transport", required_argument, NULL, 'T'}, {"root", required_argument, NULL, 'r'},
-        {"inplace", no_argument, NULL, 'i'},     {"pin", no_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},        {"help", no_argument, NULL, 'h'},
+        {"coll", required_argument, NULL, 'c'},
+        {"type", required_argument, NULL, 't'},
+        {"op", required_argument, NULL, 'o'},
+        {"min", required_argument, NULL, 'b'},
+        {"max", required_argument, NULL, 'e'},
+        {"factor", required_argument, NULL, 'f'},
+        {"sizes", required_argument, NULL, 'S'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"scale", required_argument, NULL, 's'},
+        {"transport", required_argument, NULL, 'T'},
+        {"root", required_argument, NULL, 'r'},
+        {"inplace", no_argument, NULL, 'i'},
+        {"pin", no_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     static const char *const types[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
@@ -203,7 +212,10 @@ static void expected(const bench *b, size_t i, void *p)
     double acc = value(op, integer, 0, i);
     for (int r = 1; r < b->n; r++) {
         double v = value(op, integer, r, i);
-        acc = op == GS_PROD ? acc * v : op == GS_MIN ? (v < acc ? v : acc) : op == GS_MAX ? (v > acc ? v : acc) : acc + v;
+        acc = op == GS_PROD  ? acc * v
+              : op == GS_MIN ? (v < acc ? v : acc)
+              : op == GS_MAX ? (v > acc ? v : acc)
+                             : acc + v;
     }
     if (op == GS_AVG) {
         if (integer)
@@ -262,11 +274,11 @@ static gs_status call(bench *b, size_t count)
     case C_ALLREDUCE:
         return gs_allreduce(b->comm, b->o.inplace ? b->recv : send, b->recv, count, b->o.dtype, b->o.op);
     case C_REDUCE_SCATTER:
-        return gs_reduce_scatter(b->comm, send, b->o.inplace ? send + (size_t)b->rank * count * es : b->recv, count,
-                                 b->o.dtype, b->o.op);
+        return gs_reduce_scatter(b->comm, send, b->o.inplace ? send + (size_t)b->rank * count * es : b->recv,
+                                 count, b->o.dtype, b->o.op);
     case C_ALLGATHER:
-        return gs_allgather(b->comm, b->o.inplace ? b->recv + (size_t)b->rank * count * es : send, b->recv, count,
-                            b->o.dtype);
+        return gs_allgather(b->comm, b->o.inplace ? b->recv + (size_t)b->rank * count * es : send, b->recv,
+                            count, b->o.dtype);
     case C_BROADCAST:
         return gs_broadcast(b->comm, b->o.inplace ? b->recv : send, b->recv, count, b->o.dtype, b->o.root);
     default: return GS_ERR_INVALID;
@@ -366,7 +378,7 @@ static void measure(bench *b, size_t bytes, bench_row *row)
         (st = gs_allreduce(b->comm, &wrong, &wrong_all, 1, GS_I64, GS_SUM)) != GS_OK)
         fail("gathering the times", st);
     qsort(b->tmax, (size_t)iters, sizeof(double), cmp_double);
-    double factor = b->o.coll == C_ALLREDUCE ? 2.0 * (b->n - 1) / b->n
+    double factor = b->o.coll == C_ALLREDUCE   ? 2.0 * (b->n - 1) / b->n
                     : b->o.coll == C_BROADCAST ? 1.0
                                                : (double)(b->n - 1) / b->n;
     size_t real_bytes = total * gs_dtype_size(b->o.dtype);
@@ -393,13 +405,13 @@ static const char *algo_name(const gs_config *cfg)
 
 static void print_header(const bench *b)
 {
-    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %llu B, %s, %s%s\n", coll_names[b->o.coll], b->n,
-           gs_tp_name(b->tp), algo_name(&b->ctx->cfg), (unsigned long long)b->ctx->cfg.chunk_bytes,
-           b->o.inplace ? "in place" : "out of place", b->o.pin ? "pinned" : "not pinned",
-           b->o.coll == C_BROADCAST ? "" : "");
+    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %llu B, %s, %s%s\n",
+           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
+           (unsigned long long)b->ctx->cfg.chunk_bytes, b->o.inplace ? "in place" : "out of place",
+           b->o.pin ? "pinned" : "not pinned", b->o.coll == C_BROADCAST ? "" : "");
     printf("# time: median over iterations of the max over ranks (min, max alongside)\n");
-    printf("%12s %12s %6s %6s %11s %11s %11s %10s %10s %8s %6s\n", "size(B)", "count", "type", "redop", "time(us)",
-           "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
+    printf("%12s %12s %6s %6s %11s %11s %11s %10s %10s %8s %6s\n", "size(B)", "count", "type", "redop",
+           "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
 }
 
 static void print_row(const bench *b, const bench_row *r)
@@ -413,17 +425,20 @@ static void print_row(const bench *b, const bench_row *r)
 
 static void print_json(const bench *b, const bench_row *rows, int nrows)
 {
-    printf("{\"tool\": \"gsbench\", \"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"algo\": \"%s\", "
-           "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"pinned\": %s, \"rows\": [",
+    printf("{\"tool\": \"gsbench\", \"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"algo\": "
+           "\"%s\", "
+           "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"pinned\": %s, "
+           "\"rows\": [",
            coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
            (unsigned long long)b->ctx->cfg.chunk_bytes, gs_dtype_name(b->o.dtype), gs_redop_name(b->o.op),
            b->o.inplace ? "true" : "false", b->o.pin ? "true" : "false");
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
-        printf("%s\n  {\"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, "
-               "\"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": %llu, \"iters\": %ld}",
-               i ? "," : "", r->bytes, r->count, r->med_us, r->min_us, r->max_us, r->algbw, r->busbw,
-               (unsigned long long)r->wrong, r->iters);
+        printf(
+            "%s\n  {\"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, "
+            "\"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": %llu, \"iters\": %ld}",
+            i ? "," : "", r->bytes, r->count, r->med_us, r->min_us, r->max_us, r->algbw, r->busbw,
+            (unsigned long long)r->wrong, r->iters);
     }
     printf("\n]}\n");
 }
@@ -461,7 +476,8 @@ static void setup(bench *b)
         maxit = iterations(b, b->o.sizes[i]) > maxit ? iterations(b, b->o.sizes[i]) : maxit;
     }
     b->cap = maxb + 64;
-    if (gs_pages_alloc(b->cap, (void **)&b->send) != GS_OK || gs_pages_alloc(b->cap, (void **)&b->recv) != GS_OK)
+    if (gs_pages_alloc(b->cap, (void **)&b->send) != GS_OK ||
+        gs_pages_alloc(b->cap, (void **)&b->recv) != GS_OK)
         fail("allocating buffers", GS_ERR_NOMEM);
     b->times = calloc((size_t)maxit, sizeof(double));
     b->tmax = calloc((size_t)maxit, sizeof(double));

@@ -163,7 +163,8 @@ struct gs_comm {
     const gs_config *cfg;
     int rank;
     int size;
-    unsigned id; /* creation number in this process: names store keys */
+    unsigned id;         /* creation number in this process: names store keys */
+    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
     size_t slot_stride; /* header + chunk, rounded to cache lines */

@@ -223,6 +223,16 @@ static bool overdue(const gs_comm *comm)
            gs_now_ns() - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
 }
 
+/* How long a waiting rank polls (yielding) before it blocks. */
+static uint64_t spin_ns(const gs_comm *comm)
+{
+    if (comm->cfg->poll == GS_POLL_SPIN)
+        return UINT64_MAX;
+    return comm->cfg->poll == GS_POLL_EVENT
+               ? 0
+               : (uint64_t)(comm->cfg->spin_us > 0 ? comm->cfg->spin_us : 0) * 1000u;
+}
+
 /* Blocks in the transport until a completion comes, at most until the
  * head request's deadline. */
 static gs_status wait_completions(gs_comm *comm)
@@ -287,6 +297,10 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
         if (overdue(comm)) {
             time_out(comm);
             break;
+        }
+        if (comm->oversubscribed && gs_now_ns() - comm->progress_ns < spin_ns(comm)) {
+            sched_yield(); /* the rank we wait for may need this CPU */
+            continue;
         }
         wait_completions(comm);
     }
