@@ -111,6 +111,7 @@ static void note_oversubscription(gs_comm *comm, const comm_hello *all)
     for (int p = 0; p < comm->size; p++)
         local += all[p].host == me->host;
     comm->oversubscribed = local > (int)me->cores;
+    comm->all_local = local == comm->size;
 }
 
 static uint32_t usable_cores(void)
@@ -175,6 +176,7 @@ static void release(gs_comm *comm)
 {
     if (comm->threaded)
         gs_engine_thread_stop(comm);
+    gs_box_close(comm);
     free_request_list(comm->free_reqs);
     free_request_list(comm->head);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
@@ -225,6 +227,8 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
         st = alloc_requests(comm);
     if (st == GS_OK)
         st = exchange_descriptors(comm);
+    if (st == GS_OK && comm->size > 1 && comm->all_local && strcmp(gs_tp_name(comm->tp), "shm") == 0)
+        st = gs_box_open(comm);
     if (st == GS_OK && comm->cfg->progress_thread)
         st = gs_engine_thread_start(comm);
     if (st != GS_OK)

@@ -150,7 +150,7 @@ static gs_status run_queue(gs_comm *comm)
         gs_status st = GS_OK;
         if (!op->started) {
             op->started = true;
-            comm->progress_ns = gs_now_ns();
+            comm->progress_count++;
             st = gs_chan_check_queued(comm, op);
         }
         if (st == GS_OK)
@@ -217,10 +217,24 @@ static void time_out(gs_comm *comm)
     gs_engine_fail(comm, GS_ERR_TIMEOUT, op->seq, text, true);
 }
 
-static bool overdue(const gs_comm *comm)
+/* Whether the head request made no progress for GS_TIMEOUT_MS. Reads the
+ * clock: callers on a fast path call it now and then. */
+static bool overdue(gs_comm *comm)
 {
+    uint64_t now = gs_now_ns();
+    if (comm->progress_count != comm->progress_seen) {
+        comm->progress_seen = comm->progress_count;
+        comm->progress_ns = now;
+    }
     return comm->head && comm->cfg->timeout_ms >= 0 &&
-           gs_now_ns() - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+           now - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+}
+
+/* Whether the head request waits on peers' shared-memory posts. */
+static const gs_coll_op *box_waiter(const gs_comm *comm)
+{
+    const gs_coll_op *op = comm->head ? &comm->head->op : NULL;
+    return op && op->box && op->have_prim && op->prim.kind == GS_PRIM_RECV_ALL ? op : NULL;
 }
 
 /* How long a waiting rank polls (yielding) before it blocks. */
@@ -278,8 +292,9 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
 {
     gs_status st;
+    uint64_t idle_ns = 0;
     lock(comm);
-    while (req->status == GS_INPROGRESS) {
+    for (unsigned turn = 1; req->status == GS_INPROGRESS; turn++) {
         if (comm->threaded) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -291,18 +306,29 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
             pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
             continue;
         }
-        gs_engine_progress(comm);
+        /* waiting on shared memory: look at the transport only now and then */
+        if (box_waiter(comm) && (turn & 63) != 0)
+            run_queue(comm);
+        else
+            gs_engine_progress(comm);
         if (req->status != GS_INPROGRESS)
             break;
-        if (overdue(comm)) {
-            time_out(comm);
-            break;
+        if ((turn & 63) == 0) {
+            if (overdue(comm)) {
+                time_out(comm);
+                break;
+            }
+            idle_ns = gs_now_ns() - comm->progress_ns;
         }
-        if (comm->oversubscribed && gs_now_ns() - comm->progress_ns < spin_ns(comm)) {
+        const gs_coll_op *boxed = box_waiter(comm);
+        if (boxed) {
+            gs_box_idle(comm, boxed, idle_ns);
+        } else if (comm->oversubscribed && idle_ns < spin_ns(comm)) {
             sched_yield(); /* the rank we wait for may need this CPU */
-            continue;
+        } else {
+            overdue(comm);
+            wait_completions(comm);
         }
-        wait_completions(comm);
     }
     st = req->status;
     if (st != GS_OK)
@@ -351,12 +377,12 @@ static void *progress_main(void *arg)
             pthread_cond_wait(&comm->cond, &comm->lock);
             continue;
         }
-        uint64_t before = comm->progress_ns;
+        uint64_t before = comm->progress_count;
         gs_req *head = comm->head;
         gs_engine_progress(comm);
         if (overdue(comm))
             time_out(comm);
-        if (comm->progress_ns != before || comm->head != head) {
+        if (comm->progress_count != before || comm->head != head) {
             idle = 0;
             continue;
         }
