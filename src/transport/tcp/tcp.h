@@ -104,6 +104,7 @@ typedef struct gs_tcp_ep {
     bool lost;          /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
     bool bye_rcvd;      /* the peer closed in order */
     bool err_reported;  /* a completion or return value has carried err */
+    bool err_logged;    /* later reports of the dead endpoint go to gs_last_error() only */
     gs_status err;      /* why the endpoint died */
     char why[256];
 
@@ -242,6 +243,9 @@ void gs_tcp_ack_flush(gs_tcp_tp *tp);
  * queue, and marks the peer lost; the outstanding operations complete with
  * status when polled. */
 void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Returns status for the dead ep with gs_last_error() set to the message;
+ * logs it only the first time (polls and posts repeat it). */
+gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Drops an orderly closed endpoint without an error to report. */
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why);
 /* Whether an outstanding operation is answered (acknowledged or replied). */

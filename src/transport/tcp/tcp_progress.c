@@ -191,6 +191,23 @@ void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
     ep_stop(ep);
 }
 
+gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
+{
+    char text[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (ep->err_logged) {
+        char full[800];
+        snprintf(full, sizeof(full), "%s: %s", gs_status_name(status), text);
+        gs_error_restore(full);
+        return status;
+    }
+    ep->err_logged = true;
+    return gs_fail(GS_SUBSYS_TCP, status, "%s", text);
+}
+
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why)
 {
     if (ep->dead)

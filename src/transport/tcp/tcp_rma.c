@@ -32,12 +32,12 @@ static gs_status dead_status(gs_tcp_ep *ep)
 {
     gs_status status;
     if (ep->lost || ep->bye_rcvd)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: no connection to rank %d: %s", ep->base.tp->rank,
-                       ep->base.peer, ep->why);
+        return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "rank %d: no connection to rank %d: %s", ep->base.tp->rank,
+                                ep->base.peer, ep->why);
     status = ep->err_reported ? GS_ERR_FLUSHED : ep->err;
     ep->err_reported = true;
-    return gs_fail(GS_SUBSYS_TCP, status, "rank %d: the endpoint to rank %d is in error: %s", ep->base.tp->rank,
-                   ep->base.peer, ep->why);
+    return gs_tcp_ep_report(ep, status, "rank %d: the endpoint to rank %d is in error: %s", ep->base.tp->rank,
+                            ep->base.peer, ep->why);
 }
 
 static gs_status post_room(const gs_tcp_ep *ep, const post_args *a)
