@@ -1037,3 +1037,111 @@ CT_TEST(a_peer_killed_mid_stream_is_reported_lost_in_every_mode)
     ct_run_killed(transport, 2, ct_env_event);
     ct_run_killed(transport, 3, ct_env_hybrid);
 }
+
+/* ---- SEND streams, receives posted late, deadlines ------------------------------------------- */
+
+#define CT_STREAM 1500
+
+/* Rank 0 streams SENDs of sizes 0 .. GS_SEND_MAX; rank 1 keeps 8 receives
+ * posted; every message arrives whole and in order. */
+static void send_stream_body(gs_ctx *ctx, int rank, void *varg)
+{
+    ct_arg *arg = varg;
+    gs_tp *tp = ct_open(ctx, arg->transport);
+    gs_mr *mr = NULL;
+    uint8_t *buf;
+    const size_t slot = GS_SEND_MAX;
+
+    GS_ASSERT_OK(gs_buf_alloc(tp, slot * 8, GS_ACCESS_ALL, &mr));
+    buf = gs_mr_addr(mr);
+    if (rank == 1)
+        for (uint32_t k = 0; k < 8; k++)
+            GS_ASSERT_OK(gs_ep_recv(gs_tp_ep(tp, 0), buf + k * slot, mr, slot, k));
+    GS_ASSERT_OK(gs_store_barrier(ctx, "ct.stream.ready"));
+    for (uint32_t m = 0; m < CT_STREAM; m++) {
+        size_t len = (m * 977u) % (GS_SEND_MAX + 1);
+        if (rank == 0) {
+            ct_fill(buf, len, m);
+            CT_POST(tp, gs_ep_send(gs_tp_ep(tp, 1), buf, mr, len, m, (m % 8 == 7) ? GS_OP_SIGNALED : 0));
+            if (m % 8 == 7) /* the buffer is reused: wait until the SEND is done with it */
+                ct_expect(tp, GS_WC_SEND, 1);
+        } else {
+            gs_wc wc = ct_expect(tp, GS_WC_RECV, 0);
+            GS_ASSERT_U64_EQ(wc.wr_id, m % 8);
+            GS_ASSERT_EQ(wc.len, len);
+            GS_ASSERT_EQ(ct_check(buf + (m % 8) * slot, len, m), len);
+            GS_ASSERT_OK(gs_ep_recv(gs_tp_ep(tp, 0), buf + (m % 8) * slot, mr, slot, m % 8));
+        }
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "ct.stream.done"));
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+CT_TEST(send_stream_of_mixed_sizes_arrives_whole_and_in_order)
+{
+    ct_run(2, send_stream_body, transport, 0, NULL);
+}
+
+/* 200 SENDs before rank 1 posts any receive: none is lost or reordered. */
+static void send_early_body(gs_ctx *ctx, int rank, void *varg)
+{
+    ct_arg *arg = varg;
+    const uint32_t msgs = 200;
+    gs_tp *tp = ct_open(ctx, arg->transport);
+    gs_mr *mr = NULL;
+    uint32_t *buf;
+
+    GS_ASSERT_OK(gs_buf_alloc(tp, msgs * sizeof(uint32_t) * 2, GS_ACCESS_ALL, &mr));
+    buf = gs_mr_addr(mr);
+    if (rank == 0) {
+        for (uint32_t m = 0; m < msgs; m++) {
+            buf[m] = m * 3 + 1;
+            CT_POST(tp, gs_ep_send(gs_tp_ep(tp, 1), &buf[m], mr, sizeof(uint32_t), m, 0));
+        }
+    } else {
+        usleep(100000);
+        for (uint32_t m = 0; m < msgs; m++)
+            GS_ASSERT_OK(gs_ep_recv(gs_tp_ep(tp, 0), &buf[m], mr, sizeof(uint32_t), m));
+        for (uint32_t m = 0; m < msgs; m++) {
+            gs_wc wc = ct_expect(tp, GS_WC_RECV, 0);
+            GS_ASSERT_U64_EQ(wc.wr_id, m);
+            GS_ASSERT_EQ(buf[m], m * 3 + 1);
+        }
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "ct.early.done"));
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+CT_TEST(sends_before_any_receive_is_posted_are_kept_in_order)
+{
+    ct_run(2, send_early_body, transport, 0, NULL);
+}
+
+/* A wait with nothing coming ends at its timeout, naming the rank. */
+static void timeout_body(gs_ctx *ctx, int rank, void *varg)
+{
+    ct_arg *arg = varg;
+    gs_tp *tp = ct_open(ctx, arg->transport);
+    char who[32];
+    gs_wc wc;
+    int n = 0;
+    uint64_t t0 = gs_now_ns(), ms;
+
+    GS_ASSERT_STATUS(gs_tp_wait(tp, &wc, 1, &n, 150), GS_ERR_TIMEOUT);
+    ms = (gs_now_ns() - t0) / 1000000ull;
+    GS_ASSERT_GE(ms, 140);
+    GS_ASSERT_LT(ms, 2000);
+    snprintf(who, sizeof(who), "rank %d", rank);
+    GS_ASSERT_CONTAINS(gs_last_error(), who);
+    GS_ASSERT_OK(gs_store_barrier(ctx, "ct.timeout.done"));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+CT_TEST(wait_with_nothing_coming_times_out_naming_the_rank)
+{
+    static const char *const event[] = {"GS_POLL=event", NULL};
+    ct_run(2, timeout_body, transport, 0, NULL);
+    ct_run(2, timeout_body, transport, 0, event);
+}
