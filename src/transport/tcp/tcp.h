@@ -189,6 +189,10 @@ void gs_tcp_addr_format(const gs_tcp_addr *addr, char *buf, size_t cap);
 gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_p, gs_tcp_addr *bound_p);
 void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES], gs_tcp_addr_blob *blob);
 gs_status gs_tcp_blob_unpack(const gs_tcp_addr_blob *blob, int peer, gs_tcp_addr *addr_p);
+/* Enters the network namespace GS_TCP_NETNS names for rank (the thread's
+ * sockets are made there until leave); *saved_p is -1 if there is none. */
+gs_status gs_tcp_netns_enter(const gs_config *cfg, int rank, int *saved_p);
+void gs_tcp_netns_leave(int saved, int rank);
 /* Socket options of a data connection: non-blocking, TCP_NODELAY, user timeout. */
 gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer);
 /* What both ends of setup need to know. */
