@@ -27,6 +27,7 @@
 #include "transport/tp.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -92,6 +93,7 @@ typedef struct gs_tcp_rx {
     int unexp;        /* SEND into the unexpected slot, -1 if none */
     bool reserved;    /* holds a completion queue slot for this frame */
     bool stalled;     /* the last header waits for room (queue, completions) */
+    bool drained;     /* this pass's last read came back short: the socket is empty */
     uint64_t last_len; /* payload length of the last frame */
     uint32_t rpos, rlen;
     uint8_t buf[GS_TCP_RBUF];
@@ -138,6 +140,7 @@ typedef struct gs_tcp_tp {
     uint32_t instance;
     int wake_fd;        /* eventfd: wakes a blocked waiter or the progress thread */
     int waiters;        /* threads blocked in poll() waiting for completions */
+    struct pollfd *wait_fds; /* [size + 1], for the (one) caller thread's waits */
     uint64_t user_ns;   /* when the caller last polled (the progress thread stays out of its way) */
 
     /* regions */

@@ -155,11 +155,9 @@ static int waiter_fds(gs_tcp_tp *tp, struct pollfd *pfds)
  * (at most 100 ms, so that operation deadlines are checked). */
 static gs_status block_once(gs_tcp_tp *tp, uint64_t deadline_ns)
 {
-    struct pollfd *pfds = malloc(((size_t)tp->base.size + 1) * sizeof(*pfds));
+    struct pollfd *pfds = tp->wait_fds;
     int n, left = gs_deadline_left_ms(deadline_ns);
     uint64_t drain;
-    if (!pfds)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_NOMEM, "rank %d: no memory to wait", tp->base.rank);
     pthread_mutex_lock(&tp->lock);
     gs_tcp_ack_flush(tp); /* a peer may be waiting for it while we sleep */
     n = waiter_fds(tp, pfds);
@@ -171,7 +169,6 @@ static gs_status block_once(gs_tcp_tp *tp, uint64_t deadline_ns)
     pthread_mutex_lock(&tp->lock);
     tp->waiters--;
     pthread_mutex_unlock(&tp->lock);
-    free(pfds);
     return GS_OK;
 }
 

@@ -31,8 +31,9 @@ gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp *
     pthread_mutex_init(&tp->lock, NULL);
     tp->base.eps = gs_calloc((size_t)size, sizeof(gs_ep *));
     tp->cq = gs_calloc(GS_TCP_CQ_CAP, sizeof(gs_wc));
+    tp->wait_fds = gs_calloc((size_t)size + 1, sizeof(struct pollfd));
     tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!tp->base.eps || !tp->cq || tp->wake_fd < 0) {
+    if (!tp->base.eps || !tp->cq || !tp->wait_fds || tp->wake_fd < 0) {
         gs_status status = tp->wake_fd < 0 ? gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: eventfd failed: %s",
                                                      rank, strerror(errno))
                                            : GS_ERR_NOMEM;
@@ -159,6 +160,7 @@ void gs_tcp_tp_destroy(gs_tcp_tp *tp)
     pthread_mutex_destroy(&tp->lock);
     free(tp->regions);
     free(tp->cq);
+    free(tp->wait_fds);
     free(tp->base.eps);
     free(tp);
 }

@@ -516,10 +516,13 @@ static bool rx_payload(gs_tcp_tp *tp, gs_tcp_ep *ep)
         rx->dst += n;
         rx->left -= n;
     }
+    if (rx->left && rx->drained)
+        return false;
     if (rx->left) {
         ssize_t got = recv(ep->fd, rx->dst, rx->left, MSG_DONTWAIT);
         if (got <= 0)
             return rx_closed(tp, ep, got);
+        rx->drained = (uint64_t)got < rx->left;
         rx->dst += got;
         rx->left -= (uint64_t)got;
         tp->rx_bytes = true;
@@ -536,6 +539,8 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
     gs_tcp_rx *rx = &ep->rx;
     uint32_t want;
     ssize_t got;
+    if (rx->drained)
+        return false;
     if (rx->rpos) {
         memmove(rx->buf, rx->buf + rx->rpos, rx->rlen - rx->rpos);
         rx->rlen -= rx->rpos;
@@ -547,6 +552,7 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
     got = recv(ep->fd, rx->buf + rx->rlen, want, MSG_DONTWAIT);
     if (got <= 0)
         return rx_closed(tp, ep, got);
+    rx->drained = (uint32_t)got < want;
     rx->rlen += (uint32_t)got;
     tp->rx_bytes = true;
     return true;
@@ -575,9 +581,11 @@ static bool rx_closed(gs_tcp_tp *tp, gs_tcp_ep *ep, ssize_t got)
     return false;
 }
 
-/* Reads and serves what arrived on ep, within a bounded number of rounds. */
+/* Reads and serves what arrived on ep, within a bounded number of rounds
+ * and without asking the socket again once a read came back short. */
 static void rx_progress(gs_tcp_tp *tp, gs_tcp_ep *ep)
 {
+    ep->rx.drained = false;
     for (int round = 0; round < RX_ROUNDS && !ep->dead; round++) {
         bool more;
         if (ep->rx.state == GS_TCP_RX_PAYLOAD)
