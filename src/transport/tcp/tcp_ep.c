@@ -74,11 +74,15 @@ gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd)
 static void goodbye_send(gs_tcp_ep *ep, uint64_t deadline)
 {
     gs_tcp_hdr bye = {.version = GS_TCP_PROTO_VERSION, .op = GS_TCP_OP_BYE};
-    gs_tcp_tx_push(ep, &bye, NULL, false);
-    while (ep->tx_count && !ep->dead && !gs_deadline_passed(deadline)) {
+    bool bye_queued = false;
+    while (!ep->dead && !gs_deadline_passed(deadline)) {
         struct pollfd pfd = {.fd = ep->fd, .events = POLLOUT};
+        if (!bye_queued)
+            bye_queued = gs_tcp_tx_push(ep, &bye, NULL, false) != NULL; /* after what is queued */
         gs_tcp_tx_flush(ep);
-        if (ep->tx_count && !ep->dead)
+        if (bye_queued && ep->tx_count == 0)
+            break;
+        if (!ep->dead)
             poll(&pfd, 1, 10);
     }
     if (!ep->dead)

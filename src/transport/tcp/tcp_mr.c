@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 static uint32_t random_u32(void)
 {
@@ -98,8 +99,11 @@ static bool ep_uses(const gs_tcp_ep *ep, const gs_tcp_mr *mr)
 static void region_quiesce(gs_tcp_tp *tp, gs_tcp_mr *mr)
 {
     uint64_t deadline = gs_deadline_after_ms(tp->base.cfg->timeout_ms);
-    while (mr->tx_refs > 0 && !gs_deadline_passed(deadline))
+    while (mr->tx_refs > 0 && !gs_deadline_passed(deadline)) {
         gs_tcp_progress(tp);
+        if (mr->tx_refs > 0)
+            usleep(100); /* the peer is reading the replies */
+    }
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = tp->base.eps ? gs_tcp_ep_at(tp, p) : NULL;
         if (ep && ep_uses(ep, mr))
