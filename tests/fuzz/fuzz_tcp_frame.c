@@ -24,7 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define PAGE 4096
+#define PAGE   4096
 #define ROUNDS 2000
 
 static const char *fuzz_getenv(const char *name, void *arg)
@@ -48,7 +48,8 @@ static void setup_once(void)
         abort();
     gs_log_configure(GS_LOG_NONE, "all", "/dev/null"); /* gs_fail logs errors whatever the level */
     pages = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (pages == MAP_FAILED || mprotect(pages, PAGE, PROT_NONE) || mprotect(pages + 2 * PAGE, PAGE, PROT_NONE))
+    if (pages == MAP_FAILED || mprotect(pages, PAGE, PROT_NONE) ||
+        mprotect(pages + 2 * PAGE, PAGE, PROT_NONE))
         abort();
 }
 
@@ -119,12 +120,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setup_once();
     check_windows(data, size);
     memset(pages + PAGE, 0x5c, PAGE);
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0 || gs_tcp_tp_create(&cfg, 0, 2, &tp) != GS_OK ||
-        gs_tcp_ep_attach(tp, 1, fds[0]) != GS_OK)
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0 ||
+        gs_tcp_tp_create(&cfg, 0, 2, &tp) != GS_OK || gs_tcp_ep_attach(tp, 1, fds[0]) != GS_OK)
         abort();
-    mr = region(tp, pages + PAGE, PAGE, GS_ACCESS_ALL);                       /* key 0x100000000 */
-    ro = region(tp, pages + PAGE, PAGE / 2, GS_ACCESS_REMOTE_READ);           /* key 0x100000001 */
-    bufs = region(tp, pages + 3 * PAGE, PAGE, GS_ACCESS_LOCAL_WRITE);         /* key 0x100000002 */
+    mr = region(tp, pages + PAGE, PAGE, GS_ACCESS_ALL);               /* key 0x100000000 */
+    ro = region(tp, pages + PAGE, PAGE / 2, GS_ACCESS_REMOTE_READ);   /* key 0x100000001 */
+    bufs = region(tp, pages + 3 * PAGE, PAGE, GS_ACCESS_LOCAL_WRITE); /* key 0x100000002 */
     run_stream(tp, bufs, fds[1], data, size);
     (void)gs_tcp_mr_dereg(mr);
     (void)gs_tcp_mr_dereg(ro);

@@ -89,7 +89,11 @@ typedef struct v6_rank {
 static void *v6_main(void *arg)
 {
     v6_rank *r = arg;
-    gs_tcp_setup setup = {.cfg = &r->cfg, .rank = r->rank, .size = 2, .instance = 0, .blobs = r->blobs,
+    gs_tcp_setup setup = {.cfg = &r->cfg,
+                          .rank = r->rank,
+                          .size = 2,
+                          .instance = 0,
+                          .blobs = r->blobs,
                           .deadline_ns = gs_deadline_after_ms(5000)};
     r->status = gs_tcp_connect_all(&setup, r->lfd, r->fds);
     return NULL;
@@ -129,7 +133,8 @@ GS_TEST(tcp_ranks_connect_over_ipv6_and_move_data)
     GS_ASSERT_OK(gs_tcp_buf_alloc(&tp[1]->base, 1 << 16, GS_ACCESS_ALL, &dst));
     gs_rmr_head rdst = tcp_rmr(dst);
     memset(src->addr, 0x42, 1 << 16);
-    GS_ASSERT_OK(gs_tcp_write_imm(tp[0]->base.eps[1], src->addr, src, 1 << 16, &rdst, 0, 5, 1, GS_OP_SIGNALED));
+    GS_ASSERT_OK(
+        gs_tcp_write_imm(tp[0]->base.eps[1], src->addr, src, 1 << 16, &rdst, 0, 5, 1, GS_OP_SIGNALED));
     /* rank 1 never polls: its progress thread serves the write and the ack */
     GS_ASSERT_OK(gs_tcp_wait(&tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
     GS_ASSERT_EQ(wc.status, GS_OK);

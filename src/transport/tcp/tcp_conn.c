@@ -99,14 +99,16 @@ static gs_status addr_routing_to(const char *host, int port, int rank, gs_tcp_ad
     snprintf(port_text, sizeof(port_text), "%d", port > 0 ? port : 9);
     rc = getaddrinfo(host, port_text, &hints, &res);
     if (rc != 0)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG, "rank %d: cannot resolve the store host '%s': %s; set GS_TCP_IFNAME",
-                       rank, host, gai_strerror(rc));
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
+                       "rank %d: cannot resolve the store host '%s': %s; set GS_TCP_IFNAME", rank, host,
+                       gai_strerror(rc));
     fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     local.len = sizeof(local.sa);
     if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0 ||
         getsockname(fd, (struct sockaddr *)&local.sa, &local.len) != 0) {
-        status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: no route to the store host '%s': %s; set GS_TCP_IFNAME",
-                         rank, host, strerror(errno));
+        status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                         "rank %d: no route to the store host '%s': %s; set GS_TCP_IFNAME", rank, host,
+                         strerror(errno));
         goto out;
     }
     addr_set(addr_p, (const struct sockaddr *)&local.sa);
@@ -136,7 +138,8 @@ gs_status gs_tcp_addr_choose(const gs_config *cfg, const char *store_host, int s
     if (cfg->tcp_ifname[0])
         status = addr_of_interface(cfg->tcp_ifname, family_of_host(store_host), rank, &addr);
     else
-        status = addr_routing_to(store_host && *store_host ? store_host : "127.0.0.1", store_port, rank, &addr);
+        status =
+            addr_routing_to(store_host && *store_host ? store_host : "127.0.0.1", store_port, rank, &addr);
     if (status != GS_OK)
         return status;
     if (addr.sa.ss_family == AF_INET)
@@ -157,8 +160,8 @@ gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_
     bound.len = sizeof(bound.sa);
     if (fd < 0 || bind(fd, (const struct sockaddr *)&addr->sa, addr->len) != 0 || listen(fd, backlog) != 0 ||
         getsockname(fd, (struct sockaddr *)&bound.sa, &bound.len) != 0) {
-        gs_status status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot listen on %s: %s", rank, text,
-                                   strerror(errno));
+        gs_status status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot listen on %s: %s", rank,
+                                   text, strerror(errno));
         if (fd >= 0)
             close(fd);
         return status;
@@ -168,7 +171,8 @@ gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_
     return GS_OK;
 }
 
-void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES], gs_tcp_addr_blob *blob)
+void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES],
+                      gs_tcp_addr_blob *blob)
 {
     memset(blob, 0, sizeof(*blob));
     blob->version = GS_TCP_PROTO_VERSION;
@@ -252,12 +256,14 @@ gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer)
     int keep_cnt = 3;
 
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot make the socket to rank %d non-blocking: %s",
-                       rank, peer, strerror(errno));
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                       "rank %d: cannot make the socket to rank %d non-blocking: %s", rank, peer,
+                       strerror(errno));
     /* latency first; a socket that is not TCP (tests use socketpairs) keeps its defaults */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 && errno != EOPNOTSUPP)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: TCP_NODELAY on the socket to rank %d failed: %s", rank,
-                       peer, strerror(errno));
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                       "rank %d: TCP_NODELAY on the socket to rank %d failed: %s", rank, peer,
+                       strerror(errno));
     if (sndbuf_bytes() > 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){sndbuf_bytes()}, sizeof(int));
     /* a peer that stops acknowledging is declared lost after GS_TIMEOUT_MS */
@@ -295,15 +301,16 @@ gs_status gs_tcp_netns_enter(const gs_config *cfg, int rank, int *saved_p)
     if (!cfg->tcp_netns[0])
         return GS_OK;
     if (!netns_path(cfg->tcp_netns, rank, path, sizeof(path)))
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG, "rank %d: GS_TCP_NETNS='%s' has an empty entry for this rank",
-                       rank, cfg->tcp_netns);
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
+                       "rank %d: GS_TCP_NETNS='%s' has an empty entry for this rank", rank, cfg->tcp_netns);
     saved = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     target = open(path, O_RDONLY | O_CLOEXEC);
     if (saved < 0 || target < 0 || setns(target, CLONE_NEWNET) != 0) {
-        gs_status status = gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
-                                   "rank %d: GS_TCP_NETNS: cannot enter the network namespace %s: %s "
-                                   "(it must exist, e.g. `ip netns add`, and entering it needs CAP_SYS_ADMIN)",
-                                   rank, path, strerror(errno));
+        gs_status status =
+            gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
+                    "rank %d: GS_TCP_NETNS: cannot enter the network namespace %s: %s "
+                    "(it must exist, e.g. `ip netns add`, and entering it needs CAP_SYS_ADMIN)",
+                    rank, path, strerror(errno));
         if (saved >= 0)
             close(saved);
         if (target >= 0)
@@ -321,7 +328,8 @@ void gs_tcp_netns_leave(int saved, int rank)
     if (saved < 0)
         return;
     if (setns(saved, CLONE_NEWNET) != 0)
-        gs_log_error(TCP, "rank %d: returning from GS_TCP_NETNS to the process's network namespace failed: %s", rank,
-                     strerror(errno));
+        gs_log_error(TCP,
+                     "rank %d: returning from GS_TCP_NETNS to the process's network namespace failed: %s",
+                     rank, strerror(errno));
     close(saved);
 }

@@ -34,8 +34,8 @@ gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp *
     tp->wait_fds = gs_calloc((size_t)size + 1, sizeof(struct pollfd));
     tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!tp->base.eps || !tp->cq || !tp->wait_fds || tp->wake_fd < 0) {
-        gs_status status = tp->wake_fd < 0 ? gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: eventfd failed: %s",
-                                                     rank, strerror(errno))
+        gs_status status = tp->wake_fd < 0 ? gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                                                     "rank %d: eventfd failed: %s", rank, strerror(errno))
                                            : GS_ERR_NOMEM;
         gs_tcp_tp_destroy(tp);
         return status;
@@ -125,9 +125,9 @@ static void ep_free(gs_tcp_ep *ep)
 
 static void goodbye_all(gs_tcp_tp *tp)
 {
-    uint64_t deadline = gs_deadline_after_ms(tp->base.cfg->timeout_ms < GOODBYE_MS && tp->base.cfg->timeout_ms >= 0
-                                                 ? tp->base.cfg->timeout_ms
-                                                 : GOODBYE_MS);
+    uint64_t deadline = gs_deadline_after_ms(
+        tp->base.cfg->timeout_ms < GOODBYE_MS && tp->base.cfg->timeout_ms >= 0 ? tp->base.cfg->timeout_ms
+                                                                               : GOODBYE_MS);
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
         if (ep && !ep->dead)

@@ -105,7 +105,8 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         return status;
     }
     gs_log_info(TCP, "rank %d: tcp transport %u connected to %d peer(s), progress thread %s", ctx->rank,
-                tp->instance, ctx->size - 1, cfg->progress_thread ? "serving always" : "serving when the caller is away");
+                tp->instance, ctx->size - 1,
+                cfg->progress_thread ? "serving always" : "serving when the caller is away");
     *tp_p = &tp->base;
     return GS_OK;
 }
