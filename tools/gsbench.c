@@ -6,7 +6,7 @@
  *                      [-t f32|f64|f16|bf16|i32|i64] [-o sum|avg|min|max|prod]
  *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
  *                      [--warmup N] [--scale S] [--transport T] [--root R]
- *                      [--inplace] [--pin] [--json]
+ *                      [--inplace] [--no-pin] [--json]
  *
  * Method (the same as ../shared/bench, so the numbers compare with Open MPI
  * and gloo measured there): per size, a warm-up, then iterations each
@@ -96,7 +96,8 @@ static void usage(FILE *f)
             "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
             "      --root R      broadcast root (default 0)\n"
             "      --inplace     in place (recvbuf == sendbuf or its block)\n"
-            "      --pin         pin each rank to core (local rank mod cores)\n"
+            "      --no-pin      do not pin ranks to cores (default: rank i on the i-th usable core when\n"
+            "                    the ranks fit the cores, as Open MPI binds; never when they do not)\n"
             "      --json        one JSON object instead of the table\n"
             "Algorithm: GS_ALGO; chunk: GS_CHUNK_BYTES (gsinfo --params lists them).\n");
 }
@@ -136,7 +137,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"transport", required_argument, NULL, 'T'},
         {"root", required_argument, NULL, 'r'},
         {"inplace", no_argument, NULL, 'i'},
-        {"pin", no_argument, NULL, 'p'},
+        {"no-pin", no_argument, NULL, 'p'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},

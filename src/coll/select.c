@@ -64,6 +64,8 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
     case GS_COLL_BARRIER:
         if (want)
             return want;
+        if (comm->box && bytes <= (n == 2 ? BOX_PAIR_MAX_BYTES : n <= DIRECT_MAX_RANKS ? BOX_MAX_BYTES : 0))
+            return &gs_direct_algo;
         if (n <= DIRECT_MAX_RANKS && bytes <= DIRECT_MAX_BYTES)
             return &gs_direct_algo;
         return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
