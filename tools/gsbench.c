@@ -518,12 +518,12 @@ static void setup(bench *b)
         fail("gs_ctx_create", st);
     b->rank = gs_ctx_rank(b->ctx);
     b->n = gs_ctx_size(b->ctx);
-    if (!b->o.no_pin)
-        b->o.pin = pin(b->ctx);
     if ((st = gs_tp_open(b->ctx, b->o.transport, &b->tp)) != GS_OK)
         fail("gs_tp_open", st);
     if ((st = gs_comm_create(b->ctx, b->tp, &b->comm)) != GS_OK)
         fail("gs_comm_create", st);
+    if (!b->o.no_pin)
+        b->o.pin = pin(b->ctx);
     for (int i = 0; i < b->o.nsizes; i++) {
         maxb = b->o.sizes[i] > maxb ? b->o.sizes[i] : maxb;
         maxit = iterations(b, b->o.sizes[i]) > maxit ? iterations(b, b->o.sizes[i]) : maxit;

@@ -418,9 +418,9 @@ void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned
          * yield now and then, in case the peer was put on this CPU. */
         if (comm->oversubscribed || (idle_ns >= 20000 && (turn & 15) == 0))
             sched_yield();
-        else
+        else if (idle_ns >= 20000)
             gs_cpu_relax();
-        return;
+        return; /* no pause at first: in a VM a pause loop ends in an exit to the host */
     }
     /* long wait: sleep until a poster rings (or 1 ms, to poll the transport) */
     struct timespec ts = {0, 1000000};
