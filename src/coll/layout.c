@@ -19,8 +19,13 @@ void gs_coll_layout(gs_coll_op *op, size_t max_seg)
 
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces)
 {
-    op->ncols = gs_coll_columns(op->comm, max_seg * op->es * pieces);
-    op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
+    if (max_seg * op->es * pieces <= op->comm->chunk) { /* one column: no division */
+        op->ncols = 1;
+        op->col_elems = max_seg;
+    } else {
+        op->ncols = gs_coll_columns(op->comm, max_seg * op->es * pieces);
+        op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
+    }
     op->col = 0;
     op->step = 0;
 }
