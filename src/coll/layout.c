@@ -1,0 +1,42 @@
+/*
+ * How the algorithms cut a call into chunk columns. A segment (a rank's
+ * block, or the whole vector) of seg elements is cut into ncols chunks of
+ * col_elems (the last ones shorter or empty), the same ncols for every
+ * segment of the call, so that every rank runs the same number of steps.
+ */
+#include "coll/coll.h"
+
+size_t gs_coll_columns(size_t chunk, size_t max_bytes)
+{
+    size_t cols = (max_bytes + chunk - 1) / chunk;
+    return cols ? cols : 1;
+}
+
+void gs_coll_layout(gs_coll_op *op, size_t max_seg)
+{
+    gs_coll_layout_pieces(op, max_seg, 1);
+}
+
+void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces)
+{
+    size_t chunk = op->box ? op->comm->box_chunk : op->comm->chunk;
+    if (max_seg * op->es * pieces <= chunk) { /* one column: no division */
+        op->ncols = 1;
+        op->col_elems = max_seg;
+    } else {
+        op->ncols = gs_coll_columns(chunk, max_seg * op->es * pieces);
+        op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
+    }
+    op->col = 0;
+    op->step = 0;
+}
+
+void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p)
+{
+    size_t first = col * op->col_elems;
+    size_t n = 0;
+    if (first < seg)
+        n = seg - first < op->col_elems ? seg - first : op->col_elems;
+    *first_p = first < seg ? first : seg;
+    *n_p = n;
+}
