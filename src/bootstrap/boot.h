@@ -17,19 +17,19 @@ typedef struct gs_store_server gs_store_server;
 typedef struct gs_boot_info {
     int rank;
     int size;
-    int local_rank;       /* -1 if unknown */
+    int local_rank;                    /* -1 if unknown */
     char store_host[GS_BOOT_HOST_MAX]; /* host name or address of the store */
-    int store_port;       /* 0: no store address (a single process serves its own) */
-    bool store_external;  /* the launcher serves the store: rank 0 only connects */
-    const char *source;   /* "GS_*", "torchrun", "Open MPI", "Slurm", "single process" */
+    int store_port;                    /* 0: no store address (a single process serves its own) */
+    bool store_external;               /* the launcher serves the store: rank 0 only connects */
+    const char *source;                /* "GS_*", "torchrun", "Open MPI", "Slurm", "single process" */
 } gs_boot_info;
 
 struct gs_ctx {
-    gs_config cfg;           /* copy of the process configuration */
+    gs_config cfg; /* copy of the process configuration */
     gs_boot_info boot;
     int rank;
     int size;
-    char host_id[128];       /* identical exactly for ranks that can share memory */
+    char host_id[128]; /* identical exactly for ranks that can share memory */
     gs_store_client *store;
     gs_store_server *server; /* rank 0 when it serves the store, else NULL */
 };
@@ -77,10 +77,10 @@ gs_status gs_boot_token_generate(char *buf, size_t cap);
 /* ---- store server (store_server.c, store_table.c) ------------------------ */
 
 typedef struct gs_store_server_params {
-    const char *host;   /* address to listen on ("127.0.0.1" for a local job) */
-    int port;           /* 0: ephemeral */
-    int size;           /* world size every rank must announce */
-    const char *token;  /* job token every connection must prove ("" accepts "") */
+    const char *host;     /* address to listen on ("127.0.0.1" for a local job) */
+    int port;             /* 0: ephemeral */
+    int size;             /* world size every rank must announce */
+    const char *token;    /* job token every connection must prove ("" accepts "") */
     int hello_timeout_ms; /* a connection silent this long before HELLO is dropped */
 } gs_store_server_params;
 

@@ -29,8 +29,9 @@ static gs_status serve_store(gs_ctx *ctx)
     gs_status status;
 
     if (!ctx->cfg.job_token[0] && ctx->size > 1)
-        gs_log_info(BOOT, "GS_JOB_TOKEN is not set: the store accepts any connection to %s:%d; set the same "
-                          "secret GS_JOB_TOKEN in every rank (gsrun does) to keep strangers out",
+        gs_log_info(BOOT,
+                    "GS_JOB_TOKEN is not set: the store accepts any connection to %s:%d; set the same "
+                    "secret GS_JOB_TOKEN in every rank (gsrun does) to keep strangers out",
                     params.host, params.port);
     status = gs_boot_server_listen(&params, &ctx->server);
     if (status == GS_OK)
@@ -69,7 +70,8 @@ gs_status gs_boot_ctx_create(const gs_config *cfg, gs_getenv_fn getenv_fn, void 
     if (status != GS_OK)
         goto fail;
     gs_log_info(BOOT, "rank %d of %d (from %s, local rank %d), host id %s, store %s:%d", ctx->rank, ctx->size,
-                ctx->boot.source, ctx->boot.local_rank, ctx->host_id, ctx->boot.store_host, ctx->boot.store_port);
+                ctx->boot.source, ctx->boot.local_rank, ctx->host_id, ctx->boot.store_host,
+                ctx->boot.store_port);
     *ctx_p = ctx;
     return GS_OK;
 fail:

@@ -43,8 +43,8 @@ static gs_status env_int(const env_reader *env, const char *name, long min, long
     errno = 0;
     v = strtol(text, &end, 10);
     if (errno || end == text || *end || v < min || v > max)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG, "%s='%s' is not valid: expected an integer from %ld to %ld",
-                       name, text, min, max);
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+                       "%s='%s' is not valid: expected an integer from %ld to %ld", name, text, min, max);
     *value_p = (int)v;
     return GS_OK;
 }
@@ -85,17 +85,19 @@ static gs_status from_gs(const gs_config *cfg, const env_reader *env, gs_boot_in
                        env_get(env, "GS_RANK") ? "GS_RANK" : "GS_WORLD_SIZE",
                        env_get(env, "GS_RANK") ? "GS_WORLD_SIZE" : "GS_RANK");
     if (cfg->world_size < 1 || cfg->world_size > GS_STORE_RANKS_MAX)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG, "GS_WORLD_SIZE=%" PRId64 " is not valid: expected 1 to %d",
-                       cfg->world_size, GS_STORE_RANKS_MAX);
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+                       "GS_WORLD_SIZE=%" PRId64 " is not valid: expected 1 to %d", cfg->world_size,
+                       GS_STORE_RANKS_MAX);
     if (cfg->rank < 0 || cfg->rank >= cfg->world_size)
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
-                       "GS_RANK=%" PRId64 " is not valid: expected 0 to GS_WORLD_SIZE-1 = %" PRId64, cfg->rank,
-                       cfg->world_size - 1);
+                       "GS_RANK=%" PRId64 " is not valid: expected 0 to GS_WORLD_SIZE-1 = %" PRId64,
+                       cfg->rank, cfg->world_size - 1);
     info->rank = (int)cfg->rank;
     info->size = (int)cfg->world_size;
     if (info->size > 1 && !cfg->store[0])
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
-                       "GS_STORE is not set: with GS_WORLD_SIZE=%d every rank needs the store's host:port", info->size);
+                       "GS_STORE is not set: with GS_WORLD_SIZE=%d every rank needs the store's host:port",
+                       info->size);
     return GS_OK;
 }
 
@@ -109,7 +111,8 @@ static gs_status from_torchrun(const env_reader *env, gs_boot_info *info, bool h
     info->source = "torchrun";
     if (!env_get(env, "RANK") || !env_get(env, "WORLD_SIZE"))
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG, "%s is set but %s is not; torchrun sets both",
-                       env_get(env, "RANK") ? "RANK" : "WORLD_SIZE", env_get(env, "RANK") ? "WORLD_SIZE" : "RANK");
+                       env_get(env, "RANK") ? "RANK" : "WORLD_SIZE",
+                       env_get(env, "RANK") ? "WORLD_SIZE" : "RANK");
     status = rank_and_size(env, "RANK", "WORLD_SIZE", info);
     if (status == GS_OK && env_get(env, "LOCAL_RANK"))
         status = env_int(env, "LOCAL_RANK", 0, GS_STORE_RANKS_MAX - 1, &info->local_rank);
@@ -127,7 +130,8 @@ static gs_status from_torchrun(const env_reader *env, gs_boot_info *info, bool h
         len -= 2;
     }
     if (len == 0 || len >= sizeof(info->store_host))
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG, "MASTER_ADDR='%s' is not valid: expected a host name or address",
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+                       "MASTER_ADDR='%s' is not valid: expected a host name or address",
                        env_get(env, "MASTER_ADDR"));
     snprintf(info->store_host, sizeof(info->store_host), "%.*s", (int)len, addr);
     info->store_port = port + 1;
@@ -151,9 +155,10 @@ static gs_status from_open_mpi(const env_reader *env, gs_boot_info *info, bool h
     if (!job)
         job = env_get(env, "PMIX_NAMESPACE");
     if (local_size != info->size || !job)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
-                       "GS_STORE is not set: under mpirun across hosts, set GS_STORE=host:port to a free port on "
-                       "rank 0's host and pass it to every rank (mpirun -x GS_STORE ...)");
+        return gs_fail(
+            GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+            "GS_STORE is not set: under mpirun across hosts, set GS_STORE=host:port to a free port on "
+            "rank 0's host and pass it to every rank (mpirun -x GS_STORE ...)");
     derived_store(info, job);
     return GS_OK;
 }
@@ -162,7 +167,7 @@ static gs_status from_slurm(const env_reader *env, gs_boot_info *info, bool have
 {
     const char *job = env_get(env, "SLURM_JOB_ID"), *step = env_get(env, "SLURM_STEP_ID");
     const char *nodes = env_get(env, "SLURM_STEP_NUM_NODES") ? env_get(env, "SLURM_STEP_NUM_NODES")
-                                                                : env_get(env, "SLURM_NNODES");
+                                                             : env_get(env, "SLURM_NNODES");
     char job_step[160];
     gs_status status;
 
@@ -173,9 +178,10 @@ static gs_status from_slurm(const env_reader *env, gs_boot_info *info, bool have
     if (status != GS_OK || have_store || info->size == 1)
         return status;
     if (!job || !nodes || strcmp(nodes, "1") != 0)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
-                       "GS_STORE is not set: under srun across nodes, set GS_STORE=host:port to a free port on the "
-                       "first node of the job (export it before srun)");
+        return gs_fail(
+            GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+            "GS_STORE is not set: under srun across nodes, set GS_STORE=host:port to a free port on the "
+            "first node of the job (export it before srun)");
     snprintf(job_step, sizeof(job_step), "%s.%s", job, step ? step : "0");
     derived_store(info, job_step);
     return GS_OK;
@@ -183,10 +189,12 @@ static gs_status from_slurm(const env_reader *env, gs_boot_info *info, bool have
 
 static gs_status parse_store(const gs_config *cfg, gs_boot_info *info)
 {
-    if (gs_boot_parse_hostport(cfg->store, info->store_host, sizeof(info->store_host), &info->store_port) != GS_OK)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
-                       "GS_STORE='%s' is not valid: expected host:port or [ipv6-address]:port, port 1 to 65535",
-                       cfg->store);
+    if (gs_boot_parse_hostport(cfg->store, info->store_host, sizeof(info->store_host), &info->store_port) !=
+        GS_OK)
+        return gs_fail(
+            GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+            "GS_STORE='%s' is not valid: expected host:port or [ipv6-address]:port, port 1 to 65535",
+            cfg->store);
     return GS_OK;
 }
 

@@ -14,7 +14,8 @@ static uint32_t timeout_arg(const gs_ctx *ctx)
 static gs_status check_key(const gs_ctx *ctx, const char *what, const char *key)
 {
     if (!ctx || !ctx->store)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "store %s: no context (call gs_ctx_create first)", what);
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "store %s: no context (call gs_ctx_create first)",
+                       what);
     if (!key || !*key || strlen(key) > GS_STORE_KEY_MAX)
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID,
                        "rank %d: store %s: the key must be 1 to %d bytes long (got %zu)", ctx->rank, what,
@@ -80,8 +81,8 @@ gs_status gs_store_allgather(gs_ctx *ctx, const char *tag, const void *blob, siz
     status = gs_boot_client_request(ctx->store, &req, &reply);
     if (status == GS_OK && reply.len != (size_t)ctx->size * len)
         status = gs_fail(GS_SUBSYS_BOOT, GS_ERR_PROTOCOL,
-                         "rank %d: store allgather '%s': got %zu bytes, expected %d ranks x %zu", ctx->rank, tag,
-                         reply.len, ctx->size, len);
+                         "rank %d: store allgather '%s': got %zu bytes, expected %d ranks x %zu", ctx->rank,
+                         tag, reply.len, ctx->size, len);
     return status;
 }
 

@@ -25,6 +25,7 @@ struct gs_store_client {
     int fd;
     int rank;
     int size;
+    int timeout_ms; /* deadline of requests that do not carry their own */
     char addr[GS_BOOT_HOST_MAX + 16];
     pthread_mutex_t lock;
     bool broken; /* the connection lost its framing or the server; every later call fails */
@@ -32,12 +33,12 @@ struct gs_store_client {
 
 /* What an exchange ended with: the server's answer or the connection's fate. */
 typedef struct exchange_result {
-    bool answered;                 /* status came from the server */
+    bool answered;                     /* status came from the server */
     char text[GS_STORE_ERROR_MAX + 1]; /* the server's error text, or what went wrong */
 } exchange_result;
 
 static const char *const msg_names[] = {
-    [GS_STORE_HELLO] = "hello", [GS_STORE_PUT] = "put", [GS_STORE_GET] = "get",
+    [GS_STORE_HELLO] = "hello",         [GS_STORE_PUT] = "put",         [GS_STORE_GET] = "get",
     [GS_STORE_ALLGATHER] = "allgather", [GS_STORE_BARRIER] = "barrier", [GS_STORE_BYE] = "bye",
 };
 
@@ -79,14 +80,16 @@ static gs_status recv_capped(int fd, void *buf, size_t cap, uint64_t len, uint64
     return status;
 }
 
-static gs_status connection_failed(gs_status status, exchange_result *res)
+static gs_status connection_failed(const gs_store_client *c, gs_status status, exchange_result *res)
 {
     if (status == GS_ERR_TIMEOUT)
-        snprintf(res->text, sizeof(res->text), "the store did not answer in time");
+        snprintf(res->text, sizeof(res->text), "the store at %s did not answer in time", c->addr);
     else if (status == GS_ERR_PEER_LOST)
-        snprintf(res->text, sizeof(res->text), "the store closed the connection");
+        snprintf(res->text, sizeof(res->text),
+                 "lost the connection to the store at %s (closed by the other side)", c->addr);
     else
-        snprintf(res->text, sizeof(res->text), "the store connection failed: %s", strerror(errno));
+        snprintf(res->text, sizeof(res->text), "lost the connection to the store at %s (%s)", c->addr,
+                 strerror(errno));
     return status == GS_ERR_TIMEOUT ? GS_ERR_TIMEOUT : GS_ERR_PEER_LOST;
 }
 
@@ -101,7 +104,7 @@ static gs_status exchange(gs_store_client *c, const gs_store_request *req, gs_st
     if (status == GS_OK)
         status = gs_boot_sock_recv(c->fd, &hdr, sizeof(hdr), deadline_ns);
     if (status != GS_OK)
-        return connection_failed(status, res);
+        return connection_failed(c, status, res);
     if (hdr.version != GS_STORE_PROTO_VERSION || hdr.type != GS_STORE_REPLY ||
         (hdr.status < 0 && hdr.value_len > GS_STORE_ERROR_MAX)) {
         snprintf(res->text, sizeof(res->text),
@@ -112,14 +115,15 @@ static gs_status exchange(gs_store_client *c, const gs_store_request *req, gs_st
     if (hdr.status < 0) {
         status = gs_boot_sock_recv(c->fd, res->text, (size_t)hdr.value_len, deadline_ns);
         if (status != GS_OK)
-            return connection_failed(status, res);
+            return connection_failed(c, status, res);
         res->text[hdr.value_len] = '\0';
         res->answered = true;
         return (gs_status)hdr.status;
     }
-    status = recv_capped(c->fd, reply ? reply->buf : NULL, reply ? reply->cap : 0, hdr.value_len, deadline_ns);
+    status =
+        recv_capped(c->fd, reply ? reply->buf : NULL, reply ? reply->cap : 0, hdr.value_len, deadline_ns);
     if (status != GS_OK)
-        return connection_failed(status, res);
+        return connection_failed(c, status, res);
     if (reply)
         reply->len = (size_t)hdr.value_len;
     return GS_OK;
@@ -130,6 +134,7 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
     gs_store_reply reply = {0};
     exchange_result res;
     const char *key = req->key ? req->key : "";
+    uint32_t wait_ms;
     gs_status status;
 
     if (reply_p)
@@ -142,7 +147,8 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
                          c->rank, msg_names[req->type], key, c->addr);
         goto out;
     }
-    status = exchange(c, req, &reply, gs_deadline_after_ms((int64_t)req->arg + REPLY_GRACE_MS), &res);
+    wait_ms = req->type == GS_STORE_PUT ? (uint32_t)c->timeout_ms : req->arg;
+    status = exchange(c, req, &reply, gs_deadline_after_ms((int64_t)wait_ms + REPLY_GRACE_MS), &res);
     if (status == GS_OK)
         goto out;
     if (res.answered) {
@@ -150,9 +156,8 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
         goto out;
     }
     c->broken = true;
-    status = gs_fail(GS_SUBSYS_BOOT, status,
-                     "rank %d: store %s '%s': %s (store at %s); did rank 0 or the launcher exit?", c->rank,
-                     msg_names[req->type], key, res.text, c->addr);
+    status = gs_fail(GS_SUBSYS_BOOT, status, "rank %d: store %s '%s': %s; did rank 0 or the launcher exit?",
+                     c->rank, msg_names[req->type], key, res.text);
 out:
     pthread_mutex_unlock(&c->lock);
     if (status == GS_OK && reply_p)
@@ -165,15 +170,15 @@ out:
 static gs_status hello_until(gs_store_client *c, const char *host, int port, const char *token,
                              uint64_t deadline_ns, exchange_result *res)
 {
-    gs_store_request req = {.type = GS_STORE_HELLO, .value = token, .len = strlen(token),
-                            .arg = (uint32_t)c->size};
+    gs_store_request req = {
+        .type = GS_STORE_HELLO, .value = token, .len = strlen(token), .arg = (uint32_t)c->size};
     gs_status status;
 
     for (;;) {
         status = gs_boot_sock_connect(host, port, deadline_ns, &c->fd);
         if (status != GS_OK) {
             snprintf(res->text, sizeof(res->text), "%s",
-                     status == GS_ERR_TIMEOUT ? "nothing accepted the connection"
+                     status == GS_ERR_TIMEOUT  ? "nothing accepted the connection"
                      : status == GS_ERR_CONFIG ? "the host name does not resolve"
                                                : strerror(errno));
             res->answered = false;
@@ -200,6 +205,7 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
     c->fd = -1;
     c->rank = rank;
     c->size = size;
+    c->timeout_ms = timeout_ms;
     snprintf(c->addr, sizeof(c->addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     pthread_mutex_init(&c->lock, NULL);
     status = hello_until(c, host, port, token, gs_deadline_after_ms(timeout_ms), &res);
@@ -211,10 +217,11 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
     if (res.answered)
         status = gs_fail(GS_SUBSYS_BOOT, status, "rank %d: %s (store at %s)", rank, res.text, c->addr);
     else
-        status = gs_fail(GS_SUBSYS_BOOT, status,
-                         "rank %d: cannot join the store at %s within %d ms: %s; is rank 0 (or gsrun) running, "
-                         "and is GS_STORE (or MASTER_ADDR/MASTER_PORT) right?",
-                         rank, c->addr, timeout_ms, res.text);
+        status =
+            gs_fail(GS_SUBSYS_BOOT, status,
+                    "rank %d: cannot join the store at %s within %d ms: %s; is rank 0 (or gsrun) running, "
+                    "and is GS_STORE (or MASTER_ADDR/MASTER_PORT) right?",
+                    rank, c->addr, timeout_ms, res.text);
     if (c->fd >= 0)
         close(c->fd);
     pthread_mutex_destroy(&c->lock);

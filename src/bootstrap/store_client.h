@@ -7,17 +7,17 @@
 #include "bootstrap/store_proto.h"
 
 typedef struct gs_store_request {
-    int type;          /* gs_store_msg */
-    const char *key;   /* key or tag; NULL for HELLO and BYE */
+    int type;        /* gs_store_msg */
+    const char *key; /* key or tag; NULL for HELLO and BYE */
     const void *value;
     size_t len;
-    uint32_t arg;      /* HELLO: world size; waits: timeout ms */
+    uint32_t arg; /* HELLO: world size; waits: timeout ms */
 } gs_store_request;
 
 typedef struct gs_store_reply {
-    void *buf;         /* the value's first cap bytes land here */
+    void *buf; /* the value's first cap bytes land here */
     size_t cap;
-    size_t len;        /* out: the value's full length */
+    size_t len; /* out: the value's full length */
 } gs_store_reply;
 
 /* Sends req and waits for its answer (the server's own timeout plus a

@@ -181,9 +181,9 @@ static const char *header_problem(const gs_store_conn *conn)
     if (h->version != GS_STORE_PROTO_VERSION)
         return "not a gradsync store message (or another protocol version)";
     if (conn->rank < 0)
-        return h->type != GS_STORE_HELLO ? "the first message was not a HELLO"
+        return h->type != GS_STORE_HELLO                              ? "the first message was not a HELLO"
                : h->key_len != 0 || h->value_len > GS_STORE_TOKEN_MAX ? "malformed HELLO"
-                                                                       : NULL;
+                                                                      : NULL;
     switch (h->type) {
     case GS_STORE_PUT:
     case GS_STORE_ALLGATHER:
@@ -297,7 +297,7 @@ static void conn_event(gs_store_server *s, gs_store_conn *conn, short revents)
             conn_read(s, conn);
         else if (revents & (POLLRDHUP | POLLHUP | POLLERR))
             conn_drop(conn, conn->wait != GS_STORE_WAIT_NONE ? "closed while waiting for an answer"
-                                                              : "closed before reading its answer");
+                                                             : "closed before reading its answer");
     }
     if (!conn->dead && conn->tx)
         conn_write(conn);
@@ -363,7 +363,8 @@ static bool should_stop(gs_store_server *s)
 
 static void serve_turn(gs_store_server *s, struct pollfd *pfds)
 {
-    uint64_t now = gs_now_ns(), next = atomic_load(&s->stop) ? atomic_load(&s->drain_deadline_ns) : UINT64_MAX;
+    uint64_t now = gs_now_ns(),
+             next = atomic_load(&s->stop) ? atomic_load(&s->drain_deadline_ns) : UINT64_MAX;
     size_t n = 2;
     int rc;
 
@@ -440,9 +441,10 @@ gs_status gs_boot_server_listen(const gs_store_server_params *params, gs_store_s
     }
     status = gs_boot_sock_listen(params->host, params->port, &s->listen_fd, &s->port);
     if (status != GS_OK) {
-        status = gs_fail(GS_SUBSYS_BOOT, status,
-                         "cannot serve the store on %s:%d: %s; choose another address or port (GS_STORE)",
-                         params->host, params->port, status == GS_ERR_CONFIG ? "unknown host" : strerror(errno));
+        status =
+            gs_fail(GS_SUBSYS_BOOT, status,
+                    "cannot serve the store on %s:%d: %s; choose another address or port (GS_STORE)",
+                    params->host, params->port, status == GS_ERR_CONFIG ? "unknown host" : strerror(errno));
         goto fail;
     }
     gs_log_info(BOOT, "store: listening on %s:%d for %d ranks", params->host, s->port, s->size);
@@ -467,6 +469,24 @@ gs_status gs_boot_server_start(gs_store_server *server)
     return GS_OK;
 }
 
+/* After a drain that ran out: who never left. */
+static void warn_stayed(const gs_store_server *s, int drain_ms)
+{
+    uint8_t *left = malloc((size_t)s->size);
+    char ranks[256];
+    if (!left)
+        return;
+    for (int r = 0; r < s->size; r++)
+        left[r] = s->rank_state[r] == GS_STORE_RANK_DEPARTED || s->rank_state[r] == GS_STORE_RANK_LOST;
+    int count = gs_boot_format_ranks(left, s->size, ranks, sizeof(ranks));
+    if (count > 0)
+        gs_log_warn(
+            BOOT,
+            "store: stopped serving after waiting %d ms for %s %s to leave (still running, or never joined)",
+            drain_ms, count == 1 ? "rank" : "ranks", ranks);
+    free(left);
+}
+
 void gs_boot_server_stop(gs_store_server *server, int drain_ms)
 {
     if (!server)
@@ -477,9 +497,8 @@ void gs_boot_server_stop(gs_store_server *server, int drain_ms)
         if (write(server->wake_fd[1], "x", 1) < 0)
             gs_log_debug(BOOT, "store: wake write failed: %s", strerror(errno));
         pthread_join(server->thread, NULL);
-        if (!all_ranks_left(server))
-            gs_log_warn(BOOT, "store: stopped serving after %d ms with ranks still connected or never seen",
-                        drain_ms);
+        if (drain_ms > 0)
+            warn_stayed(server, drain_ms);
     }
     for (size_t i = 0; i < server->nconns; i++) {
         server->conns[i]->rank = -1; /* no departures to report now */

@@ -14,12 +14,12 @@ typedef enum gs_store_wait { GS_STORE_WAIT_NONE, GS_STORE_WAIT_GET, GS_STORE_WAI
 
 typedef struct gs_store_conn {
     int fd;
-    int rank;                  /* -1 until its HELLO is accepted */
-    char peer[64];             /* address:port, for logs */
+    int rank;      /* -1 until its HELLO is accepted */
+    char peer[64]; /* address:port, for logs */
     uint64_t hello_deadline_ns;
-    bool bye;                  /* announced a clean departure */
-    bool closing;              /* close once tx is sent */
-    bool dead;                 /* closed; removed at the end of the loop turn */
+    bool bye;     /* announced a clean departure */
+    bool closing; /* close once tx is sent */
+    bool dead;    /* closed; removed at the end of the loop turn */
     /* receive: header, then key + value */
     gs_store_hdr hdr;
     size_t hdr_got;
@@ -44,22 +44,23 @@ typedef struct gs_store_entry {
 /* One allgather or barrier in progress: its tag, who arrived, their blobs. */
 typedef struct gs_store_round {
     struct gs_store_round *next;
-    int type;                  /* GS_STORE_ALLGATHER or GS_STORE_BARRIER */
+    int type; /* GS_STORE_ALLGATHER or GS_STORE_BARRIER */
     char tag[GS_STORE_KEY_MAX + 1];
-    size_t len;                /* bytes per rank */
+    size_t len; /* bytes per rank */
     int arrived;
-    int first_rank;            /* the first to arrive (sets len and the deadline) */
-    uint8_t *joined;           /* [size] */
-    uint8_t *data;             /* [size * len] */
+    int first_rank;  /* the first to arrive (sets len and the deadline) */
+    uint8_t *joined; /* [size] */
+    uint8_t *data;   /* [size * len] */
     uint64_t deadline_ns;
     uint32_t timeout_ms;
+    char mismatch[GS_STORE_ERROR_MAX / 2]; /* set when a rank disagreed on len */
 } gs_store_round;
 
 typedef enum gs_store_rank_state {
-    GS_STORE_RANK_NEVER = 0,   /* not connected yet */
+    GS_STORE_RANK_NEVER = 0, /* not connected yet */
     GS_STORE_RANK_CONNECTED,
-    GS_STORE_RANK_DEPARTED,    /* said BYE */
-    GS_STORE_RANK_LOST,        /* connection closed without BYE */
+    GS_STORE_RANK_DEPARTED, /* said BYE */
+    GS_STORE_RANK_LOST,     /* connection closed without BYE */
 } gs_store_rank_state;
 
 struct gs_store_server {
@@ -76,8 +77,8 @@ struct gs_store_server {
 
     gs_store_conn **conns;
     size_t nconns, conns_cap;
-    gs_store_conn **by_rank;   /* [size] */
-    uint8_t *rank_state;       /* [size] gs_store_rank_state */
+    gs_store_conn **by_rank; /* [size] */
+    uint8_t *rank_state;     /* [size] gs_store_rank_state */
     gs_store_entry *entries;
     size_t nentries, entries_cap;
     gs_store_round *rounds;
@@ -99,5 +100,8 @@ void gs_boot_table_rank_gone(gs_store_server *s, int rank);
 /* Answers waits whose deadline passed; returns the nearest deadline left. */
 uint64_t gs_boot_table_expire(gs_store_server *s, uint64_t now_ns);
 void gs_boot_table_free(gs_store_server *s);
+/* Writes the ranks whose flag is 0 as "2,3" or "1-5,7" (runs of three or
+ * more as ranges) into buf; returns how many there are. */
+int gs_boot_format_ranks(const uint8_t *flags, int size, char *buf, size_t cap);
 
 #endif

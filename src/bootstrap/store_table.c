@@ -94,8 +94,7 @@ static const char *round_name(int type)
     return type == GS_STORE_BARRIER ? "barrier" : "allgather";
 }
 
-/* Appends the ranks whose flag is 0 as "2,3" or "1-5,7"; returns how many. */
-static int format_missing(const uint8_t *flags, int size, char *buf, size_t cap)
+int gs_boot_format_ranks(const uint8_t *flags, int size, char *buf, size_t cap)
 {
     size_t n = 0;
     int count = 0;
@@ -154,27 +153,44 @@ static void round_complete(gs_store_server *s, gs_store_round *round)
     round_unlink(s, round);
 }
 
-/* Fails the round if a rank that has not arrived has left the job. */
+/* Fails the round if ranks that have not arrived have left the job, naming
+ * the lost ones (the likely cause) before those that left cleanly. */
 static bool round_check_gone(gs_store_server *s, gs_store_round *round)
 {
-    char text[GS_STORE_ERROR_MAX];
-    for (int r = 0; r < s->size; r++) {
-        uint8_t state = s->rank_state[r];
-        if (round->joined[r] || (state != GS_STORE_RANK_LOST && state != GS_STORE_RANK_DEPARTED))
-            continue;
-        snprintf(text, sizeof(text),
-                 state == GS_STORE_RANK_LOST
-                     ? "%s '%s': rank %d of %d was lost (its store connection closed before it arrived)"
-                     : "%s '%s': rank %d of %d left the job (gs_ctx_destroy) without arriving",
-                 round_name(round->type), round->tag, r, s->size);
-        round_fail(s, round, GS_ERR_PEER_LOST, text);
-        return true;
+    char text[GS_STORE_ERROR_MAX], lost[400], departed[400];
+    uint8_t *not_lost = malloc((size_t)s->size), *not_departed = malloc((size_t)s->size);
+    int nlost, ndeparted;
+    size_t n;
+
+    if (!not_lost || !not_departed) {
+        free(not_lost);
+        free(not_departed);
+        return false;
     }
-    return false;
+    for (int r = 0; r < s->size; r++) {
+        not_lost[r] = round->joined[r] || s->rank_state[r] != GS_STORE_RANK_LOST;
+        not_departed[r] = round->joined[r] || s->rank_state[r] != GS_STORE_RANK_DEPARTED;
+    }
+    nlost = gs_boot_format_ranks(not_lost, s->size, lost, sizeof(lost));
+    ndeparted = gs_boot_format_ranks(not_departed, s->size, departed, sizeof(departed));
+    free(not_lost);
+    free(not_departed);
+    if (nlost + ndeparted == 0)
+        return false;
+    n = (size_t)snprintf(text, sizeof(text), "%s '%s': ", round_name(round->type), round->tag);
+    if (nlost)
+        n += (size_t)snprintf(
+            text + n, sizeof(text) - n, "%s %s of %d %s lost (store connection closed before arriving)%s",
+            nlost == 1 ? "rank" : "ranks", lost, s->size, nlost == 1 ? "was" : "were", ndeparted ? "; " : "");
+    if (ndeparted && n < sizeof(text))
+        snprintf(text + n, sizeof(text) - n, "%s %s of %d left the job (gs_ctx_destroy) without arriving",
+                 ndeparted == 1 ? "rank" : "ranks", departed, s->size);
+    round_fail(s, round, GS_ERR_PEER_LOST, text);
+    return true;
 }
 
-static gs_store_round *round_find_or_add(gs_store_server *s, int type, const char *tag, size_t len,
-                                         int rank, uint32_t timeout_ms)
+static gs_store_round *round_find_or_add(gs_store_server *s, int type, const char *tag, size_t len, int rank,
+                                         uint32_t timeout_ms)
 {
     gs_store_round *round;
     for (round = s->rounds; round; round = round->next)
@@ -206,7 +222,6 @@ void gs_boot_table_join(gs_store_server *s, gs_store_conn *conn, int type, const
                         const uint8_t *blob, size_t len, uint32_t timeout_ms)
 {
     int rank = conn->rank;
-    char text[GS_STORE_ERROR_MAX];
     gs_store_round *round = round_find_or_add(s, type, tag, len, rank, timeout_ms);
 
     if (!round) {
@@ -222,17 +237,18 @@ void gs_boot_table_join(gs_store_server *s, gs_store_conn *conn, int type, const
     round->joined[rank] = 1;
     round->arrived++;
     conn->wait = GS_STORE_WAIT_ROUND;
-    if (len != round->len) {
-        snprintf(text, sizeof(text), "%s '%s': rank %d gave %zu bytes but rank %d gave %zu",
-                 round_name(type), tag, rank, len, round->first_rank, round->len);
-        round_fail(s, round, GS_ERR_MISMATCH, text);
-        return;
-    }
-    memcpy(round->data + (size_t)rank * len, blob, len);
-    if (round->arrived == s->size)
-        round_complete(s, round);
-    else
+    if (len == round->len)
+        memcpy(round->data + (size_t)rank * len, blob, len);
+    else if (!round->mismatch[0])
+        snprintf(round->mismatch, sizeof(round->mismatch),
+                 "%s '%s': rank %d gave %zu bytes but rank %d gave %zu", round_name(type), tag, rank, len,
+                 round->first_rank, round->len);
+    if (round->arrived < s->size)
         round_check_gone(s, round);
+    else if (round->mismatch[0]) /* every rank learns of the mismatch, none waits for a rank that gave up */
+        round_fail(s, round, GS_ERR_MISMATCH, round->mismatch);
+    else
+        round_complete(s, round);
 }
 
 void gs_boot_table_rank_gone(gs_store_server *s, int rank)
@@ -251,7 +267,7 @@ void gs_boot_table_rank_gone(gs_store_server *s, int rank)
 static void round_timeout(gs_store_server *s, gs_store_round *round)
 {
     char text[GS_STORE_ERROR_MAX], missing[600];
-    int count = format_missing(round->joined, s->size, missing, sizeof(missing));
+    int count = gs_boot_format_ranks(round->joined, s->size, missing, sizeof(missing));
     snprintf(text, sizeof(text), "%s '%s' timed out after %" PRIu32 " ms: %s %s of %d never arrived",
              round_name(round->type), round->tag, round->timeout_ms, count == 1 ? "rank" : "ranks", missing,
              s->size);

@@ -3,7 +3,11 @@
 #include "gs_test.h"
 #include "multirank.h"
 
+#include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -122,8 +126,9 @@ static void single_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_plain_program_is_rank_0_of_1)
 {
-    const char *vars[] = {"GS_RANK", "GS_WORLD_SIZE", "GS_STORE", "GS_STORE_EXTERNAL", "GS_JOB_TOKEN", "RANK",
-                          "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
+    const char *vars[] = {
+        "GS_RANK",    "GS_WORLD_SIZE", "GS_STORE",    "GS_STORE_EXTERNAL",    "GS_JOB_TOKEN", "RANK",
+        "WORLD_SIZE", "MASTER_ADDR",   "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
     single_body(NULL, 0, NULL);
@@ -154,4 +159,80 @@ GS_TEST(get_copies_up_to_cap_and_reports_the_full_length)
     GS_ASSERT_OK(gs_store_get(ctx, "empty", NULL, 0, &len));
     GS_ASSERT_EQ(len, 0);
     GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+static bool ipv6_loopback_works(void)
+{
+    struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&sin6, sizeof(sin6)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void ipv6_body(gs_ctx *ctx, int rank, void *arg)
+{
+    char store[64];
+    int all[3];
+    snprintf(store, sizeof(store), "[::1]:%d", *(int *)arg);
+    setenv("GS_STORE", store, 1);
+    setenv("GS_STORE_EXTERNAL", "0", 1); /* rank 0 serves, on ::1 */
+    GS_ASSERT_OK(gs_ctx_create(&ctx));
+    GS_ASSERT_OK(gs_store_allgather(ctx, "v6", &rank, sizeof(rank), all));
+    for (int r = 0; r < 3; r++)
+        GS_ASSERT_EQ(all[r], r);
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+GS_TEST(the_store_works_over_ipv6)
+{
+    gs_test_ranks_opts opts = {.n = 3, .timeout_ms = 20000, .no_ctx = true};
+    int status[3], port;
+    if (!ipv6_loopback_works())
+        GS_SKIP("no IPv6 loopback here");
+    port = gs_test_free_port();
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, ipv6_body, &port, status), 3);
+}
+
+static void rank0_leaves_first_body(gs_ctx *ctx, int rank, void *arg)
+{
+    char buf[8];
+    size_t len;
+    int drain_ms = *(int *)arg;
+    (void)len;
+    GS_ASSERT_OK(gs_ctx_create(&ctx));
+    if (rank == 0) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        GS_ASSERT_OK(gs_ctx_destroy(ctx)); /* keeps serving until the others left, or the deadline */
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        GS_ASSERT_GE(ms, drain_ms ? 250 : 450);
+        GS_ASSERT_LT(ms, drain_ms ? 3000 : 1500);
+        return;
+    }
+    usleep(300 * 1000);
+    if (drain_ms) { /* the others leave within the deadline: the store serves them to the end */
+        GS_ASSERT_OK(gs_store_put(ctx, rank == 1 ? "one" : "two", "x", 2));
+        GS_ASSERT_OK(gs_store_get(ctx, rank == 1 ? "two" : "one", buf, sizeof(buf), &len));
+    } else { /* rank 2 stays past the deadline: rank 0 stops serving */
+        if (rank == 2) {
+            usleep(700 * 1000);
+            GS_ASSERT_STATUS(gs_store_put(ctx, "late", "x", 2), GS_ERR_PEER_LOST);
+        }
+    }
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+GS_TEST(rank_0_serves_until_the_others_left_within_the_deadline)
+{
+    int status[3], drain;
+    gs_test_ranks_opts opts = {
+        .n = 3, .timeout_ms = 20000, .rank_timeout_ms = 5000, .no_ctx = true, .rank0_serves = true};
+    drain = 1;
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, rank0_leaves_first_body, &drain, status), 3);
+    opts.rank_timeout_ms = 500;
+    drain = 0;
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, rank0_leaves_first_body, &drain, status), 3);
 }

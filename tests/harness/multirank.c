@@ -95,7 +95,8 @@ static void run_rank(const gs_test_ranks_opts *opts, int rank, int port, const c
         if (st == GS_OK)
             st = gs_boot_ctx_create(&cfg, child_getenv, NULL, &ctx);
         if (st != GS_OK)
-            gs_test_fail_here(__FILE__, __LINE__, "rank %d: context creation failed: %s", rank, gs_last_error());
+            gs_test_fail_here(__FILE__, __LINE__, "rank %d: context creation failed: %s", rank,
+                              gs_last_error());
     }
     fn(ctx, rank, arg);
     if (ctx && gs_ctx_destroy(ctx) != GS_OK)
@@ -129,7 +130,8 @@ static void reap_all(pid_t *pids, int n, int *status_p, int timeout_ms)
         if (gs_deadline_passed(deadline)) {
             for (int r = 0; r < n; r++)
                 if (pids[r] > 0)
-                    fprintf(stderr, "  multirank: rank %d still running after %d ms; killing it\n", r, timeout_ms);
+                    fprintf(stderr, "  multirank: rank %d still running after %d ms; killing it\n", r,
+                            timeout_ms);
             kill_all(pids, n, SIGKILL);
             deadline = UINT64_MAX;
         }
@@ -143,19 +145,20 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
     char token[80];
     pid_t pids[GS_TEST_RANKS_MAX] = {0};
     int port, ok = 0;
-    int rank_timeout_ms = opts->rank_timeout_ms > 0 ? opts->rank_timeout_ms
+    int rank_timeout_ms = opts->rank_timeout_ms > 0     ? opts->rank_timeout_ms
                           : opts->timeout_ms / 2 > 1000 ? opts->timeout_ms / 2
                                                         : 1000;
 
     if (opts->n < 1 || opts->n > GS_TEST_RANKS_MAX)
-        gs_test_fail_here(__FILE__, __LINE__, "multirank: %d ranks; expected 1 to %d", opts->n, GS_TEST_RANKS_MAX);
+        gs_test_fail_here(__FILE__, __LINE__, "multirank: %d ranks; expected 1 to %d", opts->n,
+                          GS_TEST_RANKS_MAX);
     if (gs_boot_token_generate(token, sizeof(token)) != GS_OK)
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
     if (opts->rank0_serves) {
         port = gs_test_free_port();
     } else {
-        gs_store_server_params params = {.host = "127.0.0.1", .size = opts->n, .token = token,
-                                         .hello_timeout_ms = rank_timeout_ms};
+        gs_store_server_params params = {
+            .host = "127.0.0.1", .size = opts->n, .token = token, .hello_timeout_ms = rank_timeout_ms};
         if (gs_boot_server_listen(&params, &server) != GS_OK)
             gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
         port = gs_boot_server_port(server);

@@ -63,21 +63,21 @@ const char *gs_test_status_text(int status, char *buf, size_t cap);
 int gs_test_free_port(void);
 
 /* The rank exited with code (or, for GS_ASSERT_RANK_SIGNAL, died of sig). */
-#define GS_ASSERT_RANK_EXIT(status, code)                                                      \
-    do {                                                                                       \
-        char gs_buf_[64];                                                                      \
-        int gs_st_ = (status);                                                                 \
-        if (!WIFEXITED(gs_st_) || WEXITSTATUS(gs_st_) != (code))                               \
-            gs_test_fail_here(__FILE__, __LINE__, "expected %s to be exit %d: %s", #status, (code), \
-                              gs_test_status_text(gs_st_, gs_buf_, sizeof(gs_buf_)));          \
+#define GS_ASSERT_RANK_EXIT(status, code)                                                                    \
+    do {                                                                                                     \
+        char gs_buf_[64];                                                                                    \
+        int gs_st_ = (status);                                                                               \
+        if (!WIFEXITED(gs_st_) || WEXITSTATUS(gs_st_) != (code))                                             \
+            gs_test_fail_here(__FILE__, __LINE__, "expected %s to be exit %d: %s", #status, (code),          \
+                              gs_test_status_text(gs_st_, gs_buf_, sizeof(gs_buf_)));                        \
     } while (0)
-#define GS_ASSERT_RANK_SIGNAL(status, sig)                                                     \
-    do {                                                                                       \
-        char gs_buf_[64];                                                                      \
-        int gs_st_ = (status);                                                                 \
-        if (!WIFSIGNALED(gs_st_) || WTERMSIG(gs_st_) != (sig))                                 \
-            gs_test_fail_here(__FILE__, __LINE__, "expected %s to be signal %d: %s", #status, (sig), \
-                              gs_test_status_text(gs_st_, gs_buf_, sizeof(gs_buf_)));          \
+#define GS_ASSERT_RANK_SIGNAL(status, sig)                                                                   \
+    do {                                                                                                     \
+        char gs_buf_[64];                                                                                    \
+        int gs_st_ = (status);                                                                               \
+        if (!WIFSIGNALED(gs_st_) || WTERMSIG(gs_st_) != (sig))                                               \
+            gs_test_fail_here(__FILE__, __LINE__, "expected %s to be signal %d: %s", #status, (sig),         \
+                              gs_test_status_text(gs_st_, gs_buf_, sizeof(gs_buf_)));                        \
     } while (0)
 
 #include <sys/wait.h>
