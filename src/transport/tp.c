@@ -20,17 +20,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the backends built in, in preference order for auto ------------------ */
 
 static const gs_tp_ops *const builtins[] = {
-#ifdef GS_HAVE_SHM
+#ifdef GS_TP_BUILT_SHM
     &gs_shm_ops,
 #endif
-#ifdef GS_HAVE_VERBS
+#ifdef GS_TP_BUILT_VERBS
     &gs_verbs_ops,
 #endif
-#ifdef GS_HAVE_TCP
+#ifdef GS_TP_BUILT_TCP
     &gs_tcp_ops,
 #endif
     NULL,
@@ -283,26 +284,29 @@ static gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, 
                               const char *op, gs_rmr_head *head)
 {
     int rank = ep->tp->rank, peer = ep->peer;
+    const char *dir = need == GS_ACCESS_REMOTE_READ ? "from" : "to";
     if (!rmr)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: descriptor is NULL", rank, op, peer);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: descriptor is NULL", rank, op, dir,
+                       peer);
     memcpy(head, rmr->bytes, sizeof(*head));
     if (head->version != GS_RMR_VERSION)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s to rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)", rank,
-                       op, peer, head->version, GS_RMR_VERSION);
+                       "rank %d: %s %s rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)", rank,
+                       op, dir, peer, head->version, GS_RMR_VERSION);
     if (head->transport != ep->tp->ops->id)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: a %s descriptor used on the %s transport",
-                       rank, op, peer, transport_name(head->transport), ep->tp->ops->name);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: a %s descriptor used on the %s transport",
+                       rank, op, dir, peer, transport_name(head->transport), ep->tp->ops->name);
     if (head->owner != (uint32_t)peer)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s to rank %d: the descriptor is of a region of rank %u", rank, op, peer, head->owner);
+                       "rank %d: %s %s rank %d: the descriptor is of a region of rank %u", rank, op, dir, peer,
+                       head->owner);
     if (!gs_tp_in_bounds(off, len, head->len))
         return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
-                       peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)head->len);
+                       "rank %d: %s %s rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
+                       dir, peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)head->len);
     if ((head->access & need) != need)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: the region was registered without %s access", rank, op, peer,
+                       "rank %d: %s %s rank %d: the region was registered without %s access", rank, op, dir, peer,
                        need == GS_ACCESS_REMOTE_READ ? "remote read"
                        : need == GS_ACCESS_REMOTE_ATOMIC ? "remote atomic"
                                                          : "remote write");
@@ -419,6 +423,17 @@ gs_status gs_tp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
     return st == GS_OK ? tp->ops->poll(tp, wcs, max, n_p) : st;
 }
 
+/* A deadline from the coarse clock (a few ns instead of a precise read that
+ * costs about one cache-line transfer); it may fall up to one tick early. */
+static uint64_t coarse_deadline(int64_t timeout_ms)
+{
+    struct timespec ts;
+    if (timeout_ms < 0)
+        return UINT64_MAX;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
+}
+
 gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms)
 {
     gs_status st = check_poll(tp, wcs, max, n_p, "gs_tp_wait");
@@ -426,5 +441,5 @@ gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms)
         st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: gs_tp_wait: max must be at least 1", tp->rank);
     if (st != GS_OK)
         return st;
-    return tp->ops->wait(tp, wcs, max, n_p, gs_deadline_after_ms(timeout_ms < 0 ? tp->cfg->timeout_ms : timeout_ms));
+    return tp->ops->wait(tp, wcs, max, n_p, coarse_deadline(timeout_ms < 0 ? tp->cfg->timeout_ms : timeout_ms));
 }

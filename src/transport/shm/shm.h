@@ -28,6 +28,8 @@ typedef struct gs_shm_tp gs_shm_tp;
 typedef struct gs_shm_map {
     uint64_t key; /* 0: empty bucket */
     uint32_t slot;
+    uint32_t access; /* the region's, as registered (fixed while its key lives) */
+    uint64_t region_len;
     void *base;
     size_t len; /* mapped bytes (the region rounded up to pages) */
 } gs_shm_map;
@@ -114,6 +116,7 @@ struct gs_shm_tp {
     uint32_t poll_count;    /* liveness is checked every so many polls ... */
     uint64_t next_check_ns; /* ... once this time has passed */
     int rr;                 /* ring the next poll starts at */
+    int lost_count;         /* endpoints in GS_SHM_EP_LOST */
 };
 
 /* Views into a control segment. */

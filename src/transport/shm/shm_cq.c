@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- local completion queue ------------------------------------------------ */
+/* ---- local completion queue (capacities are powers of two) ------------------ */
 
 gs_status gs_shm_cq_reserve(gs_shm_tp *tp)
 {
@@ -28,7 +28,7 @@ gs_status gs_shm_cq_reserve(gs_shm_tp *tp)
                        "rank %d: growing the completion queue to %zu entries failed; poll completions sooner",
                        tp->base.rank, cap);
     for (size_t i = 0; i < cq->count; i++)
-        wcs[i] = cq->wcs[(cq->first + i) % cq->cap];
+        wcs[i] = cq->wcs[(cq->first + i) & (cq->cap - 1)];
     free(cq->wcs);
     *cq = (gs_shm_cq){.wcs = wcs, .cap = cap, .first = 0, .count = cq->count};
     return GS_OK;
@@ -37,7 +37,7 @@ gs_status gs_shm_cq_reserve(gs_shm_tp *tp)
 void gs_shm_cq_push(gs_shm_tp *tp, const gs_wc *wc)
 {
     gs_shm_cq *cq = &tp->cq;
-    cq->wcs[(cq->first + cq->count) % cq->cap] = *wc;
+    cq->wcs[(cq->first + cq->count) & (cq->cap - 1)] = *wc;
     cq->count++;
 }
 
@@ -47,7 +47,7 @@ int gs_shm_cq_take(gs_shm_tp *tp, gs_wc *wcs, int max)
     int n = 0;
     while (n < max && cq->count > 0) {
         wcs[n++] = cq->wcs[cq->first];
-        cq->first = (cq->first + 1) % cq->cap;
+        cq->first = (cq->first + 1) & (cq->cap - 1);
         cq->count--;
     }
     return n;
@@ -69,7 +69,7 @@ static gs_status recvs_grow(gs_shm_ep *ep)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: growing the receive queue for rank %d failed",
                        ep->tp->base.rank, ep->base.peer);
     for (size_t i = 0; i < ep->recv_count; i++)
-        recvs[i] = ep->recvs[(ep->recv_first + i) % ep->recv_cap];
+        recvs[i] = ep->recvs[(ep->recv_first + i) & (ep->recv_cap - 1)];
     free(ep->recvs);
     ep->recvs = recvs;
     ep->recv_cap = cap;
@@ -114,7 +114,7 @@ gs_status gs_shm_recv(gs_ep *base, void *dst, gs_mr *lmr, size_t cap, uint64_t w
         if (st != GS_OK)
             return st;
     }
-    ep->recvs[(ep->recv_first + ep->recv_count) % ep->recv_cap] = (gs_shm_rbuf){dst, cap, wr_id};
+    ep->recvs[(ep->recv_first + ep->recv_count) & (ep->recv_cap - 1)] = (gs_shm_rbuf){dst, cap, wr_id};
     ep->recv_count++;
     ep->stalled = false;
     return GS_OK;
@@ -127,7 +127,7 @@ gs_shm_rbuf *gs_shm_recv_front(gs_shm_ep *ep)
 
 void gs_shm_recv_pop(gs_shm_ep *ep)
 {
-    ep->recv_first = (ep->recv_first + 1) % ep->recv_cap;
+    ep->recv_first = (ep->recv_first + 1) & (ep->recv_cap - 1);
     ep->recv_count--;
 }
 

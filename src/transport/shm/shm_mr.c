@@ -291,7 +291,11 @@ static gs_status region_map(gs_shm_ep *ep, const gs_shm_region *snap, const gs_s
                             const char *op, gs_shm_map **m_p)
 {
     int rank = ep->tp->base.rank, fd = -1;
-    gs_shm_map m = {.key = snap->key, .slot = slot, .len = gs_round_up(snap->len ? snap->len : 1, gs_page_size())};
+    gs_shm_map m = {.key = snap->key,
+                    .slot = slot,
+                    .access = snap->access,
+                    .region_len = snap->len,
+                    .len = gs_round_up(snap->len ? snap->len : 1, gs_page_size())};
     gs_status st = gs_shm_open_peer_fd(rank, ep->base.peer, ep->pid, snap->fd, snap->ino, "buffer", &fd);
 
     if (st != GS_OK)
@@ -333,6 +337,14 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
     if (st != GS_OK)
         return st;
     memcpy(&tail, d->tail, sizeof(tail));
+    /* Fast path: mapped before, and the owner still has it under this key. */
+    m = cache_find(&ep->maps, d->key);
+    if (m && m->slot == tail.slot &&
+        __atomic_load_n(&gs_shm_regions_of(ep->ctrl)[m->slot].key, __ATOMIC_ACQUIRE) == d->key &&
+        gs_tp_in_bounds(off, len, m->region_len) && (m->access & need) == need) {
+        *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
+        return GS_OK;
+    }
     if (tail.slot >= GS_SHM_MAX_REGIONS)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
                        "rank %d: %s to rank %d: the descriptor names region %u, beyond the table (corrupt descriptor)",
@@ -365,8 +377,7 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
         *t_p = (gs_shm_target){.kind = GS_SHM_REGION_USER, .remote_addr = snap.addr + off};
         return GS_OK;
     }
-    m = cache_find(&ep->maps, snap.key);
-    if (!m) {
+    if (!m || m->key != snap.key) {
         st = region_map(ep, &snap, rec, tail.slot, op, &m);
         if (st != GS_OK)
             return st;

@@ -54,6 +54,7 @@ gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op)
 static void ep_mark_lost(gs_shm_ep *ep, const char *why)
 {
     ep->state = GS_SHM_EP_LOST;
+    ep->tp->lost_count++;
     snprintf(ep->lost_why, sizeof(ep->lost_why), "%s", why);
     gs_shm_flush_recvs(ep);
 }
@@ -66,9 +67,14 @@ void gs_shm_check_peers(gs_shm_tp *tp)
         char why[160];
         if (p == tp->base.rank || ep->state != GS_SHM_EP_UP)
             continue;
+        /* Closed cleanly (whether or not it has exited since) ... */
+        if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
+            ep->state = GS_SHM_EP_CLOSED;
+            continue;
+        }
+        /* ... or exited without closing; closing may have raced with the poll. */
         if (poll(&pfd, 1, 0) == 0)
             continue;
-        /* It exited: cleanly if it closed its transport first. */
         if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
             ep->state = GS_SHM_EP_CLOSED;
             continue;
@@ -174,6 +180,8 @@ static inline bool ring_ready(const gs_shm_ep *ep)
 static void ring_gather(const gs_shm_ep *ep, const gs_shm_slot *head, uint8_t *out)
 {
     uint32_t len = head->len, copied = len < GS_SHM_HEAD_INLINE ? len : GS_SHM_HEAD_INLINE;
+    if (len == 0)
+        return; /* out may be NULL */
     memcpy(out, head->data, copied);
     for (uint32_t i = 1; copied < len; i++) {
         const gs_shm_cont *c = (const gs_shm_cont *)&ep->rx->slots[(ep->rx_head + i) & RING_MASK];
@@ -270,14 +278,16 @@ gs_status gs_shm_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
 
     if ((++tp->poll_count % CHECK_EVERY_POLLS) == 0 && gs_now_ns() >= tp->next_check_ns)
         gs_shm_check_peers(tp); /* before taking: flushed receives come out now */
-    n = gs_shm_cq_take(tp, wcs, max);
-    for (int i = 0; i < size && n < max; i++) {
-        int p = (tp->rr + i) % size;
+    n = tp->cq.count ? gs_shm_cq_take(tp, wcs, max) : 0;
+    for (int i = 0, p = tp->rr; i < size && n < max; i++) { /* start at a rotating ring: fairness */
         if (p != base->rank)
             n += ring_drain(&tp->peers[p], wcs + n, max - n);
+        if (++p == size)
+            p = 0;
     }
-    tp->rr = (tp->rr + 1) % size;
-    if (n == 0) {
+    if (++tp->rr == size)
+        tp->rr = 0;
+    if (n == 0 && tp->lost_count) {
         gs_status st = lost_status(tp);
         if (st != GS_OK)
             return st;
@@ -322,12 +332,12 @@ gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
 {
     gs_shm_tp *tp = gs_shm_tp_of(base);
     int mode = base->cfg->poll;
-    uint64_t start = gs_now_ns();
+    uint64_t start = 0; /* read lazily: a clock read costs as much as a cache-line transfer */
     uint64_t spin_ns = mode == GS_POLL_SPIN    ? UINT64_MAX
                        : mode == GS_POLL_EVENT ? 0
                                                : (uint64_t)(base->cfg->spin_us > 0 ? base->cfg->spin_us : 0) * 1000u;
 
-    for (uint32_t iter = 0;; iter++) {
+    for (;;) {
         int n = 0;
         gs_status st = gs_shm_poll(base, wcs, max, &n);
         if (st != GS_OK)
@@ -336,15 +346,26 @@ gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
             *n_p = n;
             return GS_OK;
         }
-        if ((iter & 63u) == 0 || mode == GS_POLL_EVENT) {
+        /* Spin on the rings' next seq words only (a tight loop notices an
+         * arrival sooner), looking at the clock every 64 turns. */
+        for (uint32_t iter = 1; !anything_ready(tp); iter++) {
+            gs_cpu_relax();
+            if ((iter & 63u) != 0 && mode != GS_POLL_EVENT)
+                continue;
             uint64_t now = gs_now_ns();
+            if (!start)
+                start = now;
             if (now >= deadline_ns)
                 return wait_timeout(tp, start);
-            if (now >= tp->next_check_ns)
+            if (now >= tp->next_check_ns) {
                 gs_shm_check_peers(tp);
-            if (now - start >= spin_ns)
+                if (tp->lost_count || tp->cq.count)
+                    break; /* let poll report the loss or the flushed receives */
+            }
+            if (now - start >= spin_ns) {
                 sleep_until_rung(tp, deadline_ns);
+                break;
+            }
         }
-        gs_cpu_relax();
     }
 }
