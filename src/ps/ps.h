@@ -141,6 +141,7 @@ typedef struct gs_ps_wshard {
     size_t chunk_start, chunk_end; /* atomic: the chunk being added */
     bool posted;              /* atomic arrive/notify: posted, waiting for its completion */
     gs_status error;          /* reported by the server, for the next request on this shard */
+    uint64_t error_version;   /* 1 + the shard version of the last error recorded (or reported by us) */
     uint32_t pull_tries;
     uint64_t retry_at_ns;     /* pull: torn read, try again after this */
 } gs_ps_wshard;
@@ -173,6 +174,7 @@ typedef struct gs_ps_worker {
     uint32_t ckpt_serial;     /* checkpoint requests sent */
     int ckpt_pending;         /* servers yet to answer the current one */
     gs_status ckpt_status;
+    uint64_t pull_retries;    /* torn or stale copies read again (statistics) */
 } gs_ps_worker;
 
 struct gs_ps_req {
@@ -313,6 +315,8 @@ void gs_ps_worker_fail_all(gs_ps *ps, gs_status st);
 void gs_ps_worker_set_fatal(gs_ps *ps, gs_status st);
 /* Shard ws of its key's oldest request is done (from a completion). */
 void gs_ps_worker_shard_done(gs_ps *ps, gs_ps_wshard *ws);
+/* The error a server reported on the shard, as the request's status (logged). */
+gs_status gs_ps_worker_take_error(gs_ps *ps, gs_ps_wshard *ws, const char *during);
 /* Merges a notice into the shard's view. */
 void gs_ps_worker_merge_notice(gs_ps_wshard *ws, const gs_ps_notice *n);
 

@@ -73,6 +73,11 @@ static void flush_outbox(gs_ps *ps)
                                                        srv->outbox[done + 1]);
         if (st == GS_ERR_AGAIN)
             break;
+        if (st != GS_OK && !srv->bye[w]) {
+            char why[96];
+            snprintf(why, sizeof(why), "cannot be reached (a reply to it failed: %s)", gs_status_name(st));
+            gs_ps_server_worker_lost(ps, w, GS_ERR_PEER_LOST, why);
+        }
         done += 2;
     }
     if (done > 0)

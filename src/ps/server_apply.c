@@ -12,6 +12,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,7 +167,7 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
 void gs_ps_notify(gs_ps *ps, gs_ps_sshard *sh, int w)
 {
     gs_ps_server *srv = &ps->srv;
-    if (sh->dirty[w] || srv->lost[w])
+    if (sh->dirty[w] || srv->lost[w] || srv->bye[w])
         return;
     if (srv->ndirty == srv->dirty_cap) {
         size_t cap = srv->dirty_cap ? srv->dirty_cap * 2 : 256;
@@ -207,17 +208,19 @@ gs_status gs_ps_flush_notices(gs_ps *ps)
     while (done < srv->ndirty) {
         gs_ps_sshard *sh = &srv->shards[srv->dirty_list[done] >> 32];
         int w = (int)(uint32_t)srv->dirty_list[done];
-        if (!srv->lost[w]) {
+        if (!srv->lost[w] && !srv->bye[w]) {
             st = send_notice(ps, sh, w);
             if (st == GS_ERR_AGAIN)
                 break;
-            if (st == GS_ERR_PEER_LOST)
-                st = GS_OK; /* the serve loop finds the loss by itself */
+            if (st != GS_OK) {
+                char why[96];
+                snprintf(why, sizeof(why), "cannot be reached (a notice to it failed: %s)", gs_status_name(st));
+                gs_ps_server_worker_lost(ps, w, GS_ERR_PEER_LOST, why);
+            }
+            st = GS_OK;
         }
         sh->dirty[w] = 0;
         done++;
-        if (st != GS_OK)
-            break;
     }
     if (done > 0)
         memmove(srv->dirty_list, srv->dirty_list + done, (srv->ndirty - done) * sizeof(uint64_t));

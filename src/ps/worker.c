@@ -54,10 +54,24 @@ void gs_ps_worker_merge_notice(gs_ps_wshard *ws, const gs_ps_notice *n)
     MERGE_MAX(applied);
     MERGE_MAX(saved);
     MERGE_MAX(epoch);
-    if (n->status != GS_OK && ws->error == GS_OK) {
+    /* An error is news once per version: the step it refused, or the loss it reports. */
+    if (n->status != GS_OK && n->version + 1 > ws->error_version) {
         ws->error = (gs_status)n->status;
+        ws->error_version = n->version + 1;
         ws->seen.worker = n->worker;
     }
+}
+
+gs_status gs_ps_worker_take_error(gs_ps *ps, gs_ps_wshard *ws, const char *during)
+{
+    gs_status st = ws->error;
+    char about[48] = "";
+    ws->error = GS_OK;
+    if (ws->seen.worker >= 0)
+        snprintf(about, sizeof(about), " about worker %d", ws->seen.worker);
+    return gs_fail(GS_SUBSYS_PS, st, "rank %d: worker %d: key %llu shard %u: server rank %d reports %s%s (%s)",
+                   ps->rank, ps->index, (unsigned long long)ps->wrk.keys[ws->keyi].key, ws->kindex, ws->server_rank,
+                   gs_status_name(st), about, during);
 }
 
 static void on_notice(gs_ps *ps, uint32_t gid)
@@ -71,6 +85,13 @@ static void on_notice(gs_ps *ps, uint32_t gid)
     ws = &ps->wrk.shards[gid];
     memcpy(&n, (char *)gs_mr_addr(ps->wrk.keys[ws->keyi].notice) + ws->kindex * sizeof(n), sizeof(n));
     gs_ps_worker_merge_notice(ws, &n);
+    /* a sync job without one of its workers cannot go on */
+    if (n.status == GS_ERR_PEER_LOST || n.status == GS_ERR_TIMEOUT)
+        gs_ps_worker_set_fatal(ps, gs_fail(GS_SUBSYS_PS, (gs_status)n.status,
+                                           "rank %d: worker %d: server rank %d reports worker %d %s; this sync job "
+                                           "cannot go on",
+                                           ps->rank, ps->index, ws->server_rank, n.worker,
+                                           n.status == GS_ERR_PEER_LOST ? "lost" : "missing its deadline"));
 }
 
 static void on_ctrl(gs_ps *ps, int peer, uint32_t imm)

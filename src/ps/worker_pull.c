@@ -66,13 +66,8 @@ gs_status gs_ps_pull_advance(gs_ps *ps, gs_ps_req *req, size_t i)
     gs_ps_wkey *wk = req->key;
     gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
     gs_status st;
-    if (ws->error != GS_OK) {
-        st = ws->error;
-        ws->error = GS_OK;
-        return gs_fail(GS_SUBSYS_PS, st, "rank %d: worker %d: key %llu shard %u: server rank %d reports %s%s%d",
-                       ps->rank, ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank,
-                       gs_status_name(st), ws->seen.worker >= 0 ? " about worker " : "", ws->seen.worker);
-    }
+    if (ws->error != GS_OK)
+        return gs_ps_worker_take_error(ps, ws, "pull");
     if (ws->seen.applied < ws->pushed)
         return GS_OK; /* read-your-writes: our last push is not applied yet */
     if (ws->retry_at_ns && gs_now_ns() < ws->retry_at_ns)
@@ -109,6 +104,7 @@ gs_status gs_ps_pull_completed(gs_ps *ps, gs_ps_wkey *wk, size_t i, const gs_wc 
     h = gs_ps_pull_head(wk, i);
     mine = gs_ps_pull_wstate(wk, i, ps->index);
     if (!gs_ps_pull_consistent(wk, i) || mine->applied < ws->pushed) {
+        ps->wrk.pull_retries++;
         retry_later(ws);
         return GS_OK;
     }

@@ -46,11 +46,7 @@ static bool ready(const gs_ps *ps, const gs_ps_wkey *wk, const gs_ps_wshard *ws)
 
 static gs_status reported_error(gs_ps *ps, gs_ps_wshard *ws, const char *during)
 {
-    gs_status st = ws->error;
-    ws->error = GS_OK;
-    return gs_fail(GS_SUBSYS_PS, st, "rank %d: worker %d: key %llu shard %u: server rank %d reports %s%s%d during %s",
-                   ps->rank, ps->index, (unsigned long long)key_of(ps, ws)->key, ws->kindex, ws->server_rank,
-                   gs_status_name(st), ws->seen.worker >= 0 ? " about worker " : "", ws->seen.worker, during);
+    return gs_ps_worker_take_error(ps, ws, during);
 }
 
 /* ---- WRITE path ------------------------------------------------------------------ */
@@ -167,6 +163,7 @@ static gs_status check_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
             continue;
         gs_ep_fetch_add(gs_tp_ep(ps->tp, ws->server_rank), &atomic_res(wk, ws)[2], wk->atomic, &ws->acc,
                         offsetof(gs_ps_acc_head, overflow), 1, 0, 0);
+        ws->error_version = ws->pushed + 1; /* the server's refusal of this step is no news to us */
         return gs_fail(GS_SUBSYS_PS, GS_ERR_OVERFLOW,
                        "rank %d: worker %d: key %llu element %zu: adding %lld to the accumulator's %lld wrapped "
                        "around int64; the server refuses the step",
