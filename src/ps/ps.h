@@ -175,6 +175,7 @@ typedef struct gs_ps_worker {
     int ckpt_pending;         /* servers yet to answer the current one */
     gs_status ckpt_status;
     uint64_t pull_retries;    /* torn or stale copies read again (statistics) */
+    uint64_t next_probe_ns;   /* peer-loss probes are rate limited */
 } gs_ps_worker;
 
 struct gs_ps_req {

@@ -177,15 +177,16 @@ static void find_lost_servers(gs_ps *ps, int wait_ms)
 {
     bool *lost = gs_calloc((size_t)ps->nservers, sizeof(bool));
     bool found = false;
-    if (lost) {
+    if (lost && gs_now_ns() >= ps->wrk.next_probe_ns) {
+        ps->wrk.next_probe_ns = gs_now_ns() + 10000000ull; /* 10 ms */
         gs_ps_find_lost(ps, ps->server_ranks, ps->nservers, ps->wrk.server_lost, lost);
         for (int s = 0; s < ps->nservers; s++)
             if (lost[s]) {
                 server_gone(ps, s, "exited");
                 found = true;
             }
-        free(lost);
     }
+    free(lost);
     if (!found && wait_ms > 0) { /* another worker died: do not spin on it */
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);

@@ -51,6 +51,7 @@ struct ps_job {
     uint64_t keys[PS_MAX_KEYS];
     size_t counts[PS_MAX_KEYS];
     ps_worker_fn worker;
+    ps_worker_fn server;     /* instead of gs_ps_serve, if set */
     gs_status serve_status;  /* what gs_ps_serve must return */
     bool serve_thread;       /* serve with gs_ps_serve_start */
     bool no_init;            /* register with NULL initial values: zeros */
@@ -186,7 +187,9 @@ static void ps_rank_main(gs_ctx *ctx, int rank, void *arg)
     ps_job_params(job, ctx, &p);
     GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
     ps_register_keys(ps, job);
-    if (gs_ps_is_server(ps)) {
+    if (gs_ps_is_server(ps) && job->server) {
+        job->server(ps, job);
+    } else if (gs_ps_is_server(ps)) {
         if (job->serve_thread) {
             GS_ASSERT_OK(gs_ps_serve_start(ps));
             GS_ASSERT_STATUS(gs_ps_destroy(ps), job->serve_status);
