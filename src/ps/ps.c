@@ -7,6 +7,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,16 @@ void gs_ps_params_init(const gs_ctx *ctx, gs_ps_params *p)
     p->average = 1;
     p->checkpoint = cfg->ps_checkpoint;
     p->checkpoint_every = (int)cfg->ps_checkpoint_every;
+}
+
+void gs_ps_tag(const gs_ps *ps, char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(buf, cap, "gs.ps.%u.g%u.", ps->ns, ps->gen);
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < cap)
+        vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
 }
 
 const char *gs_ps_role_name(const gs_ps *ps)
@@ -110,39 +121,54 @@ static bool my_role_is_server(const gs_ps *ps)
     return ps->rank >= ps->size - ps->params.servers;
 }
 
-/* Every rank says what it is; servers and workers are listed in rank order. */
-static gs_status assign_roles(gs_ps *ps, unsigned n)
+/* Lists servers and workers in rank order from one byte per rank (1: server). */
+gs_status gs_ps_take_roles(gs_ps *ps, const uint8_t *all)
 {
-    char tag[64];
-    uint8_t mine = my_role_is_server(ps), *all = gs_calloc((size_t)ps->size, 1);
-    gs_status st = all ? GS_OK : GS_ERR_NOMEM;
     ps->server_ranks = gs_calloc((size_t)ps->size, sizeof(int));
     ps->worker_ranks = gs_calloc((size_t)ps->size, sizeof(int));
     ps->role_index = gs_calloc((size_t)ps->size, sizeof(int));
     if (!ps->server_ranks || !ps->worker_ranks || !ps->role_index)
-        st = GS_ERR_NOMEM;
-    snprintf(tag, sizeof(tag), "gs.ps.%u.roles", n);
-    if (st == GS_OK)
-        st = gs_store_allgather(ps->ctx, tag, &mine, 1, all);
-    for (int r = 0; st == GS_OK && r < ps->size; r++) {
+        return GS_ERR_NOMEM;
+    for (int r = 0; r < ps->size; r++) {
         if (all[r])
             ps->role_index[r] = ps->nservers, ps->server_ranks[ps->nservers++] = r;
         else
             ps->role_index[r] = ps->nworkers, ps->worker_ranks[ps->nworkers++] = r;
     }
-    free(all);
-    if (st == GS_OK && (ps->nservers == 0 || ps->nworkers == 0))
-        st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
-                     "rank %d: parameter server needs at least one server and one worker; GS_ROLE gave %d "
-                     "servers and %d workers",
-                     ps->rank, ps->nservers, ps->nworkers);
-    if (st == GS_OK && ps->nworkers > (1 << 20))
-        st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG, "rank %d: %d workers is more than the 2^20 supported", ps->rank,
-                     ps->nworkers);
-    if (st == GS_OK) {
-        ps->is_server = mine;
-        ps->index = ps->role_index[ps->rank];
+    if (ps->nservers == 0 || ps->nworkers == 0)
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
+                       "rank %d: parameter server needs at least one server and one worker; GS_ROLE gave %d "
+                       "servers and %d workers",
+                       ps->rank, ps->nservers, ps->nworkers);
+    if (ps->nworkers > (1 << 20) || ps->nservers > 4095)
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG, "rank %d: %d workers and %d servers: at most 2^20 and 4095",
+                       ps->rank, ps->nworkers, ps->nservers);
+    ps->is_server = all[ps->rank];
+    ps->index = ps->role_index[ps->rank];
+    return GS_OK;
+}
+
+/* Every rank says what it is; the first worker leaves the roles and the
+ * generation in the store for a rank that is restarted later. */
+static gs_status assign_roles(gs_ps *ps)
+{
+    char tag[64];
+    uint8_t mine = my_role_is_server(ps), *all = gs_calloc((size_t)ps->size, 1);
+    uint32_t gen = 0;
+    gs_status st = all ? GS_OK : GS_ERR_NOMEM;
+    snprintf(tag, sizeof(tag), "gs.ps.%u.roles", ps->ns);
+    if (st == GS_OK)
+        st = gs_store_allgather(ps->ctx, tag, &mine, 1, all);
+    if (st == GS_OK)
+        st = gs_ps_take_roles(ps, all);
+    if (st == GS_OK && !ps->is_server && ps->index == 0) {
+        snprintf(tag, sizeof(tag), "gs.ps.%u.role_table", ps->ns);
+        st = gs_store_put(ps->ctx, tag, all, (size_t)ps->size);
+        snprintf(tag, sizeof(tag), "gs.ps.%u.gen", ps->ns);
+        if (st == GS_OK)
+            st = gs_store_put(ps->ctx, tag, &gen, sizeof(gen));
     }
+    free(all);
     return st;
 }
 
@@ -221,7 +247,7 @@ gs_status gs_ps_connect(gs_ps *ps)
     if (st != GS_OK)
         return st;
     gs_mr_pack(ps->ctrl, &mine);
-    snprintf(tag, sizeof(tag), "gs.ps.g%u.ctrl", ps->gen);
+    gs_ps_tag(ps, tag, sizeof(tag), "ctrl");
     return gs_store_allgather(ps->ctx, tag, &mine, sizeof(mine), ps->ctrl_rmrs);
 }
 
@@ -271,7 +297,7 @@ static gs_status open_transport(gs_ps *ps)
 
 static gs_status setup(gs_ps *ps)
 {
-    gs_status st = assign_roles(ps, create_count++);
+    gs_status st = assign_roles(ps);
     if (st == GS_OK)
         st = gs_ps_fixed_init(&ps->fixed, ps->params.atomic_frac_bits, ps->nworkers);
     if (st == GS_OK)
@@ -303,6 +329,7 @@ gs_status gs_ps_create(gs_ctx *ctx, const gs_ps_params *params, gs_ps **ps_p)
     ps->rank = ctx->rank;
     ps->size = ctx->size;
     ps->timeout_ms = ctx->cfg.timeout_ms;
+    ps->ns = create_count++;
     st = copy_params(ps, params);
     if (st == GS_OK)
         st = ctx->cfg.rejoin ? gs_ps_recover_server(ps) : setup(ps);
@@ -345,7 +372,7 @@ static gs_status say_goodbye(gs_ps *ps)
             if (gs_ps_worker_progress(ps, 10) != GS_OK)
                 break;
     }
-    snprintf(tag, sizeof(tag), "gs.ps.g%u.bye", ps->gen);
+    gs_ps_tag(ps, tag, sizeof(tag), "bye");
     gs_status bst = gs_store_barrier(ps->ctx, tag);
     return st != GS_OK ? st : bst;
 }

@@ -151,6 +151,7 @@ typedef struct gs_ps_wkey {
     size_t count;
     size_t first;             /* gid of the first shard: shards are worker->shards[first ..] */
     size_t nshards;
+    uint64_t next_step;       /* step of the next push request (pushes started, less failed ones) */
     gs_mr *log;               /* depth entries of the key's gradient: push staging + replay log */
     uint32_t depth;
     size_t entry_bytes;
@@ -182,6 +183,8 @@ struct gs_ps_req {
     gs_ps *ps;
     gs_ps_wkey *key;
     bool push, pull;
+    bool replay;              /* internal: re-send step `step` from the log after a recovery */
+    uint64_t step;            /* push: the key's step this request pushes */
     const float *grad;
     float *out;
     size_t left;              /* shards not yet done */
@@ -209,6 +212,7 @@ struct gs_ps {
     int *role_index;          /* [size] index of each rank among its role */
     gs_mr *ctrl;              /* 64 bytes, target of zero-length control writes */
     gs_rmr *ctrl_rmrs;        /* [size] */
+    unsigned ns;              /* which gs_ps of the job (creation order): store keys carry it */
     gs_ps_plan plan;
     gs_ps_fixed fixed;
     uint32_t gen;             /* transport generation: 0, +1 per recovery */
@@ -224,6 +228,10 @@ struct gs_ps {
 
 /* ---- ps.c ---------------------------------------------------------------------- */
 const char *gs_ps_role_name(const gs_ps *ps);
+/* Roles from one byte per rank (1: server). */
+gs_status gs_ps_take_roles(gs_ps *ps, const uint8_t *all);
+/* A store key of this gs_ps and generation: "gs.ps.<ns>.g<gen>." + what. */
+void gs_ps_tag(const gs_ps *ps, char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Sets up the control region and the tx ring on ps->tp and exchanges the
  * control descriptors (tag includes the generation). Collective. */
 gs_status gs_ps_connect(gs_ps *ps);
@@ -249,8 +257,8 @@ void gs_ps_find_lost(gs_ps *ps, const int *ranks, int n, const bool *skip, bool 
 /* ---- register.c ------------------------------------------------------------------------ */
 gs_status gs_ps_server_add_key(gs_ps *ps, const gs_ps_key_info *key);
 gs_status gs_ps_worker_add_key(gs_ps *ps, const gs_ps_key_info *key);
-/* Exchanges descriptors of key (collective), then worker 0 sends init. */
-gs_status gs_ps_exchange_key(gs_ps *ps, const gs_ps_key_info *key, const float *init);
+/* Exchanges descriptors and state of the ki-th key (collective), then worker 0 sends init. */
+gs_status gs_ps_exchange_key(gs_ps *ps, size_t ki, const float *init);
 /* Reads one shard's param region consistently into the worker's pull
  * staging and returns its head and this worker's wstate. Blocking. */
 gs_status gs_ps_worker_sync_shard(gs_ps *ps, gs_ps_wkey *wk, size_t i, uint64_t deadline_ns);

@@ -27,6 +27,7 @@ typedef struct shard_desc {
     uint64_t restored;
     uint64_t version;
     uint64_t min_step;
+    uint64_t epoch;
 } shard_desc;
 
 /* What a worker publishes per key. */
@@ -37,8 +38,13 @@ typedef struct worker_desc {
 
 static void key_tag(char *buf, size_t cap, const gs_ps *ps, uint64_t key, const char *what, int index)
 {
-    snprintf(buf, cap, "gs.ps.g%u.k%llx.%s%d", ps->gen, (unsigned long long)key, what, index);
+    gs_ps_tag(ps, buf, cap, "k%llx.%s%d", (unsigned long long)key, what, index);
 }
+
+/* A worker's progress on a shard, as a server publishes it. */
+typedef struct wprogress {
+    uint64_t received, applied, saved;
+} wprogress;
 
 /* ---- server side --------------------------------------------------------------- */
 
@@ -231,9 +237,9 @@ static gs_status server_exchange(gs_ps *ps, const gs_ps_key_info *key, bool *ini
     char tag[GS_STORE_KEY_MAX + 1];
     size_t n = 0, W = (size_t)ps->nworkers;
     shard_desc *descs = gs_calloc(key->nshards, sizeof(*descs));
-    uint64_t *applied = gs_calloc(key->nshards * W, sizeof(uint64_t));
+    wprogress *prog = gs_calloc(key->nshards * W, sizeof(wprogress));
     worker_desc wd;
-    gs_status st = descs && applied ? GS_OK : GS_ERR_NOMEM;
+    gs_status st = descs && prog ? GS_OK : GS_ERR_NOMEM;
     for (uint32_t i = 0; st == GS_OK && i < ps->srv.nshards; i++) {
         gs_ps_sshard *sh = &ps->srv.shards[i];
         if (sh->key != key->key)
@@ -245,18 +251,21 @@ static gs_status server_exchange(gs_ps *ps, const gs_ps_key_info *key, bool *ini
         descs[n].restored = sh->restored;
         descs[n].version = gs_ps_head_of(sh)->version;
         descs[n].min_step = gs_ps_head_of(sh)->min_step;
-        for (size_t w = 0; w < W; w++)
-            applied[n * W + w] = gs_ps_wstate_of(sh)[w].applied;
+        descs[n].epoch = gs_ps_head_of(sh)->epoch;
+        for (size_t w = 0; w < W; w++) {
+            const gs_ps_wstate *ws = &gs_ps_wstate_of(sh)[w];
+            prog[n * W + w] = (wprogress){__atomic_load_n(&ws->received, __ATOMIC_ACQUIRE), ws->applied, ws->saved};
+        }
         n++;
     }
     key_tag(tag, sizeof(tag), ps, key->key, "s", ps->index);
     if (st == GS_OK && n > 0) {
-        size_t len = n * sizeof(*descs) + n * W * sizeof(uint64_t);
+        size_t len = n * sizeof(*descs) + n * W * sizeof(wprogress);
         char *blob = gs_calloc(1, len);
         st = blob ? GS_OK : GS_ERR_NOMEM;
         if (blob) {
             memcpy(blob, descs, n * sizeof(*descs));
-            memcpy(blob + n * sizeof(*descs), applied, n * W * sizeof(uint64_t));
+            memcpy(blob + n * sizeof(*descs), prog, n * W * sizeof(wprogress));
             st = gs_store_put(ps->ctx, tag, blob, len);
             free(blob);
         }
@@ -275,7 +284,7 @@ static gs_status server_exchange(gs_ps *ps, const gs_ps_key_info *key, bool *ini
             }
     }
     free(descs);
-    free(applied);
+    free(prog);
     return st;
 }
 
@@ -285,12 +294,13 @@ static gs_status worker_take_blob(gs_ps *ps, gs_ps_wkey *wk, int s, const char *
     size_t n = 0, W = (size_t)ps->nworkers;
     for (size_t i = 0; i < wk->nshards; i++)
         n += ps->wrk.shards[wk->first + i].server == s;
-    if (len != n * sizeof(shard_desc) + n * W * sizeof(uint64_t))
+    size_t want = n * sizeof(shard_desc) + n * W * sizeof(wprogress);
+    if (len != want)
         return gs_fail(GS_SUBSYS_PS, GS_ERR_MISMATCH,
                        "rank %d: register key %llu: server %d described %zu bytes of shards, expected %zu for %zu "
                        "shards (do all ranks register the same keys in the same order?)",
-                       ps->rank, (unsigned long long)wk->key, s, len, n * sizeof(shard_desc) + n * W * 8, n);
-    const uint64_t *applied = (const uint64_t *)(blob + n * sizeof(shard_desc));
+                       ps->rank, (unsigned long long)wk->key, s, len, want, n);
+    const wprogress *prog = (const wprogress *)(blob + n * sizeof(shard_desc));
     size_t j = 0;
     for (size_t i = 0; i < wk->nshards; i++) {
         gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
@@ -302,12 +312,14 @@ static gs_status worker_take_blob(gs_ps *ps, gs_ps_wkey *wk, int s, const char *
         ws->slots = d.slots;
         ws->acc = d.acc;
         ws->restored = d.restored;
-        ws->pushed = applied[j * W + (size_t)ps->index];
+        /* the server's word on what it has of ours: a push it has not received is sent again */
+        wprogress p = prog[j * W + (size_t)ps->index];
+        ws->pushed = p.received;
         memset(&ws->seen, 0, sizeof(ws->seen));
-        ws->seen.version = d.version;
-        ws->seen.min_step = d.min_step;
-        ws->seen.received = ws->seen.applied = ws->seen.saved = ws->pushed;
-        ws->seen.worker = -1;
+        ws->seen = (gs_ps_notice){.version = d.version, .min_step = d.min_step, .received = p.received,
+                                  .applied = p.applied, .saved = p.saved, .epoch = d.epoch, .worker = -1};
+        ws->error = GS_OK;
+        ws->error_version = 0;
         ws->phase = GS_PS_IDLE;
         j++;
     }
@@ -329,7 +341,7 @@ static gs_status worker_exchange(gs_ps *ps, gs_ps_wkey *wk, bool has_init, bool 
             n += ps->wrk.shards[wk->first + i].server == s;
         if (n == 0)
             continue;
-        cap = n * (sizeof(shard_desc) + (size_t)ps->nworkers * sizeof(uint64_t));
+        cap = n * (sizeof(shard_desc) + (size_t)ps->nworkers * sizeof(wprogress));
         if (!(blob = gs_calloc(1, cap)))
             return GS_ERR_NOMEM;
         key_tag(tag, sizeof(tag), ps, wk->key, "s", s);
@@ -399,8 +411,9 @@ static gs_status server_wait_init(gs_ps *ps, uint64_t key)
     }
 }
 
-gs_status gs_ps_exchange_key(gs_ps *ps, const gs_ps_key_info *key, const float *init)
+gs_status gs_ps_exchange_key(gs_ps *ps, size_t ki, const float *init)
 {
+    const gs_ps_key_info *key = &ps->plan.keys[ki];
     char tag[GS_STORE_KEY_MAX + 1];
     gs_status st;
     if (ps->is_server) {
@@ -409,7 +422,7 @@ gs_status gs_ps_exchange_key(gs_ps *ps, const gs_ps_key_info *key, const float *
         if (st == GS_OK && init_expected)
             st = server_wait_init(ps, key->key);
     } else {
-        gs_ps_wkey *wk = &ps->wrk.keys[ps->wrk.nkeys - 1];
+        gs_ps_wkey *wk = &ps->wrk.keys[ki];
         bool restored = false, has_init = ps->index == 0 && init != NULL;
         st = worker_exchange(ps, wk, has_init, &restored);
         if (st == GS_OK && has_init)
@@ -436,7 +449,7 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
     info = gs_ps_plan_find(&ps->plan, key);
     st = ps->is_server ? gs_ps_server_add_key(ps, info) : gs_ps_worker_add_key(ps, info);
     if (st == GS_OK)
-        st = gs_ps_exchange_key(ps, info, init);
+        st = gs_ps_exchange_key(ps, ps->plan.nkeys - 1, init);
     if (st == GS_OK)
         gs_log_debug(PS, "rank %d: key %llu registered: %zu elements in %zu shards", ps->rank,
                      (unsigned long long)key, count, info->nshards);

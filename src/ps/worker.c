@@ -207,6 +207,11 @@ static void finish(gs_ps *ps, gs_ps_req *req)
 {
     gs_ps_wkey *wk = req->key;
     req->done = true;
+    /* A push that failed because the job must recover is repeated by the
+     * caller after gs_ps_recover: it keeps its step. (Shards that did get it
+     * are skipped then, see gs_ps_push_advance.) */
+    if (req->push && !req->replay && req->status != GS_OK && ps->wrk.fatal != GS_OK && req->step < wk->next_step)
+        wk->next_step = req->step;
     wk->head = req->next;
     if (!wk->head)
         wk->tail = NULL;
@@ -245,12 +250,13 @@ static bool advance_key(gs_ps *ps, gs_ps_wkey *wk)
     for (size_t i = 0; i < wk->nshards; i++) {
         gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
         gs_status st = GS_OK;
-        gs_ps_phase before = ws->phase;
         if (ws->phase == GS_PS_DONE)
             continue;
-        if (req->status != GS_OK && (ws->phase == GS_PS_PUSH_WAIT || ws->phase == GS_PS_PULL_WAIT))
-            ws->phase = GS_PS_DONE; /* the request failed: nothing more is sent for it */
-        else if (ws->phase == GS_PS_PUSH_WAIT || ws->phase == GS_PS_ATOMIC_CHUNK)
+        if (req->status != GS_OK && (ws->phase == GS_PS_PUSH_WAIT || ws->phase == GS_PS_PULL_WAIT)) {
+            gs_ps_worker_shard_done(ps, ws); /* the request failed: nothing more is sent for it */
+            continue;
+        }
+        if (ws->phase == GS_PS_PUSH_WAIT || ws->phase == GS_PS_ATOMIC_CHUNK)
             st = gs_ps_push_advance(ps, req, i);
         else if (ws->phase == GS_PS_ATOMIC_ARRIVE || ws->phase == GS_PS_ATOMIC_NOTIFY)
             st = gs_ps_push_retry(ps, ws);
@@ -258,10 +264,8 @@ static bool advance_key(gs_ps *ps, gs_ps_wkey *wk)
             st = gs_ps_pull_advance(ps, req, i);
         if (st != GS_OK && req->status == GS_OK)
             req->status = st;
-        if (st != GS_OK && !in_flight(ws))
-            ws->phase = GS_PS_DONE;
-        if (ws->phase == GS_PS_DONE && before != GS_PS_DONE)
-            req->left--;
+        if (st != GS_OK && ws->phase != GS_PS_DONE && !in_flight(ws))
+            gs_ps_worker_shard_done(ps, ws);
     }
     if (req->left > 0)
         return false;
@@ -348,7 +352,8 @@ static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, b
     }
     if (!(req = gs_calloc(1, sizeof(*req))))
         return GS_ERR_NOMEM;
-    *req = (gs_ps_req){.ps = ps, .key = wk, .push = push, .pull = pull, .grad = grad, .out = out};
+    *req = (gs_ps_req){.ps = ps, .key = wk, .push = push, .pull = pull, .grad = grad, .out = out,
+                       .step = push ? wk->next_step++ : 0};
     if (wk->tail)
         wk->tail->next = req;
     else

@@ -175,6 +175,8 @@ static gs_status check_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
 
 /* ---- the machine --------------------------------------------------------------------- */
 
+static void push_done(gs_ps *ps, gs_ps_wshard *ws);
+
 gs_status gs_ps_push_advance(gs_ps *ps, gs_ps_req *req, size_t i)
 {
     gs_ps_wkey *wk = req->key;
@@ -184,12 +186,17 @@ gs_status gs_ps_push_advance(gs_ps *ps, gs_ps_req *req, size_t i)
         return post_chunk(ps, wk, ws);
     if (ws->error != GS_OK)
         return reported_error(ps, ws, "push");
-    if (!ready(ps, wk, ws))
+    if (ws->pushed > req->step) {
+        push_done(ps, ws); /* the server has this step already (sent before a recovery) */
         return GS_OK;
+    }
+    if (ws->pushed < req->step || !ready(ps, wk, ws))
+        return GS_OK; /* an earlier step (a replay) goes first; or the server is not ready */
     /* The gradient goes into the log entry of its step: the source of the
      * transfer, and what a replay re-sends after a server restart. */
     entry = log_entry(wk, ws->pushed);
-    memcpy(entry + ws->offset * sizeof(float), req->grad + ws->offset, ws->count * sizeof(float));
+    if (!req->replay)
+        memcpy(entry + ws->offset * sizeof(float), req->grad + ws->offset, ws->count * sizeof(float));
     if (ps->params.agg == GS_PS_AGG_WRITE_SLOTS)
         return post_write(ps, wk, ws, entry + ws->offset * sizeof(float));
     ws->pushed++;
