@@ -260,8 +260,10 @@ static gs_status setup_init(setup_state *st)
     st->peer_addrs = gs_calloc((size_t)s->size, sizeof(gs_tcp_addr));
     if (!st->conns || !st->peer_addrs)
         return GS_ERR_NOMEM;
-    for (int i = 0; i < st->nconns; i++)
-        conn_drop(&st->conns[i]);
+    for (int i = 0; i < st->nconns; i++) { /* not conn_drop: calloc'ed fd 0 is not ours to close */
+        st->conns[i].fd = -1;
+        st->conns[i].phase = C_FREE;
+    }
     for (int p = 0; p < s->rank && status == GS_OK; p++) {
         status = gs_tcp_blob_unpack(&s->blobs[p], p, &st->peer_addrs[p]);
         if (status == GS_OK && st->peer_addrs[p].sa.ss_family == AF_INET6 &&
