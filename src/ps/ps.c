@@ -332,7 +332,7 @@ gs_status gs_ps_create(gs_ctx *ctx, const gs_ps_params *params, gs_ps **ps_p)
     ps->ns = create_count++;
     st = copy_params(ps, params);
     if (st == GS_OK)
-        st = ctx->cfg.rejoin ? gs_ps_recover_server(ps) : setup(ps);
+        st = ctx->cfg.rejoin ? gs_ps_restart(ps) : setup(ps);
     if (st != GS_OK) {
         ps_free(ps);
         return st;

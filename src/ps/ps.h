@@ -177,13 +177,14 @@ typedef struct gs_ps_worker {
     gs_status ckpt_status;
     uint64_t pull_retries;    /* torn or stale copies read again (statistics) */
     uint64_t next_probe_ns;   /* peer-loss probes are rate limited */
+    gs_status replay_status;  /* the first error of a replayed push */
 } gs_ps_worker;
 
 struct gs_ps_req {
     gs_ps *ps;
     gs_ps_wkey *key;
     bool push, pull;
-    bool replay;              /* internal: re-send step `step` from the log after a recovery */
+    bool replay;              /* internal: re-send step `step` from the log after a recovery (freed when done) */
     uint64_t step;            /* push: the key's step this request pushes */
     const float *grad;
     float *out;
@@ -213,6 +214,7 @@ struct gs_ps {
     gs_mr *ctrl;              /* 64 bytes, target of zero-length control writes */
     gs_rmr *ctrl_rmrs;        /* [size] */
     unsigned ns;              /* which gs_ps of the job (creation order): store keys carry it */
+    bool restarted;           /* this process replaced a lost server (GS_REJOIN=1) */
     gs_ps_plan plan;
     gs_ps_fixed fixed;
     uint32_t gen;             /* transport generation: 0, +1 per recovery */
@@ -350,8 +352,9 @@ const gs_ps_head *gs_ps_pull_head(const gs_ps_wkey *wk, size_t i);
 const gs_ps_wstate *gs_ps_pull_wstate(const gs_ps_wkey *wk, size_t i, int w);
 
 /* ---- recover.c ---------------------------------------------------------------------- */
-/* Server: a worker asked for recovery (or this process was started with
- * GS_REJOIN=1, ps not yet set up): rebuild the transport with the others. */
+/* Server: a worker asked for recovery: rebuild the transport with the others. */
 gs_status gs_ps_recover_server(gs_ps *ps);
+/* gs_ps_create of a process started with GS_REJOIN=1 in a lost server's place. */
+gs_status gs_ps_restart(gs_ps *ps);
 
 #endif

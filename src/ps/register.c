@@ -443,6 +443,14 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
     if (ps->thread_started)
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID,
                        "rank %d: gs_ps_register after gs_ps_serve_start: register every key first", ps->rank);
+    if (ps->restarted) { /* the keys came from the checkpoint */
+        info = gs_ps_plan_find(&ps->plan, key);
+        if (info && info->count == count)
+            return GS_OK;
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_MISMATCH,
+                       "rank %d: restarted server %d: key %llu (%zu elements) is not in its checkpoint%s", ps->rank,
+                       ps->index, (unsigned long long)key, count, info ? " with that size" : "");
+    }
     st = gs_ps_plan_add(&ps->plan, key, count);
     if (st != GS_OK)
         return st;

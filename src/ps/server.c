@@ -387,6 +387,9 @@ gs_status gs_ps_serve(gs_ps *ps)
                        ps ? "a worker rank" : "a NULL gs_ps");
     srv = &ps->srv;
     srv->verdict = GS_OK;
+    /* the keys and step 0 on disk: a restart needs the key list */
+    if (ps->checkpoint[0] && !ps->restarted)
+        srv->verdict = gs_ps_server_checkpoint(ps);
     while (srv->finished < ps->nworkers && srv->verdict == GS_OK) {
         gs_status st = gs_ps_server_progress(ps, SERVE_SLICE_MS);
         if (st == GS_OK)

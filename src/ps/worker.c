@@ -217,6 +217,11 @@ static void finish(gs_ps *ps, gs_ps_req *req)
         wk->tail = NULL;
     for (size_t i = 0; i < wk->nshards; i++)
         ps->wrk.shards[wk->first + i].phase = GS_PS_IDLE;
+    if (req->replay) { /* ours: nobody waits for it */
+        if (req->status != GS_OK && ps->wrk.replay_status == GS_OK)
+            ps->wrk.replay_status = req->status;
+        free(req);
+    }
 }
 
 static void activate(gs_ps *ps, gs_ps_req *req)
@@ -262,6 +267,8 @@ static bool advance_key(gs_ps *ps, gs_ps_wkey *wk)
             st = gs_ps_push_retry(ps, ws);
         else if (ws->phase == GS_PS_PULL_WAIT)
             st = gs_ps_pull_advance(ps, req, i);
+        if (st == GS_ERR_PEER_LOST || st == GS_ERR_FLUSHED)
+            server_gone(ps, ws->server, "is gone (a post to it failed)");
         if (st != GS_OK && req->status == GS_OK)
             req->status = st;
         if (st != GS_OK && ws->phase != GS_PS_DONE && !in_flight(ws))
