@@ -44,7 +44,7 @@ typedef struct perf_opts {
     bool lat, bw, pin, floor;
     size_t min, max;       /* latency sizes (default 8 B .. 4 MiB) */
     size_t bw_min, bw_max; /* bandwidth sizes (default 4 KiB .. 64 MiB) */
-    long iters; /* 0: by size */
+    long iters;            /* 0: by size */
     const char *transport;
 } perf_opts;
 
@@ -69,11 +69,11 @@ static void die(const char *what, gs_status st)
     exit(1);
 }
 
-#define CHECK(what, expr)                \
-    do {                                 \
-        gs_status st_ = (expr);          \
-        if (st_ != GS_OK)                \
-            die(what, st_);              \
+#define CHECK(what, expr)                                                                                    \
+    do {                                                                                                     \
+        gs_status st_ = (expr);                                                                              \
+        if (st_ != GS_OK)                                                                                    \
+            die(what, st_);                                                                                  \
     } while (0)
 
 static void barrier(perf *p)
@@ -112,16 +112,16 @@ static gs_wc wait_op(perf *p, gs_wc_opcode op)
 }
 
 /* Retries a post while the transport says GS_ERR_AGAIN (driving progress). */
-#define POST(p, what, call)                                                   \
-    do {                                                                      \
-        gs_status st_;                                                        \
-        while ((st_ = (call)) == GS_ERR_AGAIN) {                              \
-            gs_wc w_[8];                                                      \
-            int n_ = 0;                                                       \
-            CHECK("gs_tp_poll", gs_tp_poll((p)->tp, w_, 8, &n_));              \
-        }                                                                     \
-        if (st_ != GS_OK)                                                     \
-            die(what, st_);                                                   \
+#define POST(p, what, call)                                                                                  \
+    do {                                                                                                     \
+        gs_status st_;                                                                                       \
+        while ((st_ = (call)) == GS_ERR_AGAIN) {                                                             \
+            gs_wc w_[8];                                                                                     \
+            int n_ = 0;                                                                                      \
+            CHECK("gs_tp_poll", gs_tp_poll((p)->tp, w_, 8, &n_));                                            \
+        }                                                                                                    \
+        if (st_ != GS_OK)                                                                                    \
+            die(what, st_);                                                                                  \
     } while (0)
 
 /* Spins until the byte at b becomes value, driving progress; bounded. */
@@ -150,24 +150,24 @@ static void post_op(perf *p, int op, size_t len, uint64_t wr_id, unsigned flags)
         POST(p, "write", gs_ep_write(p->ep, p->send_area, p->mr, len, &p->peer_rmr, 0, wr_id, flags));
         break;
     case OP_WRITE_IMM:
-        POST(p, "write_imm",
-             gs_ep_write_imm(p->ep, p->send_area, p->mr, len, &p->peer_rmr, 0, (uint32_t)wr_id, wr_id, flags));
+        POST(
+            p, "write_imm",
+            gs_ep_write_imm(p->ep, p->send_area, p->mr, len, &p->peer_rmr, 0, (uint32_t)wr_id, wr_id, flags));
         break;
     case OP_READ:
         POST(p, "read", gs_ep_read(p->ep, p->recv_area, p->mr, len, &p->peer_rmr, 0, wr_id, flags));
         break;
     case OP_FETCH_ADD:
         POST(p, "fetch_add",
-             gs_ep_fetch_add(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, 1, wr_id, flags));
+             gs_ep_fetch_add(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, 1, wr_id,
+                             flags));
         break;
     case OP_CMP_SWAP:
         POST(p, "cmp_swap",
-             gs_ep_cmp_swap(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, wr_id, wr_id + 1, wr_id,
-                            flags));
+             gs_ep_cmp_swap(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, wr_id, wr_id + 1,
+                            wr_id, flags));
         break;
-    case OP_SEND:
-        POST(p, "send", gs_ep_send(p->ep, p->send_area, p->mr, len, wr_id, flags));
-        break;
+    case OP_SEND: POST(p, "send", gs_ep_send(p->ep, p->send_area, p->mr, len, wr_id, flags)); break;
     }
 }
 
@@ -218,12 +218,6 @@ static void serve_until_done(perf *p)
         wait_op(p, GS_WC_RECV_IMM);
 }
 
-static long lat_iters(const perf *p, size_t len)
-{
-    long n = p->o.iters ? p->o.iters : (long)(len <= 64 * 1024 ? 20000 : (64u << 20) / len);
-    return n < 20 ? 20 : n;
-}
-
 /* Rounds per timed batch: a clock read costs about a cache-line transfer
  * here, so small sizes are timed in batches (the floor is timed alike). */
 static long lat_batch(size_t len)
@@ -231,39 +225,54 @@ static long lat_batch(size_t len)
     return len <= 64 * 1024 ? LAT_BATCH : 1;
 }
 
-/* Times batches of rounds; returns median and p99 (ns per round, halved for
- * ping-pongs) of pair 0 and the worst pair's median. */
-static void lat_size(perf *p, int op, size_t len, uint64_t out[3])
+/* Timed rounds for a size: a whole number of batches, at least 20 rounds. */
+static long lat_iters(const perf *p, size_t len)
+{
+    long n = p->o.iters ? p->o.iters : (long)(len <= 64 * 1024 ? 20000 : (64u << 20) / len),
+         b = lat_batch(len);
+    n = n < 20 ? 20 : n;
+    return (n + b - 1) / b * b;
+}
+
+/* Times batches of rounds. out: [0] median and [1] p99 (ns per round,
+ * halved for ping-pongs) of pair 0, [2] the worst pair's median, [3] rounds
+ * per second summed over the pairs (wall clock of the whole loop). */
+static void lat_size(perf *p, int op, size_t len, uint64_t out[4])
 {
     long batch = lat_batch(len), nb = lat_iters(p, len) / batch, warm = nb / 10 + 2;
-    uint64_t *t = calloc((size_t)nb, sizeof(*t)), mine[2] = {0, 0}, *all;
+    uint64_t *t = calloc((size_t)nb, sizeof(*t)), mine[3] = {0, 0, 0}, *all, start = 0;
     bool one_sided = op == OP_READ || op == OP_FETCH_ADD || op == OP_CMP_SWAP;
     uint32_t round = 0;
 
-    all = calloc((size_t)p->size * 2, sizeof(*all));
+    all = calloc((size_t)p->size * 3, sizeof(*all));
     if (!t || !all)
         die("allocation", GS_ERR_NOMEM);
     memset(p->recv_area, 0, len);
     barrier(p);
     for (long b = -warm; b < nb; b++) {
         uint64_t t0 = gs_now_ns();
+        if (b == 0)
+            start = t0;
         for (long i = 0; i < batch; i++)
             lat_round(p, op, len, round++);
         if (b >= 0)
             t[b] = (gs_now_ns() - t0) / (uint64_t)batch / (one_sided ? 1u : 2u);
     }
-    if (one_sided)
-        serve_until_done(p);
     if (p->initiator) {
+        mine[2] = (uint64_t)((double)(nb * batch) * 1e9 / (double)(gs_now_ns() - start));
         mine[0] = quantile(t, (size_t)nb, 0.5);
         mine[1] = quantile(t, (size_t)nb, 0.99);
     }
+    if (one_sided)
+        serve_until_done(p);
     CHECK("allgather", gs_store_allgather(p->ctx, "gsperf.lat", mine, sizeof(mine), all));
     out[0] = all[0];
     out[1] = all[1];
-    out[2] = 0;
-    for (int r = 0; r < p->size; r += 2)
-        out[2] = all[2 * r] > out[2] ? all[2 * r] : out[2];
+    out[2] = out[3] = 0;
+    for (int r = 0; r < p->size; r += 2) {
+        out[2] = all[3 * r] > out[2] ? all[3 * r] : out[2];
+        out[3] += all[3 * r + 2];
+    }
     free(all);
     free(t);
 }
@@ -272,7 +281,7 @@ static void lat_size(perf *p, int op, size_t len, uint64_t out[3])
 
 static long bw_iters(const perf *p, size_t len)
 {
-    long n = p->o.iters ? p->o.iters : (long)((512u << 20) / len);
+    long n = p->o.iters ? p->o.iters : (long)((1u << 30) / len);
     if (!p->o.iters && n > 20000)
         n = 20000;
     return n < 4 ? 4 : n;
@@ -447,24 +456,26 @@ static void run_lat(perf *p, int op, double floor_ns, double *imm8_p)
     if (p->rank == 0) {
         printf("\n# %s latency (%s), transport %s, %d ranks\n", op_names[op],
                op == OP_READ || op == OP_FETCH_ADD || op == OP_CMP_SWAP ? "one op, post to completion"
-                                                                         : "half round trip",
+                                                                        : "half round trip",
                gs_tp_name(p->tp), p->size);
         printf("# median and p99 over batches of %d rounds (single rounds above 64 KiB)\n", LAT_BATCH);
-        printf("%10s %8s %11s %11s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us");
+        printf("%10s %8s %11s %11s %14s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us",
+               "rounds/s_all");
     }
     for (size_t len = p->o.min; len <= p->o.max; len *= 2) {
-        uint64_t r[3];
+        uint64_t r[4];
         if (!op_fits(op, len))
             continue;
         lat_size(p, op, len, r);
         if (p->rank == 0)
-            printf("%10zu %8ld %11.3f %11.3f %14.3f\n", len, lat_iters(p, len), (double)r[0] / 1e3,
-                   (double)r[1] / 1e3, (double)r[2] / 1e3);
+            printf("%10zu %8ld %11.3f %11.3f %14.3f %14llu\n", len, lat_iters(p, len), (double)r[0] / 1e3,
+                   (double)r[1] / 1e3, (double)r[2] / 1e3, (unsigned long long)r[3]);
         if (op == OP_WRITE_IMM && len == 8)
             *imm8_p = (double)r[0];
     }
     if (p->rank == 0 && op == OP_WRITE_IMM && *imm8_p > 0 && floor_ns > 0)
-        printf("# write_imm 8 B half round trip / cache-line one-way = %.0f / %.0f ns = %.2fx (shm target <= 2x)\n",
+        printf("# write_imm 8 B half round trip / cache-line one-way = %.0f / %.0f ns = %.2fx (shm target <= "
+               "2x)\n",
                *imm8_p, floor_ns, *imm8_p / floor_ns);
 }
 
@@ -499,20 +510,27 @@ static void run_bw(perf *p, int op, double memcpy_bw)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: gsperf [--op write|write_imm|read|fetch_add|cmp_swap|send|all] [--lat|--bw]\n"
-                    "              [--min BYTES] [--max BYTES] [--iters N] [--transport auto|shm|tcp|verbs]\n"
-                    "              [--no-pin] [--no-floor]\n"
-                    "run under gsrun (or with GS_RANK, GS_WORLD_SIZE, GS_STORE set), an even number of ranks\n");
+    fprintf(stderr,
+            "usage: gsperf [--op write|write_imm|read|fetch_add|cmp_swap|send|all] [--lat|--bw]\n"
+            "              [--min BYTES] [--max BYTES] [--iters N] [--transport auto|shm|tcp|verbs]\n"
+            "              [--no-pin] [--no-floor]\n"
+            "run under gsrun (or with GS_RANK, GS_WORLD_SIZE, GS_STORE set), an even number of ranks\n");
     exit(2);
 }
 
 static void parse(int argc, char **argv, perf_opts *o)
 {
-    static const struct option longs[] = {
-        {"op", required_argument, 0, 'o'},    {"lat", no_argument, 0, 'l'},        {"bw", no_argument, 0, 'b'},
-        {"min", required_argument, 0, 'm'},   {"max", required_argument, 0, 'M'},  {"iters", required_argument, 0, 'n'},
-        {"transport", required_argument, 0, 't'}, {"no-pin", no_argument, 0, 'P'}, {"no-floor", no_argument, 0, 'F'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    static const struct option longs[] = {{"op", required_argument, 0, 'o'},
+                                          {"lat", no_argument, 0, 'l'},
+                                          {"bw", no_argument, 0, 'b'},
+                                          {"min", required_argument, 0, 'm'},
+                                          {"max", required_argument, 0, 'M'},
+                                          {"iters", required_argument, 0, 'n'},
+                                          {"transport", required_argument, 0, 't'},
+                                          {"no-pin", no_argument, 0, 'P'},
+                                          {"no-floor", no_argument, 0, 'F'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
     int c;
     bool min_set = false, max_set = false;
     *o = (perf_opts){.op = -1, .pin = true, .floor = true, .min = 8, .max = 4u << 20};
@@ -596,6 +614,7 @@ int main(int argc, char **argv)
     p.size = gs_ctx_size(p.ctx);
     if (p.size < 2 || p.size % 2) {
         fprintf(stderr, "gsperf: needs an even number of ranks (got %d)\n", p.size);
+        gs_ctx_destroy(p.ctx);
         return 2;
     }
     p.initiator = p.rank % 2 == 0;
@@ -608,7 +627,8 @@ int main(int argc, char **argv)
         if (p.rank == 0)
             memcpy_bw = memcpy_gbps();
         if (p.rank == 0)
-            printf("# limits: cache-line ping-pong one-way %.0f ns (median); single-thread memcpy 64 MiB %.2f GB/s\n",
+            printf("# limits: cache-line ping-pong one-way %.0f ns (median); single-thread memcpy 64 MiB "
+                   "%.2f GB/s\n",
                    floor_ns, memcpy_bw);
     }
     for (int op = 0; op < OP_COUNT; op++) {

@@ -65,7 +65,7 @@ GS_TEST(message_slots_follow_the_inline_sizes)
     GS_ASSERT_LT(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), GS_SHM_RING_SLOTS / 8);
     GS_ASSERT_EQ(gs_shm_ctrl_bytes(4) % 4096, 0);
     GS_ASSERT_GE(gs_shm_ctrl_bytes(4), GS_SHM_RING_OFF + 4 * sizeof(gs_shm_ring) +
-                                          (size_t)GS_SHM_MAX_REGIONS * sizeof(gs_shm_region));
+                                           (size_t)GS_SHM_MAX_REGIONS * sizeof(gs_shm_region));
 }
 
 /* ---- nothing left behind ----------------------------------------------------------- */
@@ -188,7 +188,8 @@ static void regions_body(gs_ctx *ctx, int rank, void *arg)
         if (rank == 0) {
             uint64_t *w = gs_mr_addr(local);
             for (int i = 0; round == 1 && i < MANY; i += 37) /* freed, though still mapped here */
-                GS_ASSERT_STATUS(gs_ep_write(gs_tp_ep(tp, 1), w, local, 8, &old[i], 0, 0, 0), GS_ERR_REMOTE_ACCESS);
+                GS_ASSERT_STATUS(gs_ep_write(gs_tp_ep(tp, 1), w, local, 8, &old[i], 0, 0, 0),
+                                 GS_ERR_REMOTE_ACCESS);
             for (int i = 0; i < MANY; i++) {
                 w[0] = (uint64_t)(round * 1000 + i);
                 GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 1), w, local, 8, &mine[i], (uint64_t)i, 0, 0));
@@ -341,7 +342,8 @@ static void close_body(gs_ctx *ctx, int rank, void *arg)
         GS_ASSERT_STATUS(gs_tp_wait(tp, &wc, 1, &n, 200), GS_ERR_TIMEOUT);
         GS_ASSERT_GE(gs_now_ns() - t0, 150ull * 1000000ull);
         GS_ASSERT_CONTAINS(gs_last_error(), "rank 0");
-        GS_ASSERT_STATUS(gs_ep_write(gs_tp_ep(tp, 1), gs_mr_addr(mr), mr, 8, &all[1], 0, 0, 0), GS_ERR_PEER_LOST);
+        GS_ASSERT_STATUS(gs_ep_write(gs_tp_ep(tp, 1), gs_mr_addr(mr), mr, 8, &all[1], 0, 0, 0),
+                         GS_ERR_PEER_LOST);
         GS_ASSERT_CONTAINS(gs_last_error(), "closed");
         GS_ASSERT_OK(gs_mr_dereg(mr));
         GS_ASSERT_OK(gs_tp_close(tp));
@@ -370,4 +372,70 @@ static void hosts_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(shm_across_hosts_fails_clearly_on_every_rank)
 {
     run(2, hosts_body, NULL, NULL);
+}
+
+/* ---- selection ---------------------------------------------------------------------------------- */
+
+static void select_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    /* auto (GS_TRANSPORT unset) on one host is shm, by NULL or by name */
+    GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp));
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+    GS_ASSERT_OK(gs_tp_open(ctx, "auto", &tp));
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+    tp = NULL;
+    GS_ASSERT_STATUS(gs_tp_open(ctx, "carrier-pigeon", &tp), GS_ERR_INVALID);
+    GS_ASSERT_CONTAINS(gs_last_error(), "carrier-pigeon");
+    GS_ASSERT(tp == NULL);
+}
+
+GS_TEST(auto_picks_shm_when_every_rank_shares_the_host)
+{
+    run(3, select_body, NULL, NULL);
+}
+
+static void select_env_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    GS_ASSERT_EQ(ctx->cfg.transport, GS_TRANSPORT_SHM);
+    GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp)); /* NULL follows GS_TRANSPORT */
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(gs_transport_names_the_backend)
+{
+    static const char *const env[] = {"GS_TRANSPORT=shm", NULL};
+    run(2, select_env_body, NULL, env);
+}
+
+static void auto_hosts_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    bool other = false;
+    (void)arg;
+    for (int i = 0; gs_tp_builtin(i); i++)
+        other = other || strcmp(gs_tp_builtin(i)->name, "shm") != 0;
+    if (rank == 1) /* play a rank on another machine */
+        snprintf(ctx->host_id, sizeof(ctx->host_id), "elsewhere:0000");
+    if (!other) { /* only shm built: a clear error on every rank */
+        GS_ASSERT_STATUS(gs_tp_open(ctx, "auto", &tp), GS_ERR_UNSUPPORTED);
+        GS_ASSERT_CONTAINS(gs_last_error(), "do not share");
+        return;
+    }
+    GS_ASSERT_OK(gs_tp_open(ctx, "auto", &tp)); /* never shm across hosts */
+    GS_ASSERT(strcmp(gs_tp_name(tp), "shm") != 0);
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(auto_across_hosts_never_picks_shm)
+{
+    run(2, auto_hosts_body, NULL, NULL);
 }
