@@ -39,8 +39,9 @@
 #define OP_FMAX(x, y) ((x) != (x) ? (x) : (x) > (y) ? (x) : (y))
 
 /*
- * One kernel: a three-operand loop (d = a op b), an in-place loop (d = d op
- * b) so that every pointer can stay restrict, and the dispatcher.
+ * One kernel: a three-operand loop (d = a op b) and two in-place loops
+ * (d = d op b, d = a op d) so that every pointer can stay restrict and the
+ * operand order is always exactly a op b; then the dispatcher.
  */
 #define GS_RED_DEFINE(name, T, ACC, LOAD, STORE, OP)                                                         \
     GS_RED_CLONES static void name##_3(T *restrict d, const T *restrict a, const T *restrict b, size_t n)    \
@@ -50,19 +51,35 @@
             d[i] = STORE(OP(x, y));                                                                          \
         }                                                                                                    \
     }                                                                                                        \
-    GS_RED_CLONES static void name##_2(T *restrict d, const T *restrict b, size_t n)                         \
+    GS_RED_CLONES static void name##_da(T *restrict d, const T *restrict b, size_t n)                        \
     {                                                                                                        \
         for (size_t i = 0; i < n; i++) {                                                                     \
             ACC x = LOAD(d[i]), y = LOAD(b[i]);                                                              \
             d[i] = STORE(OP(x, y));                                                                          \
         }                                                                                                    \
     }                                                                                                        \
+    GS_RED_CLONES static void name##_db(T *restrict d, const T *restrict a, size_t n)                        \
+    {                                                                                                        \
+        for (size_t i = 0; i < n; i++) {                                                                     \
+            ACC x = LOAD(a[i]), y = LOAD(d[i]);                                                              \
+            d[i] = STORE(OP(x, y));                                                                          \
+        }                                                                                                    \
+    }                                                                                                        \
+    static void name##_dd(T *d, size_t n)                                                                    \
+    {                                                                                                        \
+        for (size_t i = 0; i < n; i++) {                                                                     \
+            ACC x = LOAD(d[i]);                                                                              \
+            d[i] = STORE(OP(x, x));                                                                          \
+        }                                                                                                    \
+    }                                                                                                        \
     static void name(void *d, const void *a, const void *b, size_t n)                                        \
     {                                                                                                        \
-        if (d == a)                                                                                          \
-            name##_2(d, b, n);                                                                               \
+        if (d == a && d == b)                                                                                \
+            name##_dd(d, n);                                                                                 \
+        else if (d == a)                                                                                     \
+            name##_da(d, b, n);                                                                              \
         else if (d == b)                                                                                     \
-            name##_2(d, a, n);                                                                               \
+            name##_db(d, a, n);                                                                              \
         else                                                                                                 \
             name##_3(d, a, b, n);                                                                            \
     }

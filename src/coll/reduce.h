@@ -30,9 +30,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* dst[i] = a[i] op b[i] for i < count. dst may be exactly a or exactly b (in
- * place); any other overlap is not allowed. Pointers need only the natural
- * alignment of the element type. */
+/* dst[i] = a[i] op b[i] for i < count, operands always in this order. dst
+ * may be exactly a and/or exactly b (in place); any other overlap is not
+ * allowed. Pointers need only the natural alignment of the element type. */
 typedef void (*gs_red_fn)(void *dst, const void *a, const void *b, size_t count);
 
 /* The kernel for dtype and op (GS_AVG gives the sum kernel); NULL for an
