@@ -352,6 +352,7 @@ static gs_status say_goodbye(gs_ps *ps)
 {
     char tag[64];
     gs_status st = GS_OK;
+    uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
     if (!ps->is_server) {
         for (size_t k = 0; k < ps->wrk.nkeys; k++)
             if (ps->wrk.keys[k].head) {
@@ -360,16 +361,15 @@ static gs_status say_goodbye(gs_ps *ps)
                 break;
             }
         for (int s = 0; s < ps->nservers; s++) {
-            uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
             if (ps->wrk.server_lost[s])
                 continue;
             while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_BYE, 0)) == GS_ERR_AGAIN &&
                    !gs_deadline_passed(deadline))
-                gs_ps_worker_progress(ps, 1);
+                gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         }
         /* let the BYEs leave before the barrier */
-        for (int i = 0; i < 100 && ps->wrk.tx.nfree < ps->wrk.tx.cap; i++)
-            if (gs_ps_worker_progress(ps, 10) != GS_OK)
+        while (ps->wrk.tx.nfree < ps->wrk.tx.cap && !gs_deadline_passed(deadline))
+            if (gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
                 break;
     }
     gs_ps_tag(ps, tag, sizeof(tag), "bye");

@@ -27,6 +27,7 @@
 #include "ps/plan.h"
 #include "ps/ps_proto.h"
 #include "transport/tp.h"
+#include "util/clock.h"
 #include "util/config.h"
 
 #include <pthread.h>
@@ -178,6 +179,7 @@ typedef struct gs_ps_worker {
     uint64_t pull_retries;    /* torn or stale copies read again (statistics) */
     uint64_t next_probe_ns;   /* peer-loss probes are rate limited */
     gs_status replay_status;  /* the first error of a replayed push */
+    bool again;               /* a post met a full send queue: poll and retry, do not block */
 } gs_ps_worker;
 
 struct gs_ps_req {
@@ -227,6 +229,20 @@ struct gs_ps {
     bool thread_started;
     gs_status thread_status;
 };
+
+/* Waits shorter than this are polls instead: the transports time waits
+ * with the coarse clock (a tick, up to 4 ms, early), and log every wait that
+ * times out. */
+#define GS_PS_MIN_WAIT_MS 8
+
+/* Milliseconds to block for something due by deadline_ns; 0 (poll) when
+ * that is too close for a timed wait. Waits are as long as the awaited
+ * completion may take. */
+static inline int gs_ps_wait_ms(uint64_t deadline_ns)
+{
+    int left = gs_deadline_left_ms(deadline_ns);
+    return left < GS_PS_MIN_WAIT_MS ? 0 : left;
+}
 
 /* ---- ps.c ---------------------------------------------------------------------- */
 const char *gs_ps_role_name(const gs_ps *ps);
@@ -317,8 +333,9 @@ gs_status gs_ps_server_maybe_checkpoint(gs_ps *ps);
 /* ---- worker.c ----------------------------------------------------------------------- */
 gs_status gs_ps_worker_init(gs_ps *ps);
 void gs_ps_worker_fini(gs_ps *ps);
-/* Polls the transport once (waiting up to wait_ms when nothing is ready),
- * dispatches completions and advances every active request. */
+/* Polls the transport once (waiting up to wait_ms when nothing is ready,
+ * less if a pull retry is due sooner), dispatches completions and advances
+ * every active request. */
 gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms);
 /* Fails every request with st (they complete with it). */
 void gs_ps_worker_fail_all(gs_ps *ps, gs_status st);
@@ -328,6 +345,15 @@ void gs_ps_worker_set_fatal(gs_ps *ps, gs_status st);
 void gs_ps_worker_shard_done(gs_ps *ps, gs_ps_wshard *ws);
 /* The error a server reported on the shard, as the request's status (logged). */
 gs_status gs_ps_worker_take_error(gs_ps *ps, gs_ps_wshard *ws, const char *during);
+/* GS_ERR_AGAIN from a post: not an error; the next progress polls instead of blocking
+ * (the queue frees silently, no completion need come). Other statuses pass through. */
+static inline gs_status gs_ps_again(gs_ps *ps, gs_status st)
+{
+    if (st != GS_ERR_AGAIN)
+        return st;
+    ps->wrk.again = true;
+    return GS_OK;
+}
 /* Merges a notice into the shard's view. */
 void gs_ps_worker_merge_notice(gs_ps_wshard *ws, const gs_ps_notice *n);
 

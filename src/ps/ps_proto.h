@@ -134,6 +134,7 @@ enum {
     GS_PS_CTRL_CKPT_FAILED, /* server -> worker: checkpoint failed; arg = request number */
     GS_PS_CTRL_RECOVER,     /* either way: join recovery; arg = server << 12 | incarnation */
     GS_PS_CTRL_INIT,        /* worker 0 -> server: initial values are in slot 0; arg = server shard index */
+    GS_PS_CTRL_FIRST,       /* worker -> server: first to add to a step (atomic); arg = server shard index */
 };
 
 static inline uint32_t gs_ps_imm_push(int kind, uint32_t shard, uint64_t step)

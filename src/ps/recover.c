@@ -202,7 +202,7 @@ gs_status gs_ps_recover_server(gs_ps *ps)
         if (!ps->srv.lost[w] && !ps->srv.bye[w])
             gs_ps_server_reply(ps, w, GS_PS_CTRL_RECOVER, gen & 0xffffffu);
     while ((ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) && !gs_deadline_passed(deadline))
-        if (gs_ps_server_progress(ps, 1) != GS_OK)
+        if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
     return rebuild(ps, gen, false);
 }
@@ -301,13 +301,13 @@ static gs_status gather(gs_ps *ps, uint32_t gen)
             continue;
         while ((sst = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_RECOVER, gen & 0xffffffu)) == GS_ERR_AGAIN &&
                !gs_deadline_passed(deadline))
-            gs_ps_worker_progress(ps, 1);
+            gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         if (sst != GS_OK)
             gs_log_info(PS, "rank %d: recovery request to server rank %d not sent (%s): it may be recovering already",
                         ps->rank, ps->server_ranks[s], gs_status_name(sst));
     }
     while (st == GS_OK && ps->wrk.tx.nfree < ps->wrk.tx.cap && !gs_deadline_passed(deadline))
-        gs_ps_worker_progress(ps, 1);
+        gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     return st;
 }
 
@@ -357,7 +357,7 @@ static gs_status replay(gs_ps *ps)
                          "recovering?)",
                          ps->rank, ps->index, (long long)ps->timeout_ms);
         else
-            st = gs_ps_worker_progress(ps, 10);
+            st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     }
     if (st == GS_OK)
         st = ps->wrk.replay_status;

@@ -376,7 +376,7 @@ static gs_status send_init(gs_ps *ps, gs_ps_wkey *wk, const float *init)
                 st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT, "rank %d: register key %llu: send queue to server rank "
                              "%d stayed full", ps->rank, (unsigned long long)wk->key, ws->server_rank);
             else if (st == GS_ERR_AGAIN)
-                st = gs_ps_worker_progress(ps, 1);
+                st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         } while (st == GS_ERR_AGAIN);
         posted += st == GS_OK;
     }
@@ -387,7 +387,7 @@ static gs_status send_init(gs_ps *ps, gs_ps_wkey *wk, const float *init)
                          "rank %d: register key %llu: initial values not delivered within %lld ms", ps->rank,
                          (unsigned long long)wk->key, (long long)ps->timeout_ms);
         else
-            st = gs_ps_worker_progress(ps, 10);
+            st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     }
     return st;
 }
@@ -407,7 +407,7 @@ static gs_status server_wait_init(gs_ps *ps, uint64_t key)
                            "rank %d: register key %llu: %d shards never got their initial values from worker "
                            "rank %d within %lld ms",
                            ps->rank, (unsigned long long)key, pending, ps->worker_ranks[0], (long long)ps->timeout_ms);
-        st = gs_ps_server_progress(ps, 10);
+        st = gs_ps_server_progress(ps, gs_ps_wait_ms(deadline));
     }
 }
 

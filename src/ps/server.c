@@ -15,9 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#define SERVE_SLICE_MS 100
+#define IDLE_WAIT_MS (1 << 30)      /* nothing due: only a completion wakes the loop */
 #define PROBE_PERIOD_NS 10000000ull /* 10 ms */
-#define SCAN_PERIOD_NS 10000000ull
 
 gs_status gs_ps_server_init(gs_ps *ps)
 {
@@ -197,6 +196,9 @@ static void on_push(gs_ps *ps, int w, uint32_t imm)
         gs_ps_notify(ps, sh, w);
         return;
     }
+    gs_log_trace(PS, "rank %d: server %d: key %llu shard %u: worker %d step %llu arrived (version %llu)", ps->rank,
+                 ps->index, (unsigned long long)sh->key, sh->kindex, w, (unsigned long long)ws->received,
+                 (unsigned long long)h->version);
     /* outside the seqlock: a pull needs params and version consistent, not this count */
     __atomic_store_n(&ws->received, ws->received + 1, __ATOMIC_RELEASE);
     if (ps->params.mode == GS_PS_MODE_ASYNC) {
@@ -255,6 +257,10 @@ static void on_ctrl(gs_ps *ps, int w, uint32_t imm)
         gs_ps_server_reply(ps, w, st == GS_OK ? GS_PS_CTRL_CKPT_DONE : GS_PS_CTRL_CKPT_FAILED, arg);
         break;
     case GS_PS_CTRL_INIT: on_init(ps, w, arg); break;
+    case GS_PS_CTRL_FIRST:
+        if (arg < ps->srv.nshards && !ps->srv.shards[arg].waiting_since_ns)
+            ps->srv.shards[arg].waiting_since_ns = gs_now_ns();
+        break;
     case GS_PS_CTRL_RECOVER:
         ps->srv.recover_asked = true;
         ps->srv.recover_arg = arg;
@@ -325,14 +331,6 @@ gs_status gs_ps_server_progress(gs_ps *ps, int wait_ms)
 
 /* ---- deadlines ------------------------------------------------------------------------------ */
 
-/* Atomic mode: a step has begun once something arrived in the accumulator. */
-static void note_atomic_arrivals(gs_ps_sshard *sh, uint64_t now)
-{
-    if (sh->acc && !sh->waiting_since_ns &&
-        __atomic_load_n(&((gs_ps_acc_head *)gs_mr_addr(sh->acc))->arrivals, __ATOMIC_ACQUIRE) > 0)
-        sh->waiting_since_ns = now;
-}
-
 static bool arrived(const gs_ps_sshard *sh, int w)
 {
     uint64_t version = gs_ps_head_of(sh)->version;
@@ -348,12 +346,10 @@ static bool arrived(const gs_ps_sshard *sh, int w)
 static void check_deadlines(gs_ps *ps)
 {
     uint64_t now = gs_now_ns();
-    if (ps->params.mode != GS_PS_MODE_SYNC || now < ps->srv.next_scan_ns)
+    if (ps->params.mode != GS_PS_MODE_SYNC)
         return;
-    ps->srv.next_scan_ns = now + SCAN_PERIOD_NS;
     for (uint32_t i = 0; i < ps->srv.nshards && ps->srv.verdict == GS_OK; i++) {
         gs_ps_sshard *sh = &ps->srv.shards[i];
-        note_atomic_arrivals(sh, now);
         if (!sh->waiting_since_ns || now - sh->waiting_since_ns < (uint64_t)ps->timeout_ms * 1000000ull)
             continue;
         for (int w = 0; w < ps->nworkers; w++) {
@@ -370,12 +366,32 @@ static void check_deadlines(gs_ps *ps)
 
 /* ---- the loop ------------------------------------------------------------------------------------ */
 
+/* How long the loop may block: until the earliest step deadline (sync) or
+ * a completion. A transport logs
+ * every wait that times out, so the loop never sets one that need not. */
+static int serve_wait_ms(const gs_ps *ps)
+{
+    uint64_t now = gs_now_ns(), next = UINT64_MAX, timeout_ns = (uint64_t)ps->timeout_ms * 1000000ull;
+    if (ps->params.mode != GS_PS_MODE_SYNC)
+        return IDLE_WAIT_MS;
+    for (uint32_t i = 0; i < ps->srv.nshards; i++) {
+        const gs_ps_sshard *sh = &ps->srv.shards[i];
+        if (sh->waiting_since_ns && sh->waiting_since_ns + timeout_ns < next)
+            next = sh->waiting_since_ns + timeout_ns;
+    }
+    if (next == UINT64_MAX)
+        return IDLE_WAIT_MS;
+    if (next <= now + GS_PS_MIN_WAIT_MS * 1000000ull)
+        return 0; /* due soon: poll */
+    return (int)((next - now) / 1000000ull) + 1;
+}
+
 /* Lets the notices and replies owed leave before the loop ends. */
 static void drain(gs_ps *ps)
 {
     uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
     while ((ps->srv.ndirty || ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) && !gs_deadline_passed(deadline))
-        if (gs_ps_server_progress(ps, 10) != GS_OK)
+        if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
 }
 
@@ -391,7 +407,7 @@ gs_status gs_ps_serve(gs_ps *ps)
     if (ps->checkpoint[0] && !ps->restarted)
         srv->verdict = gs_ps_server_checkpoint(ps);
     while (srv->finished < ps->nworkers && srv->verdict == GS_OK) {
-        gs_status st = gs_ps_server_progress(ps, SERVE_SLICE_MS);
+        gs_status st = gs_ps_server_progress(ps, serve_wait_ms(ps));
         if (st == GS_OK)
             check_deadlines(ps);
         if (st == GS_OK && srv->verdict == GS_OK)

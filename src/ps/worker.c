@@ -18,8 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#define WAIT_SLICE_MS 100
-
 gs_status gs_ps_worker_init(gs_ps *ps)
 {
     ps->wrk.server_lost = gs_calloc((size_t)ps->nservers, sizeof(bool));
@@ -54,8 +52,10 @@ void gs_ps_worker_merge_notice(gs_ps_wshard *ws, const gs_ps_notice *n)
     MERGE_MAX(applied);
     MERGE_MAX(saved);
     MERGE_MAX(epoch);
-    /* An error is news once per version: the step it refused, or the loss it reports. */
-    if (n->status != GS_OK && n->version + 1 > ws->error_version) {
+    /* A step's error is news once per version (a lost worker is the job's
+     * error, kept apart: see on_notice). */
+    if (n->status != GS_OK && n->status != GS_ERR_PEER_LOST && n->status != GS_ERR_TIMEOUT &&
+        n->version + 1 > ws->error_version) {
         ws->error = (gs_status)n->status;
         ws->error_version = n->version + 1;
         ws->seen.worker = n->worker;
@@ -85,13 +85,15 @@ static void on_notice(gs_ps *ps, uint32_t gid)
     ws = &ps->wrk.shards[gid];
     memcpy(&n, (char *)gs_mr_addr(ps->wrk.keys[ws->keyi].notice) + ws->kindex * sizeof(n), sizeof(n));
     gs_ps_worker_merge_notice(ws, &n);
-    /* a sync job without one of its workers cannot go on */
-    if (n.status == GS_ERR_PEER_LOST || n.status == GS_ERR_TIMEOUT)
-        gs_ps_worker_set_fatal(ps, gs_fail(GS_SUBSYS_PS, (gs_status)n.status,
-                                           "rank %d: worker %d: server rank %d reports worker %d %s; this sync job "
-                                           "cannot go on",
-                                           ps->rank, ps->index, ws->server_rank, n.worker,
-                                           n.status == GS_ERR_PEER_LOST ? "lost" : "missing its deadline"));
+    /* A sync job without one of its workers cannot go on: what still needs
+     * that worker fails (see advance_key); what it already did completes. */
+    if ((n.status == GS_ERR_PEER_LOST || n.status == GS_ERR_TIMEOUT) && ps->wrk.fatal == GS_OK) {
+        ps->wrk.fatal = gs_fail(GS_SUBSYS_PS, (gs_status)n.status,
+                                "rank %d: worker %d: server rank %d reports worker %d %s; this sync job cannot go on",
+                                ps->rank, ps->index, ws->server_rank, n.worker,
+                                n.status == GS_ERR_PEER_LOST ? "lost" : "missing its deadline");
+        snprintf(ps->wrk.fatal_why, sizeof(ps->wrk.fatal_why), "%s", gs_last_error());
+    }
 }
 
 static void on_ctrl(gs_ps *ps, int peer, uint32_t imm)
@@ -261,6 +263,13 @@ static bool advance_key(gs_ps *ps, gs_ps_wkey *wk)
             gs_ps_worker_shard_done(ps, ws); /* the request failed: nothing more is sent for it */
             continue;
         }
+        if (ps->wrk.fatal != GS_OK && (ws->phase == GS_PS_PUSH_WAIT ||
+                                       (ws->phase == GS_PS_PULL_WAIT && ws->seen.applied < ws->pushed))) {
+            req->status = req->status != GS_OK ? req->status : ps->wrk.fatal; /* it would wait forever */
+            gs_error_restore(ps->wrk.fatal_why);
+            gs_ps_worker_shard_done(ps, ws);
+            continue;
+        }
         if (ws->phase == GS_PS_PUSH_WAIT || ws->phase == GS_PS_ATOMIC_CHUNK)
             st = gs_ps_push_advance(ps, req, i);
         else if (ws->phase == GS_PS_ATOMIC_ARRIVE || ws->phase == GS_PS_ATOMIC_NOTIFY)
@@ -313,13 +322,29 @@ static void advance_all(gs_ps *ps)
             ;
 }
 
-gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms)
+/* Milliseconds until the earliest pull retry is due (wait_ms if none sooner). */
+static int next_timer_ms(const gs_ps *ps, int wait_ms)
 {
-    gs_wc wcs[64];
-    int n = 0;
-    gs_status st = gs_tp_poll(ps->tp, wcs, 64, &n);
-    if (st == GS_OK && n == 0 && wait_ms > 0)
-        st = gs_tp_wait(ps->tp, wcs, 64, &n, wait_ms);
+    uint64_t now = 0;
+    for (size_t k = 0; k < ps->wrk.nkeys; k++) {
+        const gs_ps_wkey *wk = &ps->wrk.keys[k];
+        for (size_t i = 0; wk->head && i < wk->nshards; i++) {
+            const gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
+            if (ws->phase != GS_PS_PULL_WAIT || !ws->retry_at_ns)
+                continue;
+            now = now ? now : gs_now_ns();
+            if (ws->retry_at_ns <= now + GS_PS_MIN_WAIT_MS * 1000000ull)
+                return 0; /* due soon: poll rather than time a wait out */
+            if ((ws->retry_at_ns - now) / 1000000ull + 1 < (uint64_t)wait_ms)
+                wait_ms = (int)((ws->retry_at_ns - now) / 1000000ull + 1);
+        }
+    }
+    return wait_ms;
+}
+
+/* What a poll or a wait returned: dispatch it, then advance every request. */
+static gs_status take(gs_ps *ps, gs_status st, const gs_wc *wcs, int n, int wait_ms)
+{
     if (st == GS_ERR_TIMEOUT) {
         st = GS_OK;
         n = 0;
@@ -332,6 +357,28 @@ gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms)
         dispatch(ps, &wcs[i]);
     advance_all(ps);
     return st;
+}
+
+gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms)
+{
+    gs_wc wcs[64];
+    int n = 0;
+    /* Step 1: what is there, and everything that can be posted now. */
+    gs_status st = gs_tp_poll(ps->tp, wcs, 64, &n);
+    st = take(ps, st, wcs, n, 0);
+    if (st != GS_OK || n > 0 || wait_ms <= 0)
+        return st;
+    if (ps->wrk.again) { /* a post is to be retried: do not block */
+        ps->wrk.again = false;
+        return st;
+    }
+    /* Step 2: block until something arrives (or a pull retry is due). */
+    wait_ms = next_timer_ms(ps, wait_ms);
+    if (wait_ms <= 0)
+        return st;
+    n = 0;
+    st = gs_tp_wait(ps->tp, wcs, 64, &n, wait_ms);
+    return take(ps, st, wcs, n, wait_ms);
 }
 
 static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, bool push, bool pull,
@@ -433,11 +480,12 @@ gs_status gs_ps_wait(gs_ps_req *req)
             gs_ps_worker_set_fatal(ps, st);
             break;
         }
-        st = gs_ps_worker_progress(ps, left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS);
+        st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     }
     /* A failed request may still have operations in flight: let them finish. */
-    while (!req->done && !gs_deadline_passed(deadline + (uint64_t)ps->timeout_ms * 1000000ull))
-        if (gs_ps_worker_progress(ps, 10) != GS_OK)
+    deadline += (uint64_t)ps->timeout_ms * 1000000ull;
+    while (!req->done && !gs_deadline_passed(deadline))
+        if (gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
     if (!req->done)
         return st; /* leaked on purpose: the transport may still write into what it names */
@@ -481,7 +529,7 @@ static gs_status worker_checkpoint(gs_ps *ps)
     for (int s = 0; st == GS_OK && s < ps->nservers; s++) {
         while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_CKPT, serial)) == GS_ERR_AGAIN &&
                !gs_deadline_passed(deadline))
-            gs_ps_worker_progress(ps, 1);
+            gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         ps->wrk.ckpt_pending += st == GS_OK;
     }
     while (st == GS_OK && ps->wrk.ckpt_pending > 0) {
@@ -490,7 +538,7 @@ static gs_status worker_checkpoint(gs_ps *ps)
                          "rank %d: %d servers did not confirm their checkpoint within %lld ms", ps->rank,
                          ps->wrk.ckpt_pending, (long long)ps->timeout_ms);
         else
-            st = gs_ps_worker_progress(ps, 10);
+            st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         if (st == GS_OK && ps->wrk.fatal != GS_OK)
             st = ps->wrk.fatal;
     }

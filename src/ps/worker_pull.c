@@ -75,7 +75,7 @@ gs_status gs_ps_pull_advance(gs_ps *ps, gs_ps_req *req, size_t i)
     st = gs_ps_pull_post(ps, wk, i, GS_OP_SIGNALED, gs_ps_wr(GS_PS_WR_PULL, ws->gid));
     if (st == GS_OK)
         ws->phase = GS_PS_PULL_POSTED;
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 /* Torn (or older than our own pushes): try again after a short back-off. */

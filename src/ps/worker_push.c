@@ -53,6 +53,8 @@ static gs_status reported_error(gs_ps *ps, gs_ps_wshard *ws, const char *during)
 
 static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const char *src)
 {
+    gs_log_trace(PS, "rank %d: worker %d: key %llu shard %u: push step %llu to rank %d", ps->rank, ps->index,
+                 (unsigned long long)wk->key, ws->kindex, (unsigned long long)ws->pushed, ws->server_rank);
     uint64_t off = (uint64_t)ps->index * gs_ps_slot_bytes(ws->count);
     gs_status st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), src, wk->log, ws->count * sizeof(float),
                                    &ws->slots, off, gs_ps_imm_push(GS_PS_IMM_PUSH, ws->slot, ws->pushed),
@@ -61,7 +63,7 @@ static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const c
         ws->pushed++;
         ws->phase = GS_PS_PUSH_POSTED;
     }
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 /* ---- atomic path ------------------------------------------------------------------- */
@@ -118,10 +120,8 @@ static gs_status post_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
         unsigned flags = ws->next + 1 == ws->chunk_end ? GS_OP_SIGNALED : 0;
         gs_status st = gs_ep_fetch_add(ep, (uint64_t *)&old[j], wk->atomic, &ws->acc, data_off + ws->next * 8,
                                        (uint64_t)q[j], gs_ps_wr(GS_PS_WR_ATOMIC, ws->gid), flags);
-        if (st == GS_ERR_AGAIN)
-            return GS_OK;
         if (st != GS_OK)
-            return st;
+            return gs_ps_again(ps, st);
         ws->next++;
     }
     return GS_OK;
@@ -140,7 +140,7 @@ static gs_status post_arrive(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
                              gs_ps_wr(GS_PS_WR_ARRIVE, ws->gid), GS_OP_SIGNALED | GS_OP_FENCE);
     if (st == GS_OK)
         ws->posted = true;
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 static gs_status post_notify(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
@@ -150,7 +150,7 @@ static gs_status post_notify(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
                                    gs_ps_wr(GS_PS_WR_NOTIFY, ws->gid), GS_OP_SIGNALED);
     if (st == GS_OK)
         ws->posted = true;
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 /* Every old value returned: did any add wrap the accumulator? Then flag
@@ -249,6 +249,9 @@ gs_status gs_ps_push_completed(gs_ps *ps, gs_ps_wshard *ws, int kind, const gs_w
         break;
     case GS_PS_WR_ARRIVE:
         if (atomic_res(wk, ws)[1] + 1 < (uint64_t)ps->nworkers) {
+            /* the first to arrive starts the server's clock for the step (best effort) */
+            if (atomic_res(wk, ws)[1] == 0)
+                gs_ps_ctrl_send(ps, ws->server_rank, GS_PS_CTRL_FIRST, ws->slot);
             push_done(ps, ws);
             break;
         }

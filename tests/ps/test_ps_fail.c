@@ -87,6 +87,17 @@ PS_TEST(sync_reports_a_hung_worker_at_the_deadline)
     ps_job_run(&job);
 }
 
+PS_TEST(sync_atomic_reports_a_hung_worker_at_the_deadline)
+{
+    ps_job job = ps_job_default(transport, 1, 3);
+    job.agg = GS_PS_AGG_FETCH_ADD;
+    job.rank_timeout_ms = 1500;
+    ps_job_key(&job, 1, 100);
+    job.worker = hung_worker;
+    job.serve_status = GS_ERR_TIMEOUT;
+    ps_job_run(&job);
+}
+
 /* Async: the last worker dies after 3 pushes; the others push on, and the
  * parameters hold exactly every push that was applied. */
 static void async_survivor(gs_ps *ps, ps_job *job)
@@ -153,7 +164,7 @@ static void orphan_worker(gs_ps *ps, ps_job *job)
             t0 = gs_now_ns();
         }
         st = gs_ps_push_pull(ps, job->keys[0], g, out);
-        GS_ASSERT(t >= 3 || st == GS_OK);
+        GS_ASSERT(t >= 2 || st == GS_OK); /* step 2 may still be pulling when the server dies */
     }
     GS_ASSERT_STATUS(st, GS_ERR_PEER_LOST);
     GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
