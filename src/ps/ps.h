@@ -18,6 +18,11 @@
 #ifndef GS_PS_H
 #define GS_PS_H
 
+/* Keys at least this big are pushed from and pulled into the caller's
+ * buffers directly (registered for the duration of each request); smaller
+ * ones go through the PS's own registered staging. */
+#define GS_PS_ZCOPY_MIN (256u << 10)
+
 /* Atomic aggregation adds this many elements per round of FETCH_ADDs. */
 #define GS_PS_ATOMIC_CHUNK_ELEMS 4096
 
@@ -180,6 +185,7 @@ typedef struct gs_ps_worker {
     uint64_t next_probe_ns;   /* peer-loss probes are rate limited */
     gs_status replay_status;  /* the first error of a replayed push */
     bool again;               /* a post met a full send queue: poll and retry, do not block */
+    bool no_zcopy;            /* the transport refused to register caller memory: always stage */
 } gs_ps_worker;
 
 struct gs_ps_req {
@@ -190,6 +196,7 @@ struct gs_ps_req {
     uint64_t step;            /* push: the key's step this request pushes */
     const float *grad;
     float *out;
+    gs_mr *grad_mr, *out_mr;  /* zero copy: grad and out registered while the request runs */
     size_t left;              /* shards not yet done */
     bool active;              /* at the head of its key, shards set up */
     bool done;
@@ -372,10 +379,13 @@ gs_status gs_ps_pull_completed(gs_ps *ps, gs_ps_wkey *wk, size_t i, const gs_wc 
 gs_status gs_ps_atomic_check(gs_ps *ps, const gs_ps_wkey *wk, const float *grad);
 /* Posts the three fenced READs of shard i into the pull staging. */
 gs_status gs_ps_pull_post(gs_ps *ps, gs_ps_wkey *wk, size_t i, unsigned last_flags, uint64_t wr_id);
-/* Whether the staged copy of shard i is consistent (same even seq twice). */
+/* Whether shard i's pull read a consistent copy (the same even seq before and after). */
 bool gs_ps_pull_consistent(const gs_ps_wkey *wk, size_t i);
-const gs_ps_head *gs_ps_pull_head(const gs_ps_wkey *wk, size_t i);
-const gs_ps_wstate *gs_ps_pull_wstate(const gs_ps_wkey *wk, size_t i, int w);
+/* Bytes of a shard's pull staging: head and wstate, parameters, head again. */
+static inline size_t gs_ps_pull_stage_bytes(uint32_t workers, uint64_t count)
+{
+    return gs_ps_param_region_bytes(workers, count) + GS_PS_ALIGN;
+}
 
 /* ---- recover.c ---------------------------------------------------------------------- */
 /* Server: a worker asked for recovery: rebuild the transport with the others. */

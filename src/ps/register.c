@@ -170,8 +170,7 @@ static gs_status alloc_worker_key(gs_ps *ps, gs_ps_wkey *wk)
         return GS_ERR_NOMEM;
     for (size_t i = 0; i < wk->nshards; i++) {
         wk->pull_off[i] = pull_bytes;
-        pull_bytes += 2 * GS_PS_ALIGN +
-                      gs_ps_param_region_bytes((uint32_t)ps->nworkers, ps->plan.shards[wk->first + i].count);
+        pull_bytes += gs_ps_pull_stage_bytes((uint32_t)ps->nworkers, ps->plan.shards[wk->first + i].count);
     }
     st = gs_buf_alloc(ps->tp, wk->depth * wk->entry_bytes, GS_ACCESS_LOCAL_WRITE, &wk->log);
     if (st == GS_OK)

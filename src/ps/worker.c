@@ -219,6 +219,11 @@ static void finish(gs_ps *ps, gs_ps_req *req)
         wk->tail = NULL;
     for (size_t i = 0; i < wk->nshards; i++)
         ps->wrk.shards[wk->first + i].phase = GS_PS_IDLE;
+    if (req->grad_mr)
+        gs_mr_dereg(req->grad_mr);
+    if (req->out_mr)
+        gs_mr_dereg(req->out_mr);
+    req->grad_mr = req->out_mr = NULL;
     if (req->replay) { /* ours: nobody waits for it */
         if (req->status != GS_OK && ps->wrk.replay_status == GS_OK)
             ps->wrk.replay_status = req->status;
@@ -226,9 +231,33 @@ static void finish(gs_ps *ps, gs_ps_req *req)
     }
 }
 
+/* Big keys: the caller's buffers are registered for this request, so the
+ * push reads the gradient and the pull writes the parameters in place. The
+ * push keeps staging when the replay log must hold a copy anyway. */
+static void register_buffers(gs_ps *ps, gs_ps_req *req)
+{
+    gs_status st = GS_OK;
+    if (ps->wrk.no_zcopy || req->replay || req->key->count * sizeof(float) < GS_PS_ZCOPY_MIN)
+        return;
+    if (req->push && req->key->depth == 1 && ps->params.agg == GS_PS_AGG_WRITE_SLOTS)
+        st = gs_mr_reg(ps->tp, (void *)req->grad, req->key->count * sizeof(float), 0, &req->grad_mr);
+    if (st == GS_OK && req->pull)
+        st = gs_mr_reg(ps->tp, req->out, req->key->count * sizeof(float), GS_ACCESS_LOCAL_WRITE, &req->out_mr);
+    if (st != GS_OK) {
+        gs_log_info(PS, "rank %d: the %s transport does not register caller memory (%s): staging copies instead",
+                    ps->rank, gs_tp_name(ps->tp), gs_status_name(st));
+        ps->wrk.no_zcopy = true;
+        if (req->grad_mr)
+            gs_mr_dereg(req->grad_mr);
+        req->grad_mr = NULL;
+        req->out_mr = NULL;
+    }
+}
+
 static void activate(gs_ps *ps, gs_ps_req *req)
 {
     gs_ps_wkey *wk = req->key;
+    register_buffers(ps, req);
     req->active = true;
     req->left = wk->nshards;
     for (size_t i = 0; i < wk->nshards; i++) {

@@ -51,12 +51,12 @@ static gs_status reported_error(gs_ps *ps, gs_ps_wshard *ws, const char *during)
 
 /* ---- WRITE path ------------------------------------------------------------------ */
 
-static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const char *src)
+static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const char *src, gs_mr *lmr)
 {
     gs_log_trace(PS, "rank %d: worker %d: key %llu shard %u: push step %llu to rank %d", ps->rank, ps->index,
                  (unsigned long long)wk->key, ws->kindex, (unsigned long long)ws->pushed, ws->server_rank);
     uint64_t off = (uint64_t)ps->index * gs_ps_slot_bytes(ws->count);
-    gs_status st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), src, wk->log, ws->count * sizeof(float),
+    gs_status st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), src, lmr, ws->count * sizeof(float),
                                    &ws->slots, off, gs_ps_imm_push(GS_PS_IMM_PUSH, ws->slot, ws->pushed),
                                    gs_ps_wr(GS_PS_WR_PUSH, ws->gid), GS_OP_SIGNALED);
     if (st == GS_OK) {
@@ -192,13 +192,15 @@ gs_status gs_ps_push_advance(gs_ps *ps, gs_ps_req *req, size_t i)
     }
     if (ws->pushed < req->step || !ready(ps, wk, ws))
         return GS_OK; /* an earlier step (a replay) goes first; or the server is not ready */
+    if (req->grad_mr) /* zero copy: straight from the caller's gradient */
+        return post_write(ps, wk, ws, (const char *)(req->grad + ws->offset), req->grad_mr);
     /* The gradient goes into the log entry of its step: the source of the
      * transfer, and what a replay re-sends after a server restart. */
     entry = log_entry(wk, ws->pushed);
     if (!req->replay)
         memcpy(entry + ws->offset * sizeof(float), req->grad + ws->offset, ws->count * sizeof(float));
     if (ps->params.agg == GS_PS_AGG_WRITE_SLOTS)
-        return post_write(ps, wk, ws, entry + ws->offset * sizeof(float));
+        return post_write(ps, wk, ws, entry + ws->offset * sizeof(float), wk->log);
     ws->pushed++;
     ws->phase = GS_PS_ATOMIC_CHUNK;
     begin_chunk(ps, wk, ws, 0);

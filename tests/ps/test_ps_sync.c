@@ -84,6 +84,7 @@ PS_TEST(sync_sgd_one_server_two_workers)
     ps_job job = ps_job_default(transport, 1, 2);
     ps_job_key(&job, 1, 3000); /* three shards of 4 KiB */
     ps_job_key(&job, 2, 1);
+    ps_job_key(&job, 3, 70001); /* 280 KB: pushed and pulled in place (zero copy) */
     job.worker = sync_worker;
     ps_job_run(&job);
 }
