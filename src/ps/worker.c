@@ -240,7 +240,8 @@ static void register_buffers(gs_ps *ps, gs_ps_req *req)
     if (ps->wrk.no_zcopy || req->replay || req->key->count * sizeof(float) < GS_PS_ZCOPY_MIN)
         return;
     if (req->push && req->key->depth == 1 && ps->params.agg == GS_PS_AGG_WRITE_SLOTS)
-        st = gs_mr_reg(ps->tp, (void *)req->grad, req->key->count * sizeof(float), 0, &req->grad_mr);
+        st = gs_mr_reg(ps->tp, (void *)req->grad, req->key->count * sizeof(float), GS_ACCESS_LOCAL_WRITE,
+                       &req->grad_mr);
     if (st == GS_OK && req->pull)
         st = gs_mr_reg(ps->tp, req->out, req->key->count * sizeof(float), GS_ACCESS_LOCAL_WRITE, &req->out_mr);
     if (st != GS_OK) {
