@@ -366,17 +366,20 @@ static gs_status send_init(gs_ps *ps, gs_ps_wkey *wk, const float *init)
         gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
         if (ws->restored)
             continue; /* the checkpoint wins */
-        do {
+        for (;;) { /* a full send queue: take completions, post again */
             st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), stage + ws->offset * sizeof(float), wk->log,
                                  ws->count * sizeof(float), &ws->slots, 0,
                                  gs_ps_imm_ctrl(GS_PS_CTRL_INIT, ws->slot), gs_ps_wr(GS_PS_WR_INIT, ws->gid),
                                  GS_OP_SIGNALED);
-            if (st == GS_ERR_AGAIN && gs_deadline_passed(deadline))
+            if (st != GS_ERR_AGAIN)
+                break;
+            if (gs_deadline_passed(deadline)) {
                 st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT, "rank %d: register key %llu: send queue to server rank "
                              "%d stayed full", ps->rank, (unsigned long long)wk->key, ws->server_rank);
-            else if (st == GS_ERR_AGAIN)
-                st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
-        } while (st == GS_ERR_AGAIN);
+                break;
+            }
+            gs_ps_worker_progress(ps, 0);
+        }
         posted += st == GS_OK;
     }
     ps->wrk.init_pending += posted;
