@@ -166,10 +166,11 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
     sh->waiting_since_ns = 0;
     sh->status = overflow ? GS_ERR_OVERFLOW : GS_OK;
     if (overflow)
-        gs_log_error(PS,
-                     "rank %d: key %llu shard %u: a worker's fixed-point add wrapped the accumulator at step %llu; "
-                     "the step was not applied (lower GS_PS_ATOMIC_FRAC_BITS)",
-                     ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)(h->version - 1));
+        gs_log_error(
+            PS,
+            "rank %d: key %llu shard %u: a worker's fixed-point add wrapped the accumulator at step %llu; "
+            "the step was not applied (lower GS_PS_ATOMIC_FRAC_BITS)",
+            ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)(h->version - 1));
     gs_ps_notify_all(ps, sh);
     return GS_OK;
 }
@@ -205,8 +206,13 @@ static gs_status send_notice(gs_ps *ps, gs_ps_sshard *sh, int w)
 {
     const gs_ps_head *h = gs_ps_head_of(sh);
     const gs_ps_wstate *ws = &gs_ps_wstate_of(sh)[w];
-    gs_ps_notice n = {.version = h->version, .min_step = h->min_step, .received = ws->received,
-                      .applied = ws->applied, .saved = ws->saved, .epoch = h->epoch, .status = sh->status,
+    gs_ps_notice n = {.version = h->version,
+                      .min_step = h->min_step,
+                      .received = ws->received,
+                      .applied = ws->applied,
+                      .saved = ws->saved,
+                      .epoch = h->epoch,
+                      .status = sh->status,
                       .worker = sh->status_about};
     return gs_ps_tx_send(ps, &ps->srv.tx, ps->worker_ranks[w], &n, &sh->notice[w], sh->kindex * sizeof(n),
                          gs_ps_imm_notice(sh->gid));
@@ -226,7 +232,8 @@ gs_status gs_ps_flush_notices(gs_ps *ps)
                 break;
             if (st != GS_OK) {
                 char why[96];
-                snprintf(why, sizeof(why), "cannot be reached (a notice to it failed: %s)", gs_status_name(st));
+                snprintf(why, sizeof(why), "cannot be reached (a notice to it failed: %s)",
+                         gs_status_name(st));
                 gs_ps_server_worker_lost(ps, w, GS_ERR_PEER_LOST, why);
             }
             st = GS_OK;

@@ -69,8 +69,9 @@ gs_status gs_ps_worker_take_error(gs_ps *ps, gs_ps_wshard *ws, const char *durin
     ws->error = GS_OK;
     if (ws->seen.worker >= 0)
         snprintf(about, sizeof(about), " about worker %d", ws->seen.worker);
-    return gs_fail(GS_SUBSYS_PS, st, "rank %d: worker %d: key %llu shard %u: server rank %d reports %s%s (%s)",
-                   ps->rank, ps->index, (unsigned long long)ps->wrk.keys[ws->keyi].key, ws->kindex, ws->server_rank,
+    return gs_fail(GS_SUBSYS_PS, st,
+                   "rank %d: worker %d: key %llu shard %u: server rank %d reports %s%s (%s)", ps->rank,
+                   ps->index, (unsigned long long)ps->wrk.keys[ws->keyi].key, ws->kindex, ws->server_rank,
                    gs_status_name(st), about, during);
 }
 
@@ -88,10 +89,11 @@ static void on_notice(gs_ps *ps, uint32_t gid)
     /* A sync job without one of its workers cannot go on: what still needs
      * that worker fails (see advance_key); what it already did completes. */
     if ((n.status == GS_ERR_PEER_LOST || n.status == GS_ERR_TIMEOUT) && ps->wrk.fatal == GS_OK) {
-        ps->wrk.fatal = gs_fail(GS_SUBSYS_PS, (gs_status)n.status,
-                                "rank %d: worker %d: server rank %d reports worker %d %s; this sync job cannot go on",
-                                ps->rank, ps->index, ws->server_rank, n.worker,
-                                n.status == GS_ERR_PEER_LOST ? "lost" : "missing its deadline");
+        ps->wrk.fatal =
+            gs_fail(GS_SUBSYS_PS, (gs_status)n.status,
+                    "rank %d: worker %d: server rank %d reports worker %d %s; this sync job cannot go on",
+                    ps->rank, ps->index, ws->server_rank, n.worker,
+                    n.status == GS_ERR_PEER_LOST ? "lost" : "missing its deadline");
         snprintf(ps->wrk.fatal_why, sizeof(ps->wrk.fatal_why), "%s", gs_last_error());
     }
 }
@@ -103,14 +105,15 @@ static void on_ctrl(gs_ps *ps, int peer, uint32_t imm)
         arg == (ps->wrk.ckpt_serial & 0xffffffu) && ps->wrk.ckpt_pending > 0) {
         ps->wrk.ckpt_pending--;
         if (cmd == GS_PS_CTRL_CKPT_FAILED && ps->wrk.ckpt_status == GS_OK)
-            ps->wrk.ckpt_status = gs_fail(GS_SUBSYS_PS, GS_ERR_IO,
-                                          "rank %d: server rank %d could not write its checkpoint (see its log)",
-                                          ps->rank, peer);
+            ps->wrk.ckpt_status = gs_fail(
+                GS_SUBSYS_PS, GS_ERR_IO,
+                "rank %d: server rank %d could not write its checkpoint (see its log)", ps->rank, peer);
     } else if (cmd == GS_PS_CTRL_RECOVER) {
-        gs_ps_worker_set_fatal(ps, gs_fail(GS_SUBSYS_PS, GS_ERR_PEER_LOST,
-                                           "rank %d: server rank %d started a recovery (a server was restarted); "
-                                           "call gs_ps_recover, then repeat the failed call",
-                                           ps->rank, peer));
+        gs_ps_worker_set_fatal(ps,
+                               gs_fail(GS_SUBSYS_PS, GS_ERR_PEER_LOST,
+                                       "rank %d: server rank %d started a recovery (a server was restarted); "
+                                       "call gs_ps_recover, then repeat the failed call",
+                                       ps->rank, peer));
     }
 }
 
@@ -127,10 +130,11 @@ static void server_gone(gs_ps *ps, int s, const char *how)
     if (ps->wrk.server_lost[s])
         return;
     ps->wrk.server_lost[s] = true;
-    gs_ps_worker_set_fatal(ps, gs_fail(GS_SUBSYS_PS, GS_ERR_PEER_LOST,
-                                       "rank %d: worker %d: server %d (rank %d) %s; restart it with GS_REJOIN=1 (it "
-                                       "restores its checkpoint), call gs_ps_recover, then repeat the failed call",
-                                       ps->rank, ps->index, s, ps->server_ranks[s], how));
+    gs_ps_worker_set_fatal(
+        ps, gs_fail(GS_SUBSYS_PS, GS_ERR_PEER_LOST,
+                    "rank %d: worker %d: server %d (rank %d) %s; restart it with GS_REJOIN=1 (it "
+                    "restores its checkpoint), call gs_ps_recover, then repeat the failed call",
+                    ps->rank, ps->index, s, ps->server_ranks[s], how));
 }
 
 static void on_own_completion(gs_ps *ps, const gs_wc *wc)
@@ -144,8 +148,9 @@ static void on_own_completion(gs_ps *ps, const gs_wc *wc)
     if (kind == GS_PS_WR_INIT) {
         ps->wrk.init_pending--;
         if (wc->status != GS_OK)
-            gs_ps_worker_set_fatal(ps, gs_fail(GS_SUBSYS_PS, wc->status, "rank %d: initial values to rank %d failed",
-                                               ps->rank, wc->peer));
+            gs_ps_worker_set_fatal(ps,
+                                   gs_fail(GS_SUBSYS_PS, wc->status,
+                                           "rank %d: initial values to rank %d failed", ps->rank, wc->peer));
         return;
     }
     if (!(ws = shard_of_wr(ps, wc->wr_id)))
@@ -212,7 +217,8 @@ static void finish(gs_ps *ps, gs_ps_req *req)
     /* A push that failed because the job must recover is repeated by the
      * caller after gs_ps_recover: it keeps its step. (Shards that did get it
      * are skipped then, see gs_ps_push_advance.) */
-    if (req->push && !req->replay && req->status != GS_OK && ps->wrk.fatal != GS_OK && req->step < wk->next_step)
+    if (req->push && !req->replay && req->status != GS_OK && ps->wrk.fatal != GS_OK &&
+        req->step < wk->next_step)
         wk->next_step = req->step;
     wk->head = req->next;
     if (!wk->head)
@@ -243,9 +249,11 @@ static void register_buffers(gs_ps *ps, gs_ps_req *req)
         st = gs_mr_reg(ps->tp, (void *)req->grad, req->key->count * sizeof(float), GS_ACCESS_LOCAL_WRITE,
                        &req->grad_mr);
     if (st == GS_OK && req->pull)
-        st = gs_mr_reg(ps->tp, req->out, req->key->count * sizeof(float), GS_ACCESS_LOCAL_WRITE, &req->out_mr);
+        st =
+            gs_mr_reg(ps->tp, req->out, req->key->count * sizeof(float), GS_ACCESS_LOCAL_WRITE, &req->out_mr);
     if (st != GS_OK) {
-        gs_log_info(PS, "rank %d: the %s transport does not register caller memory (%s): staging copies instead",
+        gs_log_info(PS,
+                    "rank %d: the %s transport does not register caller memory (%s): staging copies instead",
                     ps->rank, gs_tp_name(ps->tp), gs_status_name(st));
         ps->wrk.no_zcopy = true;
         if (req->grad_mr)
@@ -417,11 +425,16 @@ static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, b
     gs_ps_wkey *wk;
     gs_ps_req *req;
     if (!ps || !req_p || (push && !grad) || (pull && !out))
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_%s: NULL %s", push ? (pull ? "push_pull" : "push") : "pull",
-                       !ps ? "ps" : !req_p ? "req_p" : push && !grad ? "grad" : "out");
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_%s: NULL %s",
+                       push ? (pull ? "push_pull" : "push") : "pull",
+                       !ps             ? "ps"
+                       : !req_p        ? "req_p"
+                       : push && !grad ? "grad"
+                                       : "out");
     if (ps->is_server)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "rank %d: push and pull are worker calls; this rank is server %d",
-                       ps->rank, ps->index);
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID,
+                       "rank %d: push and pull are worker calls; this rank is server %d", ps->rank,
+                       ps->index);
     if (!(wk = find_key(ps, key)))
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "rank %d: key %llu is not registered", ps->rank,
                        (unsigned long long)key);
@@ -436,7 +449,12 @@ static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, b
     }
     if (!(req = gs_calloc(1, sizeof(*req))))
         return GS_ERR_NOMEM;
-    *req = (gs_ps_req){.ps = ps, .key = wk, .push = push, .pull = pull, .grad = grad, .out = out,
+    *req = (gs_ps_req){.ps = ps,
+                       .key = wk,
+                       .push = push,
+                       .pull = pull,
+                       .grad = grad,
+                       .out = out,
                        .step = push ? wk->next_step++ : 0};
     if (wk->tail)
         wk->tail->next = req;
@@ -481,11 +499,12 @@ static void describe_wait(const gs_ps *ps, const gs_ps_req *req, char *buf, size
         const gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
         if (ws->phase == GS_PS_DONE || ws->phase == GS_PS_IDLE)
             continue;
-        snprintf(buf, cap,
-                 "shard %zu on server %d (rank %d): phase %d, step %llu, server applied %llu of ours, slowest "
-                 "worker at %llu",
-                 i, ws->server, ws->server_rank, (int)ws->phase, (unsigned long long)ws->pushed,
-                 (unsigned long long)ws->seen.applied, (unsigned long long)ws->seen.min_step);
+        snprintf(
+            buf, cap,
+            "shard %zu on server %d (rank %d): phase %d, step %llu, server applied %llu of ours, slowest "
+            "worker at %llu",
+            i, ws->server, ws->server_rank, (int)ws->phase, (unsigned long long)ws->pushed,
+            (unsigned long long)ws->seen.applied, (unsigned long long)ws->seen.min_step);
         return;
     }
 }
@@ -505,8 +524,9 @@ gs_status gs_ps_wait(gs_ps_req *req)
             char what[256];
             describe_wait(ps, req, what, sizeof(what));
             st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
-                         "rank %d: worker %d: key %llu not done within GS_TIMEOUT_MS=%lld; waiting for %s", ps->rank,
-                         ps->index, (unsigned long long)req->key->key, (long long)ps->timeout_ms, what);
+                         "rank %d: worker %d: key %llu not done within GS_TIMEOUT_MS=%lld; waiting for %s",
+                         ps->rank, ps->index, (unsigned long long)req->key->key, (long long)ps->timeout_ms,
+                         what);
             gs_ps_worker_set_fatal(ps, st);
             break;
         }
@@ -581,9 +601,10 @@ gs_status gs_ps_checkpoint(gs_ps *ps)
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_checkpoint: ps is NULL");
     if (ps->is_server) {
         if (ps->thread_started)
-            return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID,
-                           "rank %d: gs_ps_checkpoint on a server whose loop runs in a thread; ask from a worker",
-                           ps->rank);
+            return gs_fail(
+                GS_SUBSYS_PS, GS_ERR_INVALID,
+                "rank %d: gs_ps_checkpoint on a server whose loop runs in a thread; ask from a worker",
+                ps->rank);
         return gs_ps_server_checkpoint(ps);
     }
     return worker_checkpoint(ps);

@@ -113,8 +113,9 @@ gs_status gs_ps_pull_completed(gs_ps *ps, gs_ps_wkey *wk, size_t i, const gs_wc 
     void *dst;
     gs_mr *dst_mr;
     if (wc->status != GS_OK) {
-        gs_status st = gs_fail(GS_SUBSYS_PS, wc->status, "rank %d: worker %d: pull of key %llu shard %u from rank %d failed",
-                               ps->rank, ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank);
+        gs_status st = gs_fail(GS_SUBSYS_PS, wc->status,
+                               "rank %d: worker %d: pull of key %llu shard %u from rank %d failed", ps->rank,
+                               ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank);
         if (req && req->status == GS_OK)
             req->status = st;
         gs_ps_worker_shard_done(ps, ws);
@@ -125,9 +126,12 @@ gs_status gs_ps_pull_completed(gs_ps *ps, gs_ps_wkey *wk, size_t i, const gs_wc 
         retry_later(ws);
         return GS_OK;
     }
-    gs_ps_worker_merge_notice(ws, &(gs_ps_notice){.version = h->version, .min_step = h->min_step,
-                                                  .received = mine->received, .applied = mine->applied,
-                                                  .saved = mine->saved, .epoch = h->epoch});
+    gs_ps_worker_merge_notice(ws, &(gs_ps_notice){.version = h->version,
+                                                  .min_step = h->min_step,
+                                                  .received = mine->received,
+                                                  .applied = mine->applied,
+                                                  .saved = mine->saved,
+                                                  .epoch = h->epoch});
     destination(ps, req, wk, i, &dst, &dst_mr);
     if (req && req->out && !req->out_mr)
         memcpy(req->out + ws->offset, dst, ws->count * sizeof(float));

@@ -89,12 +89,13 @@ gs_status gs_ps_atomic_check(gs_ps *ps, const gs_ps_wkey *wk, const float *grad)
     for (size_t i = 0; i < wk->count; i += 256) {
         size_t n = wk->count - i < 256 ? wk->count - i : 256;
         if (gs_ps_fixed_encode(&ps->fixed, grad + i, q, n, &bad) != GS_OK)
-            return gs_fail(GS_SUBSYS_PS, GS_ERR_OVERFLOW,
-                           "rank %d: worker %d: key %llu element %zu = %g is beyond what atomic aggregation can add "
-                           "without overflow (|g| <= %g with %d workers and GS_PS_ATOMIC_FRAC_BITS=%d); nothing was "
-                           "pushed",
-                           ps->rank, ps->index, (unsigned long long)wk->key, i + bad, (double)grad[i + bad],
-                           gs_ps_fixed_max_abs(&ps->fixed), ps->nworkers, ps->fixed.frac_bits);
+            return gs_fail(
+                GS_SUBSYS_PS, GS_ERR_OVERFLOW,
+                "rank %d: worker %d: key %llu element %zu = %g is beyond what atomic aggregation can add "
+                "without overflow (|g| <= %g with %d workers and GS_PS_ATOMIC_FRAC_BITS=%d); nothing was "
+                "pushed",
+                ps->rank, ps->index, (unsigned long long)wk->key, i + bad, (double)grad[i + bad],
+                gs_ps_fixed_max_abs(&ps->fixed), ps->nworkers, ps->fixed.frac_bits);
     }
     return GS_OK;
 }
@@ -104,7 +105,8 @@ static void begin_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, size_t star
     const float *g = (const float *)(log_entry(wk, ws->pushed - 1) + ws->offset * sizeof(float));
     size_t bad;
     ws->chunk_start = ws->next = start;
-    ws->chunk_end = start + GS_PS_ATOMIC_CHUNK_ELEMS < ws->count ? start + GS_PS_ATOMIC_CHUNK_ELEMS : ws->count;
+    ws->chunk_end =
+        start + GS_PS_ATOMIC_CHUNK_ELEMS < ws->count ? start + GS_PS_ATOMIC_CHUNK_ELEMS : ws->count;
     /* checked at the start of the request: cannot fail here */
     gs_ps_fixed_encode(&ps->fixed, g + start, atomic_q(wk, ws), ws->chunk_end - start, &bad);
 }
@@ -164,11 +166,12 @@ static gs_status check_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
         gs_ep_fetch_add(gs_tp_ep(ps->tp, ws->server_rank), &atomic_res(wk, ws)[2], wk->atomic, &ws->acc,
                         offsetof(gs_ps_acc_head, overflow), 1, 0, 0);
         ws->error_version = ws->pushed + 1; /* the server's refusal of this step is no news to us */
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_OVERFLOW,
-                       "rank %d: worker %d: key %llu element %zu: adding %lld to the accumulator's %lld wrapped "
-                       "around int64; the server refuses the step",
-                       ps->rank, ps->index, (unsigned long long)wk->key, ws->offset + ws->chunk_start + j,
-                       (long long)q[j], (long long)old[j]);
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_OVERFLOW,
+            "rank %d: worker %d: key %llu element %zu: adding %lld to the accumulator's %lld wrapped "
+            "around int64; the server refuses the step",
+            ps->rank, ps->index, (unsigned long long)wk->key, ws->offset + ws->chunk_start + j,
+            (long long)q[j], (long long)old[j]);
     }
     return GS_OK;
 }
@@ -230,8 +233,10 @@ gs_status gs_ps_push_completed(gs_ps *ps, gs_ps_wshard *ws, int kind, const gs_w
     gs_ps_wkey *wk = key_of(ps, ws);
     gs_status st = wc->status;
     if (st != GS_OK) {
-        push_failed(ps, ws, gs_fail(GS_SUBSYS_PS, st, "rank %d: worker %d: push of key %llu shard %u to rank %d failed",
-                                    ps->rank, ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank));
+        push_failed(ps, ws,
+                    gs_fail(GS_SUBSYS_PS, st,
+                            "rank %d: worker %d: push of key %llu shard %u to rank %d failed", ps->rank,
+                            ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank));
         return st;
     }
     switch (kind) {

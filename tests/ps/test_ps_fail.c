@@ -123,7 +123,8 @@ static void async_survivor(gs_ps *ps, ps_job *job)
             for (int t = 0; t < (w == W - 1 ? 3 : job->steps); t++)
                 sum += int_grad(w, t, i);
         if ((double)out[i] != -sum / W)
-            gs_test_fail_here(__FILE__, __LINE__, "element %zu: %.9g, expected %.9g", i, (double)out[i], -sum / W);
+            gs_test_fail_here(__FILE__, __LINE__, "element %zu: %.9g, expected %.9g", i, (double)out[i],
+                              -sum / W);
     }
     free(g);
     free(out);

@@ -47,7 +47,8 @@ static void assert_same(const float *got, const float *want, size_t n, uint64_t 
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
             gs_test_fail_here(__FILE__, __LINE__, "key %llu step %llu element %zu: got %.9g, reference %.9g",
-                              (unsigned long long)key, (unsigned long long)t, i, (double)got[i], (double)want[i]);
+                              (unsigned long long)key, (unsigned long long)t, i, (double)got[i],
+                              (double)want[i]);
 }
 
 /* Blocking push_pull of every key, every step. */

@@ -67,8 +67,8 @@ typedef struct ps_bench {
     ps_opts o;
     gs_ctx *ctx;
     int rank, n;
-    double *times;   /* [OP_COUNT][maxit] this rank's */
-    double *all;     /* [n][OP_COUNT][maxit] */
+    double *times; /* [OP_COUNT][maxit] this rank's */
+    double *all;   /* [n][OP_COUNT][maxit] */
     long maxit;
 } ps_bench;
 
@@ -113,21 +113,34 @@ static int name_arg(const char *arg, const char *const *names, int n, const char
 
 static void parse(int argc, char **argv, ps_opts *o)
 {
-    static const struct option longs[] = {
-        {"ps", no_argument, NULL, 'P'},          {"servers", required_argument, NULL, 'S'},
-        {"mode", required_argument, NULL, 'm'},  {"agg", required_argument, NULL, 'a'},
-        {"optim", required_argument, NULL, 'O'}, {"shard-bytes", required_argument, NULL, 'B'},
-        {"min", required_argument, NULL, 'b'},   {"max", required_argument, NULL, 'e'},
-        {"factor", required_argument, NULL, 'f'}, {"sizes", required_argument, NULL, 'z'},
-        {"iters", required_argument, NULL, 'n'}, {"warmup", required_argument, NULL, 'w'},
-        {"scale", required_argument, NULL, 's'}, {"transport", required_argument, NULL, 'T'},
-        {"json", no_argument, NULL, 'j'},        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"ps", no_argument, NULL, 'P'},
+                                          {"servers", required_argument, NULL, 'S'},
+                                          {"mode", required_argument, NULL, 'm'},
+                                          {"agg", required_argument, NULL, 'a'},
+                                          {"optim", required_argument, NULL, 'O'},
+                                          {"shard-bytes", required_argument, NULL, 'B'},
+                                          {"min", required_argument, NULL, 'b'},
+                                          {"max", required_argument, NULL, 'e'},
+                                          {"factor", required_argument, NULL, 'f'},
+                                          {"sizes", required_argument, NULL, 'z'},
+                                          {"iters", required_argument, NULL, 'n'},
+                                          {"warmup", required_argument, NULL, 'w'},
+                                          {"scale", required_argument, NULL, 's'},
+                                          {"transport", required_argument, NULL, 'T'},
+                                          {"json", no_argument, NULL, 'j'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     static const char *const modes[] = {"sync", "async"}, *const aggs[] = {"write", "atomic"},
                              *const optims[] = {"sgd", "momentum", "adam"};
     int c;
-    *o = (ps_opts){.servers = -1, .mode = -1, .agg = -1, .optim = 0, .min_bytes = 8, .max_bytes = 64u << 20,
-                   .factor = 2, .scale = 1};
+    *o = (ps_opts){.servers = -1,
+                   .mode = -1,
+                   .agg = -1,
+                   .optim = 0,
+                   .min_bytes = 8,
+                   .max_bytes = 64u << 20,
+                   .factor = 2,
+                   .scale = 1};
     optind = 1;
     while ((c = getopt_long(argc, argv, "b:e:f:h", longs, NULL)) != -1) {
         switch (c) {
@@ -141,7 +154,8 @@ static void parse(int argc, char **argv, ps_opts *o)
         case 'e': o->max_bytes = bytes_arg(optarg, "--max"); break;
         case 'f': o->factor = atof(optarg); break;
         case 'z':
-            for (char *save = NULL, *t = strtok_r(optarg, ",", &save); t && o->nsizes < 64; t = strtok_r(NULL, ",", &save))
+            for (char *save = NULL, *t = strtok_r(optarg, ",", &save); t && o->nsizes < 64;
+                 t = strtok_r(NULL, ",", &save))
                 o->sizes[o->nsizes++] = bytes_arg(t, "--sizes entry");
             break;
         case 'n': o->iters = atol(optarg); break;
@@ -190,8 +204,12 @@ static void params_for(const ps_bench *b, gs_ctx *ctx, gs_ps_params *p)
         p->agg = (gs_ps_agg)b->o.agg;
     if (b->o.shard_bytes)
         p->shard_bytes = b->o.shard_bytes;
-    p->optim = (gs_ps_optim){.kind = (gs_ps_optimizer)b->o.optim, .lr = LR, .momentum = 0.0f, .beta1 = 0.9f,
-                             .beta2 = 0.999f, .eps = 1e-8f};
+    p->optim = (gs_ps_optim){.kind = (gs_ps_optimizer)b->o.optim,
+                             .lr = LR,
+                             .momentum = 0.0f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.999f,
+                             .eps = 1e-8f};
     p->average = 0; /* the sum: exact for the integer gradients */
     p->checkpoint = "";
 }
@@ -276,7 +294,8 @@ static double median_of_max(ps_bench *b, int op, long iters)
 static void measure(ps_bench *b, size_t bytes, ps_row *row)
 {
     size_t count = bytes / sizeof(float);
-    long iters = iterations(&b->o, bytes), warm = b->o.warmup > 0 ? b->o.warmup : (iters / 10 < 3 ? 3 : iters / 10);
+    long iters = iterations(&b->o, bytes),
+         warm = b->o.warmup > 0 ? b->o.warmup : (iters / 10 < 3 ? 3 : iters / 10);
     gs_ps_params p;
     gs_ps *ps = NULL;
     uint64_t steps = 0, wrong = 0, *wrongs = calloc((size_t)b->n, sizeof(uint64_t));
@@ -298,7 +317,8 @@ static void measure(ps_bench *b, size_t bytes, ps_row *row)
     if (!gs_ps_is_server(ps))
         wrong = p.optim.kind == GS_PS_SGD ? count_wrong(ps, count, steps) : 0;
     snprintf(tag, sizeof(tag), "gsbench.ps.%zu.times", bytes);
-    if ((st = gs_store_allgather(b->ctx, tag, b->times, sizeof(double) * OP_COUNT * (size_t)b->maxit, b->all)) != GS_OK)
+    if ((st = gs_store_allgather(b->ctx, tag, b->times, sizeof(double) * OP_COUNT * (size_t)b->maxit,
+                                 b->all)) != GS_OK)
         die("gathering the times", st);
     snprintf(tag, sizeof(tag), "gsbench.ps.%zu.wrong", bytes);
     if ((st = gs_store_allgather(b->ctx, tag, &wrong, sizeof(wrong), wrongs)) != GS_OK)
@@ -332,21 +352,22 @@ static void header(const ps_bench *b, const gs_ps_params *p)
 static void print_row(const ps_row *r)
 {
     printf("%12zu %12zu %11.2f %10.3f %11.2f %10.3f %11.2f %10.3f %8llu %6ld\n", r->bytes, r->bytes / 4,
-           r->us[OP_PUSH], r->bw[OP_PUSH], r->us[OP_PULL], r->bw[OP_PULL], r->us[OP_PUSH_PULL], r->bw[OP_PUSH_PULL],
-           (unsigned long long)r->wrong, r->iters);
+           r->us[OP_PUSH], r->bw[OP_PUSH], r->us[OP_PULL], r->bw[OP_PULL], r->us[OP_PUSH_PULL],
+           r->bw[OP_PUSH_PULL], (unsigned long long)r->wrong, r->iters);
     fflush(stdout);
 }
 
 static void print_json(const ps_bench *b, const gs_ps_params *p, const ps_row *rows, int n)
 {
-    printf("{\"tool\": \"gsbench\", \"mode\": \"ps\", \"workers\": %d, \"servers\": %d, \"transport\": \"%s\", "
-           "\"ps_mode\": \"%s\", \"agg\": \"%s\", \"shard_bytes\": %zu, \"rows\": [",
-           b->n - p->servers, p->servers, p->transport ? p->transport : "auto",
-           p->mode == GS_PS_MODE_SYNC ? "sync" : "async", p->agg == GS_PS_AGG_FETCH_ADD ? "atomic" : "write",
-           p->shard_bytes);
+    printf(
+        "{\"tool\": \"gsbench\", \"mode\": \"ps\", \"workers\": %d, \"servers\": %d, \"transport\": \"%s\", "
+        "\"ps_mode\": \"%s\", \"agg\": \"%s\", \"shard_bytes\": %zu, \"rows\": [",
+        b->n - p->servers, p->servers, p->transport ? p->transport : "auto",
+        p->mode == GS_PS_MODE_SYNC ? "sync" : "async", p->agg == GS_PS_AGG_FETCH_ADD ? "atomic" : "write",
+        p->shard_bytes);
     for (int i = 0; i < n; i++) {
-        printf("%s\n  {\"bytes\": %zu, \"iters\": %ld, \"wrong\": %llu", i ? "," : "", rows[i].bytes, rows[i].iters,
-               (unsigned long long)rows[i].wrong);
+        printf("%s\n  {\"bytes\": %zu, \"iters\": %ld, \"wrong\": %llu", i ? "," : "", rows[i].bytes,
+               rows[i].iters, (unsigned long long)rows[i].wrong);
         for (int op = 0; op < OP_COUNT; op++)
             printf(", \"%s_us\": %.3f, \"%s_GBps\": %.4f", op_names[op], rows[i].us[op], op_names[op],
                    rows[i].bw[op]);
