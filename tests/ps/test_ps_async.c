@@ -154,7 +154,10 @@ static void tear_worker(gs_ps *ps, ps_job *job)
                 (unsigned long long)pulls, (unsigned long long)changes,
                 (unsigned long long)ps->wrk.pull_retries);
         GS_ASSERT_GE(changes, 20);
-        GS_ASSERT_GE(ps->wrk.pull_retries, 1); /* the pulls did overlap the updates, and the seqlock saw it */
+        /* shm and verbs READ while the server writes: the seqlock must have seen it. (tcp's
+         * READs are answered by the server's progress engine, mostly between updates.) */
+        if (strcmp(job->transport, "tcp") != 0)
+            GS_ASSERT_GE(ps->wrk.pull_retries, 1);
     }
     free(buf);
 }
