@@ -22,7 +22,6 @@ NEEDED=(tests/test_conformance tests/test_verbs_local tests/test_verbs_rc tools/
 guest_main() {
     local build=$1 failed=0
     cd "$build"
-    export GS_RXE_CI=1
     step devinfo 60 ibv_devinfo -d "${GS_RXE_DEVICE:-rxe0}" || failed=1
     step conformance 600 env GS_TEST_TRANSPORT=verbs tests/test_conformance || failed=1
     step verbs_local 120 tests/test_verbs_local || failed=1

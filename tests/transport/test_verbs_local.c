@@ -42,13 +42,15 @@ static struct ibv_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t
 GS_TEST(gid_choice_prefers_routable_roce_v2)
 {
     struct ibv_gid_entry e[] = {
-        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V1),      gid_entry(1, "fe80::1", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(2, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1), gid_entry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V1),
+        gid_entry(1, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1),
+        gid_entry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
         gid_entry(4, NULL, IBV_GID_TYPE_ROCE_V2),
     };
     GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5), 3);
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3), 2);  /* routable v1 beats link-local v2 */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);  /* only link-local: v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3), 2);      /* routable v1 beats link-local v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);      /* only link-local: v2 */
     GS_ASSERT_EQ(gs_verbs_gid_pick(&e[4], 1), -1); /* empty entries are skipped */
     GS_ASSERT_EQ(gs_verbs_gid_pick(e, 0), -1);
 }
@@ -105,8 +107,10 @@ GS_TEST(access_flags_follow_the_verbs_rules)
     GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_READ), IBV_ACCESS_REMOTE_READ);
     GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_LOCAL_WRITE), IBV_ACCESS_LOCAL_WRITE);
     /* remote write and atomics need local write too, or ibv_reg_mr refuses */
-    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_WRITE), IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
-    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_ATOMIC), IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE);
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_WRITE),
+                 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_ATOMIC),
+                 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE);
     GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_ALL), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 }

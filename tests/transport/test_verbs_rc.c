@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #define RANK_TIMEOUT_MS 20000
-#define RUN_TIMEOUT_MS 60000
+#define RUN_TIMEOUT_MS  60000
 
 static bool have_device(void)
 {
@@ -40,7 +40,8 @@ static void need_device(void)
 
 static void run(int n, gs_test_rank_fn fn, const char *const *env)
 {
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = RUN_TIMEOUT_MS, .rank_timeout_ms = RANK_TIMEOUT_MS, .env = env};
+    gs_test_ranks_opts opts = {
+        .n = n, .timeout_ms = RUN_TIMEOUT_MS, .rank_timeout_ms = RANK_TIMEOUT_MS, .env = env};
     int status[GS_TEST_RANKS_MAX];
     char text[64];
     if (gs_test_run_ranks_opts(&opts, fn, NULL, status) == n)
@@ -82,16 +83,16 @@ static gs_wc wait_for(gs_tp *tp, gs_wc_opcode op, int *others_p)
 }
 
 /* Posts, polling while the transport says GS_ERR_AGAIN; counts completions seen meanwhile. */
-#define POST(tp, call, seen_p)                                                                      \
-    do {                                                                                            \
-        gs_status st_;                                                                              \
-        while ((st_ = (call)) == GS_ERR_AGAIN) {                                                   \
-            gs_wc w_[8];                                                                            \
-            int n_ = 0;                                                                             \
-            GS_ASSERT_OK(gs_tp_poll(tp, w_, 8, &n_));                                               \
-            *(seen_p) += n_;                                                                        \
-        }                                                                                           \
-        GS_ASSERT_STATUS(st_, GS_OK);                                                               \
+#define POST(tp, call, seen_p)                                                                               \
+    do {                                                                                                     \
+        gs_status st_;                                                                                       \
+        while ((st_ = (call)) == GS_ERR_AGAIN) {                                                             \
+            gs_wc w_[8];                                                                                     \
+            int n_ = 0;                                                                                      \
+            GS_ASSERT_OK(gs_tp_poll(tp, w_, 8, &n_));                                                        \
+            *(seen_p) += n_;                                                                                 \
+        }                                                                                                    \
+        GS_ASSERT_STATUS(st_, GS_OK);                                                                        \
     } while (0)
 
 /* ---- selective signaling: exactly one completion per signaled op ----------------------------- */
@@ -263,9 +264,11 @@ static void fence_body(gs_ctx *ctx, int rank, void *arg)
         for (uint64_t i = 0; i < 50; i++) {
             w[8] = 5000 + i;
             GS_ASSERT_OK(gs_ep_read(gs_tp_ep(tp, 1), &w[1], mr, 8, &all[1], 0, 1, 0));
-            GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 1), &w[8], mr, 8, &all[1], 0, 2, GS_OP_SIGNALED | GS_OP_FENCE));
+            GS_ASSERT_OK(
+                gs_ep_write(gs_tp_ep(tp, 1), &w[8], mr, 8, &all[1], 0, 2, GS_OP_SIGNALED | GS_OP_FENCE));
             GS_ASSERT_U64_EQ(wait_for(tp, GS_WC_WRITE, NULL).wr_id, 2);
-            GS_ASSERT_U64_EQ(w[1], i == 0 ? 1111 : 5000 + i - 1); /* the READ saw the value before this WRITE */
+            GS_ASSERT_U64_EQ(w[1],
+                             i == 0 ? 1111 : 5000 + i - 1); /* the READ saw the value before this WRITE */
         }
     }
     GS_ASSERT_OK(gs_store_barrier(ctx, "fence.done"));
@@ -356,10 +359,11 @@ static void cache_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT(mem);
     memset(mem, 0, len);
     GS_ASSERT_OK(gs_mr_reg(tp, mem, len, rw, &a));
-    GS_ASSERT_OK(gs_mr_reg(tp, mem, len, rw, &b));                             /* same range and access: shared */
-    GS_ASSERT_OK(gs_mr_reg(tp, mem, len, rw | GS_ACCESS_REMOTE_READ, &c));     /* more access: its own */
+    GS_ASSERT_OK(gs_mr_reg(tp, mem, len, rw, &b));                         /* same range and access: shared */
+    GS_ASSERT_OK(gs_mr_reg(tp, mem, len, rw | GS_ACCESS_REMOTE_READ, &c)); /* more access: its own */
     GS_ASSERT_OK(gs_mr_reg(tp, mem, len, GS_ACCESS_LOCAL_WRITE, &local));
-    GS_ASSERT_OK(gs_mr_reg(tp, mem + 4096, 100, GS_ACCESS_LOCAL_WRITE, &sub)); /* inside a local one: shared */
+    GS_ASSERT_OK(
+        gs_mr_reg(tp, mem + 4096, 100, GS_ACCESS_LOCAL_WRITE, &sub)); /* inside a local one: shared */
     GS_ASSERT(((gs_verbs_mr *)a)->reg == ((gs_verbs_mr *)b)->reg);
     GS_ASSERT(((gs_verbs_mr *)a)->reg != ((gs_verbs_mr *)c)->reg);
     GS_ASSERT(((gs_verbs_mr *)local)->reg == ((gs_verbs_mr *)sub)->reg);

@@ -326,40 +326,36 @@ static const char *access_name(unsigned need)
                                           : "remote write";
 }
 
-gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
-                            const char *op, gs_shm_target *t_p)
+/* Reads record slot of the owner's table as one consistent snapshot: the
+ * key before and after the fields must agree (and match want). */
+static bool record_snapshot(gs_shm_ep *ep, uint32_t slot, uint64_t want, gs_shm_region *snap)
+{
+    gs_shm_region *rec = &gs_shm_regions_of(ep->ctrl)[slot];
+    snap->key = __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE);
+    snap->len = rec->len;
+    snap->access = rec->access;
+    snap->kind = rec->kind;
+    snap->addr = rec->addr;
+    snap->fd = rec->fd;
+    snap->ino = rec->ino;
+    return snap->key != 0 && snap->key == want && __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE) == snap->key;
+}
+
+/* The checks against the owner's record, for a region not mapped yet (or a failing access). */
+static gs_status target_slow(gs_shm_ep *ep, const gs_rmr_head *d, uint32_t slot, uint64_t off, uint64_t len,
+                             unsigned need, const char *op, gs_shm_target *t_p)
 {
     int rank = ep->tp->base.rank, peer = ep->base.peer;
-    gs_shm_rmr_tail tail;
-    gs_shm_region *rec, snap;
+    gs_shm_region snap;
     gs_shm_map *m;
-    gs_status st = gs_shm_ep_check(ep, op);
+    gs_status st;
 
-    if (st != GS_OK)
-        return st;
-    memcpy(&tail, d->tail, sizeof(tail));
-    /* Fast path: mapped before, and the owner still has it under this key. */
-    m = cache_find(&ep->maps, d->key);
-    if (m && m->slot == tail.slot &&
-        __atomic_load_n(&gs_shm_regions_of(ep->ctrl)[m->slot].key, __ATOMIC_ACQUIRE) == d->key &&
-        gs_tp_in_bounds(off, len, m->region_len) && (m->access & need) == need) {
-        *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
-        return GS_OK;
-    }
-    if (tail.slot >= GS_SHM_MAX_REGIONS)
+    if (slot >= GS_SHM_MAX_REGIONS)
         return gs_fail(
             GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
             "rank %d: %s to rank %d: the descriptor names region %u, beyond the table (corrupt descriptor)",
-            rank, op, peer, tail.slot);
-    rec = &gs_shm_regions_of(ep->ctrl)[tail.slot];
-    snap.key = __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE);
-    snap.len = rec->len;
-    snap.access = rec->access;
-    snap.kind = rec->kind;
-    snap.addr = rec->addr;
-    snap.fd = rec->fd;
-    snap.ino = rec->ino;
-    if (snap.key == 0 || snap.key != d->key || __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE) != snap.key) {
+            rank, op, peer, slot);
+    if (!record_snapshot(ep, slot, d->key, &snap)) {
         if (ep->maps.cap && cache_find(&ep->maps, d->key))
             cache_rebuild(ep, ep->maps.cap); /* the owner dropped it: unmap our view */
         return gs_fail(
@@ -381,11 +377,33 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
         *t_p = (gs_shm_target){.kind = GS_SHM_REGION_USER, .remote_addr = snap.addr + off};
         return GS_OK;
     }
-    if (!m || m->key != snap.key) {
-        st = region_map(ep, &snap, rec, tail.slot, op, &m);
+    m = cache_find(&ep->maps, snap.key);
+    if (!m) {
+        st = region_map(ep, &snap, &gs_shm_regions_of(ep->ctrl)[slot], slot, op, &m);
         if (st != GS_OK)
             return st;
     }
     *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
     return GS_OK;
+}
+
+gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
+                            const char *op, gs_shm_target *t_p)
+{
+    gs_shm_rmr_tail tail;
+    gs_shm_map *m;
+    gs_status st = gs_shm_ep_check(ep, op);
+
+    if (st != GS_OK)
+        return st;
+    memcpy(&tail, d->tail, sizeof(tail));
+    /* Fast path: mapped before, and the owner still has it under this key. */
+    m = cache_find(&ep->maps, d->key);
+    if (m && m->slot == tail.slot &&
+        __atomic_load_n(&gs_shm_regions_of(ep->ctrl)[m->slot].key, __ATOMIC_ACQUIRE) == d->key &&
+        gs_tp_in_bounds(off, len, m->region_len) && (m->access & need) == need) {
+        *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
+        return GS_OK;
+    }
+    return target_slow(ep, d, tail.slot, off, len, need, op, t_p);
 }

@@ -22,12 +22,12 @@
 #include <stdint.h>
 #include <sys/resource.h>
 
-#define GS_VERBS_SQ_DEPTH 128    /* send work requests per queue pair */
-#define GS_VERBS_RQ_DEPTH 64     /* receives kept posted per peer */
-#define GS_VERBS_INLINE_WANT 220 /* inline data asked for at QP creation */
-#define GS_VERBS_URECV_MAX 256   /* user receives queued per endpoint */
+#define GS_VERBS_SQ_DEPTH      128 /* send work requests per queue pair */
+#define GS_VERBS_RQ_DEPTH      64  /* receives kept posted per peer */
+#define GS_VERBS_INLINE_WANT   220 /* inline data asked for at QP creation */
+#define GS_VERBS_URECV_MAX     256 /* user receives queued per endpoint */
 #define GS_VERBS_RD_ATOMIC_MAX 16
-#define GS_VERBS_CQ_BATCH 16
+#define GS_VERBS_CQ_BATCH      16
 
 enum { GS_VERBS_WR_SQ = 1, GS_VERBS_WR_RQ = 2 };
 
@@ -45,9 +45,9 @@ typedef struct gs_verbs_dev {
     struct ibv_port_attr port_attr;
     uint8_t link_layer; /* IBV_LINK_LAYER_* */
     uint16_t lid;
-    int gid_index;      /* -1 on InfiniBand without GRH */
+    int gid_index; /* -1 on InfiniBand without GRH */
     union ibv_gid gid;
-    uint32_t gid_type;  /* enum ibv_gid_type */
+    uint32_t gid_type; /* enum ibv_gid_type */
 } gs_verbs_dev;
 
 /* What a send-queue slot was posted for. */
@@ -55,22 +55,22 @@ typedef enum gs_verbs_slot_kind {
     GS_VERBS_SLOT_USER = 1, /* a user operation (or one chunk of it) */
     GS_VERBS_SLOT_CREDIT,   /* credit return to the peer */
     GS_VERBS_SLOT_HEARTBEAT,
-    GS_VERBS_SLOT_CLOSE,    /* close notice to the peer */
+    GS_VERBS_SLOT_CLOSE, /* close notice to the peer */
 } gs_verbs_slot_kind;
 
 typedef struct gs_verbs_slot {
-    uint64_t wr_id;      /* the user's */
-    uint8_t kind;        /* gs_verbs_slot_kind */
-    uint8_t deliver;     /* the user asked for a completion of this slot */
-    uint8_t opcode;      /* gs_wc_opcode */
+    uint64_t wr_id;  /* the user's */
+    uint8_t kind;    /* gs_verbs_slot_kind */
+    uint8_t deliver; /* the user asked for a completion of this slot */
+    uint8_t opcode;  /* gs_wc_opcode */
     uint8_t pad;
 } gs_verbs_slot;
 
 typedef enum gs_verbs_ep_state {
-    GS_VERBS_EP_INIT = 0,  /* queue pair created, not connected */
-    GS_VERBS_EP_READY,     /* RTS */
-    GS_VERBS_EP_FAILED,    /* queue pair in error: later ops flush */
-    GS_VERBS_EP_CLOSED,    /* the peer closed its transport */
+    GS_VERBS_EP_INIT = 0, /* queue pair created, not connected */
+    GS_VERBS_EP_READY,    /* RTS */
+    GS_VERBS_EP_FAILED,   /* queue pair in error: later ops flush */
+    GS_VERBS_EP_CLOSED,   /* the peer closed its transport */
 } gs_verbs_ep_state;
 
 /* A user receive waiting for a SEND, and a SEND waiting for a user receive. */
@@ -105,16 +105,16 @@ typedef struct gs_verbs_ep {
     uint64_t credits_returned; /* value of the last credit WRITE to the peer */
     uint64_t rctrl_addr;       /* the peer's control slot for us */
     uint32_t rctrl_rkey;
-    gs_verbs_ctrl *lctrl;      /* our control slot for the peer */
+    gs_verbs_ctrl *lctrl; /* our control slot for the peer */
 
     /* Receives: the pool's buffers [rbuf_first, rbuf_first + rq_depth). */
     uint32_t rbuf_first;
-    uint32_t *repost;          /* buffers to re-post at the end of this progress pass */
+    uint32_t *repost; /* buffers to re-post at the end of this progress pass */
     uint32_t repost_count;
-    bool dirty;                /* on the tp's dirty list */
-    gs_verbs_held *held;       /* ring [rq_depth]: SENDs waiting for a user receive */
+    bool dirty;          /* on the tp's dirty list */
+    gs_verbs_held *held; /* ring [rq_depth]: SENDs waiting for a user receive */
     uint32_t held_head, held_count;
-    gs_verbs_urecv *urecv;     /* ring [GS_VERBS_URECV_MAX] */
+    gs_verbs_urecv *urecv; /* ring [GS_VERBS_URECV_MAX] */
     uint32_t urecv_head, urecv_count;
 
     /* Liveness. */
@@ -128,16 +128,16 @@ typedef struct gs_verbs_reg {
     struct ibv_mr *mr;
     void *addr;
     size_t len;
-    unsigned access;  /* gs_access asked for */
-    int ibv_access;   /* what the HCA was given */
+    unsigned access; /* gs_access asked for */
+    int ibv_access;  /* what the HCA was given */
     unsigned refs;
-    bool cached;      /* in the user-memory cache (else private to one handle) */
+    bool cached; /* in the user-memory cache (else private to one handle) */
 } gs_verbs_reg;
 
 typedef struct gs_verbs_mr {
     gs_mr base;
     gs_verbs_reg *reg;
-    size_t alloc_len; /* gs_buf_alloc: the pages to free */
+    size_t alloc_len;                /* gs_buf_alloc: the pages to free */
     struct gs_verbs_mr *prev, *next; /* the tp's live handles */
 } gs_verbs_mr;
 
@@ -237,15 +237,13 @@ gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, con
                          uint64_t off, uint64_t wr_id, unsigned flags);
 gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                              uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src,
-                        uint64_t off, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst,
-                             uint64_t off, uint64_t add, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst,
-                            uint64_t off, uint64_t compare, uint64_t swap, uint64_t wr_id,
-                            unsigned flags);
-gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id,
-                        unsigned flags);
+gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
+                        uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                             uint64_t add, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                            uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
 gs_status gs_verbs_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
 /* Internal control operations (credit return, heartbeat, close notice). */
 gs_status gs_verbs_post_ctrl(gs_verbs_ep *ep, gs_verbs_slot_kind kind);

@@ -26,19 +26,31 @@ typedef struct wc_status_info {
 
 static const wc_status_info wc_statuses[] = {
     {IBV_WC_SUCCESS, GS_OK, ""},
-    {IBV_WC_LOC_LEN_ERR, GS_ERR_PROTOCOL, "a message longer than the receive buffer, or a local length beyond the device limit"},
-    {IBV_WC_LOC_QP_OP_ERR, GS_ERR_INVALID, "the work request was malformed for this queue pair (e.g. too much inline data)"},
+    {IBV_WC_LOC_LEN_ERR, GS_ERR_PROTOCOL,
+     "a message longer than the receive buffer, or a local length beyond the device limit"},
+    {IBV_WC_LOC_QP_OP_ERR, GS_ERR_INVALID,
+     "the work request was malformed for this queue pair (e.g. too much inline data)"},
     {IBV_WC_LOC_EEC_OP_ERR, GS_ERR_SYSTEM, "local EE context error"},
-    {IBV_WC_LOC_PROT_ERR, GS_ERR_INVALID, "the local buffer is not inside its registered region, or lacks local write for a READ/atomic result"},
+    {IBV_WC_LOC_PROT_ERR, GS_ERR_INVALID,
+     "the local buffer is not inside its registered region, or lacks local write for a READ/atomic result"},
     {IBV_WC_WR_FLUSH_ERR, GS_ERR_FLUSHED, "flushed: the queue pair had already failed"},
     {IBV_WC_MW_BIND_ERR, GS_ERR_INVALID, "memory window bind failed"},
     {IBV_WC_BAD_RESP_ERR, GS_ERR_PROTOCOL, "unexpected response from the peer"},
-    {IBV_WC_LOC_ACCESS_ERR, GS_ERR_REMOTE_ACCESS, "an incoming WRITE_IMM was refused here: bad key, out of bounds or no permission"},
-    {IBV_WC_REM_INV_REQ_ERR, GS_ERR_PROTOCOL, "the peer refused the request as invalid: unsupported opcode, misaligned atomic, or a message longer than its receive buffer"},
-    {IBV_WC_REM_ACCESS_ERR, GS_ERR_REMOTE_ACCESS, "remote access error: bad key, bounds or permission (the target region must cover the range and be registered with REMOTE_WRITE/READ/ATOMIC); the target memory is untouched"},
+    {IBV_WC_LOC_ACCESS_ERR, GS_ERR_REMOTE_ACCESS,
+     "an incoming WRITE_IMM was refused here: bad key, out of bounds or no permission"},
+    {IBV_WC_REM_INV_REQ_ERR, GS_ERR_PROTOCOL,
+     "the peer refused the request as invalid: unsupported opcode, misaligned atomic, or a message longer "
+     "than its receive buffer"},
+    {IBV_WC_REM_ACCESS_ERR, GS_ERR_REMOTE_ACCESS,
+     "remote access error: bad key, bounds or permission (the target region must cover the range and be "
+     "registered with REMOTE_WRITE/READ/ATOMIC); the target memory is untouched"},
     {IBV_WC_REM_OP_ERR, GS_ERR_PROTOCOL, "the peer could not complete the operation (its receive failed)"},
-    {IBV_WC_RETRY_EXC_ERR, GS_ERR_PEER_LOST, "no acknowledgement after the retries: peer unreachable or dead, or a GID/MTU mismatch between the hosts (check GS_IB_GID_INDEX, that both use the same RoCE version, and the fabric with ib_write_lat)"},
-    {IBV_WC_RNR_RETRY_EXC_ERR, GS_ERR_PEER_LOST, "receiver not ready after the retries: the peer stopped posting receives (raise GS_IB_RNR_RETRY if it is just slow)"},
+    {IBV_WC_RETRY_EXC_ERR, GS_ERR_PEER_LOST,
+     "no acknowledgement after the retries: peer unreachable or dead, or a GID/MTU mismatch between the "
+     "hosts (check GS_IB_GID_INDEX, that both use the same RoCE version, and the fabric with ib_write_lat)"},
+    {IBV_WC_RNR_RETRY_EXC_ERR, GS_ERR_PEER_LOST,
+     "receiver not ready after the retries: the peer stopped posting receives (raise GS_IB_RNR_RETRY if it "
+     "is just slow)"},
     {IBV_WC_LOC_RDD_VIOL_ERR, GS_ERR_PROTOCOL, "local RD domain violation"},
     {IBV_WC_REM_INV_RD_REQ_ERR, GS_ERR_PROTOCOL, "remote invalid RD request"},
     {IBV_WC_REM_ABORT_ERR, GS_ERR_PROTOCOL, "the peer aborted the operation"},
@@ -96,13 +108,15 @@ static int outq_take(gs_verbs_tp *vt, gs_wc *wcs, int max)
 static const char *slot_name(const gs_verbs_slot *slot)
 {
     static const char *const names[] = {
-        [GS_WC_WRITE] = "WRITE", [GS_WC_WRITE_IMM] = "WRITE_IMM", [GS_WC_READ] = "READ",
-        [GS_WC_FETCH_ADD] = "FETCH_ADD", [GS_WC_CMP_SWAP] = "CMP_SWAP", [GS_WC_SEND] = "SEND"};
+        [GS_WC_WRITE] = "WRITE",         [GS_WC_WRITE_IMM] = "WRITE_IMM", [GS_WC_READ] = "READ",
+        [GS_WC_FETCH_ADD] = "FETCH_ADD", [GS_WC_CMP_SWAP] = "CMP_SWAP",   [GS_WC_SEND] = "SEND"};
     switch (slot->kind) {
     case GS_VERBS_SLOT_CREDIT: return "credit return";
     case GS_VERBS_SLOT_HEARTBEAT: return "heartbeat READ";
     case GS_VERBS_SLOT_CLOSE: return "close notice";
-    default: return slot->opcode < sizeof(names) / sizeof(names[0]) && names[slot->opcode] ? names[slot->opcode] : "operation";
+    default:
+        return slot->opcode < sizeof(names) / sizeof(names[0]) && names[slot->opcode] ? names[slot->opcode]
+                                                                                      : "operation";
     }
 }
 
@@ -123,17 +137,23 @@ static void fail_user_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep)
 void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
 {
     gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
+    struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
     if (ep->state == GS_VERBS_EP_FAILED || ep->state == GS_VERBS_EP_CLOSED)
         return;
     ep->state = GS_VERBS_EP_FAILED;
     ep->err = status;
     ep->err_reported = false;
+    /* The hardware stops too (no more retries to a dead peer); what it still reports is stale. */
+    if (ep->qp && ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE) != 0)
+        gs_log_debug(VERBS, "rank %d: moving the queue pair to rank %d to ERR failed", vt->base.rank,
+                     ep->base.peer);
     /* Outstanding slots before failed_seq completed (RC is in order); the rest never will. */
     for (uint64_t seq = ep->sq_done; seq < ep->sq_posted; seq++) {
         gs_verbs_slot *slot = &ep->slots[seq & (vt->sq_depth - 1)];
         gs_wc wc = {.wr_id = slot->wr_id, .opcode = slot->opcode, .peer = ep->base.peer};
-        if (slot->kind != GS_VERBS_SLOT_USER || !slot->deliver || (failed_seq != UINT64_MAX && seq < failed_seq))
+        if (slot->kind != GS_VERBS_SLOT_USER || !slot->deliver ||
+            (failed_seq != UINT64_MAX && seq < failed_seq))
             continue;
         wc.status = ep->err_reported ? GS_ERR_FLUSHED : status;
         ep->err_reported = true;
@@ -170,8 +190,8 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     char id[40] = "internal";
     if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
         snprintf(id, sizeof(id), "wr_id %llu", (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
-    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (%s) failed: %s (vendor error %#x): %s", vt->base.rank,
-            what, ep->base.peer, id, ibv_wc_status_str(wc->status), wc->vendor_err, hint);
+    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (%s) failed: %s (vendor error %#x): %s",
+            vt->base.rank, what, ep->base.peer, id, ibv_wc_status_str(wc->status), wc->vendor_err, hint);
     gs_verbs_ep_fail(ep, status, seq);
 }
 
@@ -207,14 +227,19 @@ static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
     }
     ep->last_alive_ns = now;
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        gs_wc out = {.wr_id = 0, .status = GS_OK, .opcode = GS_WC_RECV_IMM, .imm = be32toh(wc->imm_data),
-                     .len = wc->byte_len, .peer = ep->base.peer};
+        gs_wc out = {.wr_id = 0,
+                     .status = GS_OK,
+                     .opcode = GS_WC_RECV_IMM,
+                     .imm = be32toh(wc->imm_data),
+                     .len = wc->byte_len,
+                     .peer = ep->base.peer};
         gs_verbs_outq_push(vt, &out);
         gs_verbs_queue_repost(vt, ep, buf);
         return;
     }
     /* A SEND: held in its buffer until a user receive takes it. */
-    ep->held[(ep->held_head + ep->held_count) % vt->rq_depth] = (gs_verbs_held){.buf = buf, .len = wc->byte_len};
+    ep->held[(ep->held_head + ep->held_count) % vt->rq_depth] =
+        (gs_verbs_held){.buf = buf, .len = wc->byte_len};
     ep->held_count++;
     gs_verbs_match_recvs(vt, ep);
 }
@@ -243,7 +268,8 @@ static void drain_async(gs_verbs_tp *vt)
     while (ibv_get_async_event(vt->dev.ctx, &ev) == 0) {
         bool qp_event = ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
                         ev.event_type == IBV_EVENT_QP_ACCESS_ERR || ev.event_type == IBV_EVENT_COMM_EST ||
-                        ev.event_type == IBV_EVENT_SQ_DRAINED || ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
+                        ev.event_type == IBV_EVENT_SQ_DRAINED ||
+                        ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
         if (qp_event && ev.element.qp && ev.element.qp->qp_context) {
             gs_verbs_ep *ep = ev.element.qp->qp_context;
             gs_log_info(VERBS, "rank %d: peer rank %d: device event %s", vt->base.rank, ep->base.peer,
@@ -283,8 +309,8 @@ gs_status gs_verbs_progress(gs_verbs_tp *vt)
     do {
         n = ibv_poll_cq(vt->cq, GS_VERBS_CQ_BATCH, wcs);
         if (n < 0)
-            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "rank %d: ibv_poll_cq on %s failed (%d)", vt->base.rank,
-                           vt->dev.name, n);
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "rank %d: ibv_poll_cq on %s failed (%d)",
+                           vt->base.rank, vt->dev.name, n);
         for (int i = 0; i < n; i++)
             handle_wc(vt, &wcs[i], now);
     } while (n == GS_VERBS_CQ_BATCH);
@@ -305,8 +331,9 @@ static gs_status endpoint_news(gs_verbs_tp *vt)
         if (!ep || ep->state != GS_VERBS_EP_FAILED || (ep->err != GS_ERR_PEER_LOST && ep->err_reported))
             continue;
         ep->err_reported = true;
-        return gs_fail(GS_SUBSYS_VERBS, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
-                       ep->err == GS_ERR_PEER_LOST ? "that rank is lost (died or unreachable)" : gs_strerror(ep->err));
+        return gs_fail(
+            GS_SUBSYS_VERBS, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
+            ep->err == GS_ERR_PEER_LOST ? "that rank is lost (died or unreachable)" : gs_strerror(ep->err));
     }
     return GS_OK;
 }
@@ -354,7 +381,8 @@ static void take_cq_event(gs_verbs_tp *vt)
 static gs_status block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
 {
     uint64_t wake = deadline_ns < vt->next_hb_ns ? deadline_ns : vt->next_hb_ns;
-    struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN}, {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
+    struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN},
+                            {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
     int rc;
 
     if (!vt->cq_armed)
@@ -377,11 +405,13 @@ static gs_status timeout_error(gs_verbs_tp *vt, uint64_t start_ns)
     for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 48; peer++) {
         gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
         if (ep && ep->sq_posted > ep->sq_done)
-            used += (size_t)snprintf(busy + used, sizeof(busy) - used, " to rank %d: %llu work requests outstanding;",
-                                     peer, (unsigned long long)(ep->sq_posted - ep->sq_done));
+            used += (size_t)snprintf(busy + used, sizeof(busy) - used,
+                                     " to rank %d: %llu work requests outstanding;", peer,
+                                     (unsigned long long)(ep->sq_posted - ep->sq_done));
     }
-    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT, "rank %d: no verbs completion arrived in %.0f ms of waiting;%s",
-                   vt->base.rank, (double)(gs_now_ns() - start_ns) / 1e6, used ? busy : " nothing outstanding here");
+    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
+                   "rank %d: no verbs completion arrived in %.0f ms of waiting;%s", vt->base.rank,
+                   (double)(gs_now_ns() - start_ns) / 1e6, used ? busy : " nothing outstanding here");
 }
 
 gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
@@ -389,9 +419,9 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
     gs_verbs_tp *vt = gs_verbs_tp_of(tp);
     int mode = vt->base.cfg->poll;
     uint64_t start = gs_now_ns(), spins = 0;
-    uint64_t spin_end = mode == GS_POLL_SPIN ? UINT64_MAX
-                      : mode == GS_POLL_HYBRID ? start + (uint64_t)vt->base.cfg->spin_us * 1000u
-                      : 0;
+    uint64_t spin_end = mode == GS_POLL_SPIN     ? UINT64_MAX
+                        : mode == GS_POLL_HYBRID ? start + (uint64_t)vt->base.cfg->spin_us * 1000u
+                                                 : 0;
 
     for (;;) {
         int n = 0;

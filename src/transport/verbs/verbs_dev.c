@@ -19,7 +19,8 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         const char *meaning;
     } ranges[] = {
         {"GS_IB_PORT", offsetof(gs_config, ib_port), 1, 255, "a port number 1-255"},
-        {"GS_IB_GID_INDEX", offsetof(gs_config, ib_gid_index), -1, 255, "-1 (automatic) or a GID index 0-255"},
+        {"GS_IB_GID_INDEX", offsetof(gs_config, ib_gid_index), -1, 255,
+         "-1 (automatic) or a GID index 0-255"},
         {"GS_IB_TIMEOUT", offsetof(gs_config, ib_timeout), 0, 31, "an exponent 0-31 (4.096 us * 2^n)"},
         {"GS_IB_RETRY_CNT", offsetof(gs_config, ib_retry_cnt), 0, 7, "a retry count 0-7"},
         {"GS_IB_RNR_RETRY", offsetof(gs_config, ib_rnr_retry), 0, 7, "a retry count 0-7"},
@@ -32,9 +33,11 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
                            ranges[i].var, (long long)v, ranges[i].meaning);
     }
     if (cfg->ib_retry_cnt == 7)
-        gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never detected there");
+        gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never "
+                           "detected there");
     if (cfg->ib_rnr_retry == 7)
-        gs_log_warn(VERBS, "GS_IB_RNR_RETRY=7 retries forever: a peer that stops posting receives hangs its senders");
+        gs_log_warn(
+            VERBS, "GS_IB_RNR_RETRY=7 retries forever: a peer that stops posting receives hangs its senders");
     return GS_OK;
 }
 
@@ -53,7 +56,7 @@ bool gs_verbs_gid_is_link_local(const union ibv_gid *gid)
     static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     const uint8_t *raw = gid->raw;
     if (memcmp(raw, v4_mapped, sizeof(v4_mapped)) == 0)
-        return raw[12] == 169 && raw[13] == 254; /* IPv4 link-local 169.254/16 */
+        return raw[12] == 169 && raw[13] == 254;      /* IPv4 link-local 169.254/16 */
     return raw[0] == 0xfe && (raw[1] & 0xc0) == 0x80; /* IPv6 fe80::/10 */
 }
 
@@ -194,13 +197,15 @@ static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *de
                 gs_verbs_gid_is_link_local(&dev->gid) ? ", link-local" : "",
                 cfg->ib_gid_index >= 0 ? " from GS_IB_GID_INDEX" : " chosen automatically");
     if (gs_verbs_gid_is_link_local(&dev->gid))
-        gs_log_warn(VERBS, "rank %d: only a link-local GID on %s port %u: peers on other subnets cannot be reached",
+        gs_log_warn(VERBS,
+                    "rank %d: only a link-local GID on %s port %u: peers on other subnets cannot be reached",
                     rank, dev->name, dev->port);
     return GS_OK;
 }
 
 /* Opens dev_list[i] and queries it and its port; *active_p tells whether the port is ACTIVE. */
-static gs_status open_one(struct ibv_device *device, uint8_t port, int rank, gs_verbs_dev *dev, bool *active_p)
+static gs_status open_one(struct ibv_device *device, uint8_t port, int rank, gs_verbs_dev *dev,
+                          bool *active_p)
 {
     int rc;
     snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(device));
@@ -281,11 +286,12 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
     struct ibv_device **list = ibv_get_device_list(&n);
 
     if (!list)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
-                       "rank %d: ibv_get_device_list failed: %s: this kernel offers no RDMA devices; use "
-                       "GS_TRANSPORT=tcp, or load ib_uverbs and a driver (Soft-RoCE: rdma link add rxe0 type rxe "
-                       "netdev <if>)",
-                       rank, strerror(errno));
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+            "rank %d: ibv_get_device_list failed: %s: this kernel offers no RDMA devices; use "
+            "GS_TRANSPORT=tcp, or load ib_uverbs and a driver (Soft-RoCE: rdma link add rxe0 type rxe "
+            "netdev <if>)",
+            rank, strerror(errno));
     if (n == 0) {
         status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
                          "rank %d: no verbs device found (ibv_devices lists none); use GS_TRANSPORT=tcp or "
@@ -302,9 +308,10 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
         goto out_free;
     }
     gs_log_info(VERBS, "rank %d: device %s port %u %s, active MTU %d, atomics %s, max %d WRs per QP", rank,
-                dev->name, dev->port, dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
-                gs_verbs_mtu_bytes(dev->port_attr.active_mtu), dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes",
-                dev->attr.max_qp_wr);
+                dev->name, dev->port,
+                dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
+                gs_verbs_mtu_bytes(dev->port_attr.active_mtu),
+                dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes", dev->attr.max_qp_wr);
 out_free:
     ibv_free_device_list(list);
     return status;
@@ -325,8 +332,8 @@ bool gs_verbs_available(const gs_config *cfg)
         ctx = ibv_open_device(list[i]);
         if (!ctx)
             continue;
-        found = cfg->ib_port >= 1 && cfg->ib_port <= 255 && ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 &&
-                attr.state == IBV_PORT_ACTIVE;
+        found = cfg->ib_port >= 1 && cfg->ib_port <= 255 &&
+                ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 && attr.state == IBV_PORT_ACTIVE;
         ibv_close_device(ctx);
     }
     if (list)

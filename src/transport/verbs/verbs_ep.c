@@ -48,17 +48,19 @@ static gs_status create_qp(gs_verbs_tp *vt, gs_verbs_ep *ep)
         }
         err = errno;
     }
-    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
-                   "rank %d: ibv_create_qp for peer rank %d on %s failed: %s (asked %u send / %u receive WRs)",
-                   vt->base.rank, ep->base.peer, vt->dev.name, strerror(err), vt->sq_depth, vt->rq_depth);
+    return gs_fail(
+        GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+        "rank %d: ibv_create_qp for peer rank %d on %s failed: %s (asked %u send / %u receive WRs)",
+        vt->base.rank, ep->base.peer, vt->dev.name, strerror(err), vt->sq_depth, vt->rq_depth);
 }
 
 static gs_status modify(gs_verbs_ep *ep, struct ibv_qp_attr *attr, int mask, const char *state)
 {
     int rc = ibv_modify_qp(ep->qp, attr, mask);
     if (rc != 0)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: peer rank %d: ibv_modify_qp to %s failed: %s",
-                       ep->base.tp->rank, ep->base.peer, state, strerror(rc));
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+                       "rank %d: peer rank %d: ibv_modify_qp to %s failed: %s", ep->base.tp->rank,
+                       ep->base.peer, state, strerror(rc));
     return GS_OK;
 }
 
@@ -70,10 +72,13 @@ static gs_status to_init(gs_verbs_tp *vt, gs_verbs_ep *ep)
         .port_num = vt->dev.port,
         .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
     };
+    /* one attribute bit per line, as in rc_pingpong */
+    /* clang-format off */
     int mask = IBV_QP_STATE
              | IBV_QP_PKEY_INDEX
              | IBV_QP_PORT
              | IBV_QP_ACCESS_FLAGS;
+    /* clang-format on */
     return modify(ep, &attr, mask, "INIT");
 }
 
@@ -158,10 +163,11 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
 {
     int rank = vt->base.rank;
     if (blob->version != GS_VERBS_PROTO_VERSION || blob->magic != GS_VERBS_CONN_MAGIC)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                       "rank %d: peer rank %d sent a verbs connection blob of version %u (magic %#x), this rank "
-                       "speaks version %u: run the same gradsync build on every rank",
-                       rank, peer, blob->version, blob->magic, GS_VERBS_PROTO_VERSION);
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+            "rank %d: peer rank %d sent a verbs connection blob of version %u (magic %#x), this rank "
+            "speaks version %u: run the same gradsync build on every rank",
+            rank, peer, blob->version, blob->magic, GS_VERBS_PROTO_VERSION);
     if (blob->src_rank != (uint32_t)peer || blob->dst_rank != (uint32_t)rank)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
                        "rank %d: connection blob for peer rank %d names %u -> %u instead", rank, peer,
@@ -172,13 +178,16 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
                        rank, peer, blob->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
                        vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
     if (gs_verbs_mtu_bytes((enum ibv_mtu)blob->mtu) == 0 || blob->rq_depth == 0 || blob->psn > 0xffffff)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                       "rank %d: peer rank %d's connection blob is malformed (MTU code %u, %u receives, PSN %#x)",
-                       rank, peer, blob->mtu, blob->rq_depth, blob->psn);
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+            "rank %d: peer rank %d's connection blob is malformed (MTU code %u, %u receives, PSN %#x)", rank,
+            peer, blob->mtu, blob->rq_depth, blob->psn);
     if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
-        gs_log_warn(VERBS, "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
-                    "GS_IB_GID_INDEX type on every host", rank, peer,
-                    gs_verbs_gid_type_name(blob->gid_type), gs_verbs_gid_type_name(vt->dev.gid_type));
+        gs_log_warn(VERBS,
+                    "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
+                    "GS_IB_GID_INDEX type on every host",
+                    rank, peer, gs_verbs_gid_type_name(blob->gid_type),
+                    gs_verbs_gid_type_name(vt->dev.gid_type));
     return GS_OK;
 }
 
@@ -192,14 +201,17 @@ static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
         .rq_psn = remote->psn,
         .max_dest_rd_atomic = vt->rd_atomic,
         .min_rnr_timer = (uint8_t)vt->base.cfg->ib_rnr_timer,
-        .ah_attr = {
-            .dlid = remote->lid,
-            .sl = 0,
-            .src_path_bits = 0,
-            .is_global = grh,
-            .port_num = vt->dev.port,
-        },
+        .ah_attr =
+            {
+                .dlid = remote->lid,
+                .sl = 0,
+                .src_path_bits = 0,
+                .is_global = grh,
+                .port_num = vt->dev.port,
+            },
     };
+    /* one attribute bit per line, as in rc_pingpong */
+    /* clang-format off */
     int mask = IBV_QP_STATE
              | IBV_QP_AV
              | IBV_QP_PATH_MTU
@@ -207,6 +219,7 @@ static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
              | IBV_QP_RQ_PSN
              | IBV_QP_MAX_DEST_RD_ATOMIC
              | IBV_QP_MIN_RNR_TIMER;
+    /* clang-format on */
     if (grh) {
         memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, sizeof(remote->gid));
         attr.ah_attr.grh.sgid_index = (uint8_t)vt->dev.gid_index;
@@ -228,12 +241,15 @@ static gs_status to_rts(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
         .rnr_retry = (uint8_t)cfg->ib_rnr_retry,
         .max_rd_atomic = remote->rd_atomic < vt->init_rd_atomic ? remote->rd_atomic : vt->init_rd_atomic,
     };
+    /* one attribute bit per line, as in rc_pingpong */
+    /* clang-format off */
     int mask = IBV_QP_STATE
              | IBV_QP_SQ_PSN
              | IBV_QP_TIMEOUT
              | IBV_QP_RETRY_CNT
              | IBV_QP_RNR_RETRY
              | IBV_QP_MAX_QP_RD_ATOMIC;
+    /* clang-format on */
     return modify(ep, &attr, mask, "RTS");
 }
 
@@ -250,8 +266,9 @@ gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_c
     ep->rctrl_rkey = remote->ctrl_rkey;
     ep->state = GS_VERBS_EP_READY;
     ep->last_alive_ns = gs_now_ns();
-    gs_log_debug(VERBS, "rank %d: peer rank %d connected: QP %u -> %u, path MTU %d, PSN %#x -> %#x", vt->base.rank,
-                 ep->base.peer, ep->qp->qp_num, remote->qpn, gs_verbs_mtu_bytes(mtu), ep->psn, remote->psn);
+    gs_log_debug(VERBS, "rank %d: peer rank %d connected: QP %u -> %u, path MTU %d, PSN %#x -> %#x",
+                 vt->base.rank, ep->base.peer, ep->qp->qp_num, remote->qpn, gs_verbs_mtu_bytes(mtu), ep->psn,
+                 remote->psn);
     return GS_OK;
 }
 
@@ -261,20 +278,19 @@ gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
     gs_status err = ep->err;
 
     switch (ep->state) {
-    case GS_VERBS_EP_READY:
-        return GS_OK;
+    case GS_VERBS_EP_READY: return GS_OK;
     case GS_VERBS_EP_CLOSED:
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PEER_LOST, "rank %d: %s to rank %d: that rank closed its transport",
-                       rank, op, peer);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PEER_LOST,
+                       "rank %d: %s to rank %d: that rank closed its transport", rank, op, peer);
     case GS_VERBS_EP_FAILED:
         /* A lost peer stays lost; any other error is reported once, then the endpoint flushes. */
         if (err != GS_ERR_PEER_LOST && ep->err_reported)
             err = GS_ERR_FLUSHED;
         ep->err_reported = true;
-        return gs_fail(GS_SUBSYS_VERBS, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank, op,
-                       peer, gs_status_name(ep->err));
+        return gs_fail(GS_SUBSYS_VERBS, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank,
+                       op, peer, gs_status_name(ep->err));
     default:
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to rank %d: endpoint not connected", rank, op,
-                       peer);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to rank %d: endpoint not connected",
+                       rank, op, peer);
     }
 }

@@ -138,8 +138,9 @@ static gs_status reg_release(gs_verbs_tp *vt, gs_verbs_reg *reg)
         cache_remove(vt, reg);
     rc = ibv_dereg_mr(reg->mr);
     if (rc != 0)
-        status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_dereg_mr of %zu bytes at %p failed: %s",
-                         vt->base.rank, reg->len, reg->addr, strerror(rc));
+        status =
+            gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_dereg_mr of %zu bytes at %p failed: %s",
+                    vt->base.rank, reg->len, reg->addr, strerror(rc));
     free(reg);
     return status;
 }
@@ -147,11 +148,11 @@ static gs_status reg_release(gs_verbs_tp *vt, gs_verbs_reg *reg)
 static gs_status check_args(gs_verbs_tp *vt, size_t len, unsigned access, const char *what)
 {
     if (len == 0)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s of 0 bytes: a region needs at least one byte",
-                       vt->base.rank, what);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID,
+                       "rank %d: %s of 0 bytes: a region needs at least one byte", vt->base.rank, what);
     if (access == 0 || (access & ~(unsigned)GS_ACCESS_ALL))
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s with access %#x: expected GS_ACCESS_* bits",
-                       vt->base.rank, what, access);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID,
+                       "rank %d: %s with access %#x: expected GS_ACCESS_* bits", vt->base.rank, what, access);
     return GS_OK;
 }
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define GS_VERBS_PROTO_VERSION 1
-#define GS_VERBS_CONN_MAGIC 0x53565347u /* "GSVS" */
+#define GS_VERBS_CONN_MAGIC    0x53565347u /* "GSVS" */
 
 /*
  * The connection blob rank src publishes for rank dst (store key
@@ -35,7 +35,7 @@ typedef struct gs_verbs_conn_blob {
     uint8_t gid[16];    /* RoCE: the address; InfiniBand: the port GID */
     uint64_t ctrl_addr; /* src's control slot for dst (struct gs_verbs_ctrl) */
     uint32_t ctrl_rkey;
-    uint32_t reserved;  /* zero */
+    uint32_t reserved; /* zero */
 } gs_verbs_conn_blob;
 
 _Static_assert(offsetof(gs_verbs_conn_blob, version) == 0, "version byte first");

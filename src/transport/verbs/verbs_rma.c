@@ -62,8 +62,8 @@ static bool sq_has_room(const gs_verbs_ep *ep, uint32_t n)
 }
 
 /* Appends one work request for a new send-queue slot; returns it to fill. */
-static struct ibv_send_wr *chain_add(gs_verbs_ep *ep, gs_verbs_chain *ch, gs_verbs_slot_kind kind, bool deliver,
-                                     gs_wc_opcode opcode, uint64_t user_wr_id, bool signal)
+static struct ibv_send_wr *chain_add(gs_verbs_ep *ep, gs_verbs_chain *ch, gs_verbs_slot_kind kind,
+                                     bool deliver, gs_wc_opcode opcode, uint64_t user_wr_id, bool signal)
 {
     const gs_verbs_tp *vt = (const gs_verbs_tp *)ep->base.tp;
     uint32_t i = ch->n++;
@@ -112,9 +112,10 @@ static gs_status chain_post(gs_verbs_ep *ep, gs_verbs_chain *ch, uint32_t user_f
     for (uint32_t i = user_first; i < posted; i++)
         ep->slots[(ep->sq_posted + i) & (((gs_verbs_tp *)ep->base.tp)->sq_depth - 1)].deliver = 0;
     ep->sq_posted += posted;
-    gs_status status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
-                               "rank %d: %s to peer rank %d: ibv_post_send failed: %s (%u of %u work requests posted)",
-                               ep->base.tp->rank, what, ep->base.peer, strerror(rc), posted, ch->n);
+    gs_status status =
+        gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+                "rank %d: %s to peer rank %d: ibv_post_send failed: %s (%u of %u work requests posted)",
+                ep->base.tp->rank, what, ep->base.peer, strerror(rc), posted, ch->n);
     if (posted > user_first)
         gs_verbs_ep_fail(ep, GS_ERR_SYSTEM, UINT64_MAX); /* half an operation is on the wire */
     return status;
@@ -205,15 +206,16 @@ static void chain_add_op(gs_verbs_ep *ep, gs_verbs_chain *ch, const gs_verbs_op 
 {
     gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
     uint32_t lkey = op->lmr ? ((gs_verbs_mr *)op->lmr)->reg->mr->lkey : 0;
-    bool inline_ok = op->len <= vt->max_inline && op->opcode != IBV_WR_RDMA_READ && op->wc_opcode != GS_WC_FETCH_ADD &&
-                     op->wc_opcode != GS_WC_CMP_SWAP;
+    bool inline_ok = op->len <= vt->max_inline && op->opcode != IBV_WR_RDMA_READ &&
+                     op->wc_opcode != GS_WC_FETCH_ADD && op->wc_opcode != GS_WC_CMP_SWAP;
     size_t done = 0;
 
     for (uint32_t c = 0; c < chunks; c++) {
         bool last = c + 1 == chunks;
         size_t piece = last ? op->len - done : vt->max_msg;
         bool signal = last && (op->flags & GS_OP_SIGNALED);
-        struct ibv_send_wr *wr = chain_add(ep, ch, GS_VERBS_SLOT_USER, signal, op->wc_opcode, op->wr_id, signal);
+        struct ibv_send_wr *wr =
+            chain_add(ep, ch, GS_VERBS_SLOT_USER, signal, op->wc_opcode, op->wr_id, signal);
 
         /* Every chunk but the last of a WRITE_IMM is a plain WRITE; the immediate comes last. */
         wr->opcode = op->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && !last ? IBV_WR_RDMA_WRITE : op->opcode;
@@ -241,7 +243,7 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
 {
     gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
     gs_verbs_chain ch = {.n = 0};
-    uint64_t reposted = ep->reposted;
+    uint64_t reposted;
     uint32_t chunks = 1, user_first;
     bool credit;
     gs_status status = gs_verbs_ep_usable(ep, op->name);
@@ -251,17 +253,20 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
     if (is_rdma(op->opcode) && op->len > vt->max_msg)
         chunks = (uint32_t)((op->len + vt->max_msg - 1) / vt->max_msg);
     if (chunks >= GS_VERBS_CHAIN_MAX)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s of %zu bytes to peer rank %d: more than %u x %u bytes",
-                       vt->base.rank, op->name, op->len, ep->base.peer, GS_VERBS_CHAIN_MAX - 1, vt->max_msg);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID,
+                       "rank %d: %s of %zu bytes to peer rank %d: more than %u x %u bytes", vt->base.rank,
+                       op->name, op->len, ep->base.peer, GS_VERBS_CHAIN_MAX - 1, vt->max_msg);
     if (consumes_receive(op->opcode) && credits_available(ep) == 0) {
         gs_verbs_progress(vt);
         if (credits_available(ep) == 0)
             return GS_ERR_AGAIN; /* the peer has not re-posted yet: poll and retry */
     }
-    credit = credit_owed(ep);
-    status = sq_reserve(ep, chunks + credit);
+    status = sq_reserve(ep, chunks);
     if (status != GS_OK)
         return status;
+    /* A credit return still owed (its own post found the queue full) rides along if there is room. */
+    credit = credit_owed(ep) && sq_has_room(ep, chunks + 1);
+    reposted = ep->reposted;
     if (credit)
         chain_add_credit(ep, &ch);
     user_first = ch.n;
@@ -295,35 +300,58 @@ static gs_status check_atomics(gs_ep *ep, const char *op)
 {
     gs_verbs_tp *vt = gs_verbs_tp_of(ep->tp);
     if (vt->dev.attr.atomic_cap == IBV_ATOMIC_NONE)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED, "rank %d: %s to peer rank %d: device %s has no atomics",
-                       vt->base.rank, op, ep->peer, vt->dev.name);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                       "rank %d: %s to peer rank %d: device %s has no atomics", vt->base.rank, op, ep->peer,
+                       vt->dev.name);
     return GS_OK;
 }
 
 gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                          uint64_t off, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "WRITE", .opcode = IBV_WR_RDMA_WRITE, .wc_opcode = GS_WC_WRITE,
-                      .laddr = (uint64_t)(uintptr_t)src, .len = len, .lmr = lmr, .raddr = raddr_of(dst, off),
-                      .rkey = (uint32_t)dst->key, .wr_id = wr_id, .flags = flags};
+    gs_verbs_op op = {.name = "WRITE",
+                      .opcode = IBV_WR_RDMA_WRITE,
+                      .wc_opcode = GS_WC_WRITE,
+                      .laddr = (uint64_t)(uintptr_t)src,
+                      .len = len,
+                      .lmr = lmr,
+                      .raddr = raddr_of(dst, off),
+                      .rkey = (uint32_t)dst->key,
+                      .wr_id = wr_id,
+                      .flags = flags};
     return post_op((gs_verbs_ep *)ep, &op);
 }
 
 gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                              uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "WRITE_IMM", .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .wc_opcode = GS_WC_WRITE_IMM,
-                      .laddr = (uint64_t)(uintptr_t)src, .len = len, .lmr = lmr, .raddr = raddr_of(dst, off),
-                      .rkey = (uint32_t)dst->key, .imm = imm, .wr_id = wr_id, .flags = flags};
+    gs_verbs_op op = {.name = "WRITE_IMM",
+                      .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                      .wc_opcode = GS_WC_WRITE_IMM,
+                      .laddr = (uint64_t)(uintptr_t)src,
+                      .len = len,
+                      .lmr = lmr,
+                      .raddr = raddr_of(dst, off),
+                      .rkey = (uint32_t)dst->key,
+                      .imm = imm,
+                      .wr_id = wr_id,
+                      .flags = flags};
     return post_op((gs_verbs_ep *)ep, &op);
 }
 
 gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
                         uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "READ", .opcode = IBV_WR_RDMA_READ, .wc_opcode = GS_WC_READ,
-                      .laddr = (uint64_t)(uintptr_t)dst, .len = len, .lmr = lmr, .raddr = raddr_of(src, off),
-                      .rkey = (uint32_t)src->key, .wr_id = wr_id, .flags = flags};
+    gs_verbs_op op = {.name = "READ",
+                      .opcode = IBV_WR_RDMA_READ,
+                      .wc_opcode = GS_WC_READ,
+                      .laddr = (uint64_t)(uintptr_t)dst,
+                      .len = len,
+                      .lmr = lmr,
+                      .raddr = raddr_of(src, off),
+                      .rkey = (uint32_t)src->key,
+                      .wr_id = wr_id,
+                      .flags = flags};
     gs_status status = check_local_write(ep, lmr, op.name);
     return status == GS_OK ? post_op((gs_verbs_ep *)ep, &op) : status;
 }
@@ -331,10 +359,17 @@ gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_r
 gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
                              uint64_t add, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "FETCH_ADD", .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD, .wc_opcode = GS_WC_FETCH_ADD,
-                      .laddr = (uint64_t)(uintptr_t)result, .len = sizeof(uint64_t), .lmr = lmr,
-                      .raddr = raddr_of(dst, off), .rkey = (uint32_t)dst->key, .compare_add = add,
-                      .wr_id = wr_id, .flags = flags};
+    gs_verbs_op op = {.name = "FETCH_ADD",
+                      .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+                      .wc_opcode = GS_WC_FETCH_ADD,
+                      .laddr = (uint64_t)(uintptr_t)result,
+                      .len = sizeof(uint64_t),
+                      .lmr = lmr,
+                      .raddr = raddr_of(dst, off),
+                      .rkey = (uint32_t)dst->key,
+                      .compare_add = add,
+                      .wr_id = wr_id,
+                      .flags = flags};
     gs_status status = check_atomics(ep, op.name);
     if (status == GS_OK)
         status = check_local_write(ep, lmr, op.name);
@@ -344,10 +379,18 @@ gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_r
 gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
                             uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "CMP_SWAP", .opcode = IBV_WR_ATOMIC_CMP_AND_SWP, .wc_opcode = GS_WC_CMP_SWAP,
-                      .laddr = (uint64_t)(uintptr_t)result, .len = sizeof(uint64_t), .lmr = lmr,
-                      .raddr = raddr_of(dst, off), .rkey = (uint32_t)dst->key, .compare_add = compare,
-                      .swap = swap, .wr_id = wr_id, .flags = flags};
+    gs_verbs_op op = {.name = "CMP_SWAP",
+                      .opcode = IBV_WR_ATOMIC_CMP_AND_SWP,
+                      .wc_opcode = GS_WC_CMP_SWAP,
+                      .laddr = (uint64_t)(uintptr_t)result,
+                      .len = sizeof(uint64_t),
+                      .lmr = lmr,
+                      .raddr = raddr_of(dst, off),
+                      .rkey = (uint32_t)dst->key,
+                      .compare_add = compare,
+                      .swap = swap,
+                      .wr_id = wr_id,
+                      .flags = flags};
     gs_status status = check_atomics(ep, op.name);
     if (status == GS_OK)
         status = check_local_write(ep, lmr, op.name);
@@ -356,11 +399,18 @@ gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rm
 
 gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "SEND", .opcode = IBV_WR_SEND, .wc_opcode = GS_WC_SEND,
-                      .laddr = (uint64_t)(uintptr_t)src, .len = len, .lmr = lmr, .wr_id = wr_id, .flags = flags};
+    gs_verbs_op op = {.name = "SEND",
+                      .opcode = IBV_WR_SEND,
+                      .wc_opcode = GS_WC_SEND,
+                      .laddr = (uint64_t)(uintptr_t)src,
+                      .len = len,
+                      .lmr = lmr,
+                      .wr_id = wr_id,
+                      .flags = flags};
     if (len > GS_SEND_MAX)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: SEND of %zu bytes to peer rank %d: the limit is %d",
-                       ep->tp->rank, len, ep->peer, GS_SEND_MAX);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID,
+                       "rank %d: SEND of %zu bytes to peer rank %d: the limit is %d", ep->tp->rank, len,
+                       ep->peer, GS_SEND_MAX);
     return post_op((gs_verbs_ep *)ep, &op);
 }
 
@@ -385,8 +435,9 @@ gs_status gs_verbs_post_recv_bufs(gs_verbs_ep *ep, const uint32_t *bufs, uint32_
         }
         int rc = ibv_post_recv(ep->qp, wr, &bad);
         if (rc != 0)
-            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_post_recv of %u receives for peer rank %d failed: %s",
-                           vt->base.rank, n, ep->base.peer, strerror(rc));
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+                           "rank %d: ibv_post_recv of %u receives for peer rank %d failed: %s", vt->base.rank,
+                           n, ep->base.peer, strerror(rc));
     }
     return GS_OK;
 }
@@ -405,7 +456,8 @@ void gs_verbs_match_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep)
     while (ep->held_count > 0 && ep->urecv_count > 0) {
         gs_verbs_held h = ep->held[ep->held_head];
         gs_verbs_urecv u = ep->urecv[ep->urecv_head];
-        gs_wc wc = {.wr_id = u.wr_id, .status = GS_OK, .opcode = GS_WC_RECV, .len = h.len, .peer = ep->base.peer};
+        gs_wc wc = {
+            .wr_id = u.wr_id, .status = GS_OK, .opcode = GS_WC_RECV, .len = h.len, .peer = ep->base.peer};
 
         ep->held_head = (ep->held_head + 1) % vt->rq_depth;
         ep->held_count--;

@@ -25,10 +25,11 @@ static gs_status fork_setup(const gs_config *cfg, int rank)
         return GS_OK;
     rc = ibv_fork_init();
     if (rc != 0)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
-                       "rank %d: ibv_fork_init failed: %s (GS_IB_FORK_SAFE=1 must take effect before any other "
-                       "verbs call of the process)",
-                       rank, strerror(rc));
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+            "rank %d: ibv_fork_init failed: %s (GS_IB_FORK_SAFE=1 must take effect before any other "
+            "verbs call of the process)",
+            rank, strerror(rc));
     gs_log_info(VERBS, "rank %d: fork safety: %s", rank,
                 ibv_is_fork_initialized() == IBV_FORK_UNNEEDED
                     ? "the kernel copies pinned pages on fork, nothing to do"
@@ -45,7 +46,8 @@ static void check_memlock(gs_verbs_tp *vt)
     }
     gs_verbs_memlock_describe(&vt->memlock, text, sizeof(text));
     if (vt->memlock.rlim_cur != RLIM_INFINITY && vt->memlock.rlim_cur < (64u << 20) && geteuid() != 0)
-        gs_log_warn(VERBS, "rank %d: %s: registering gradient buffers may fail; raise it (ulimit -l unlimited)",
+        gs_log_warn(VERBS,
+                    "rank %d: %s: registering gradient buffers may fail; raise it (ulimit -l unlimited)",
                     vt->base.rank, text);
     else
         gs_log_debug(VERBS, "rank %d: %s", vt->base.rank, text);
@@ -75,7 +77,8 @@ static void size_queues(gs_verbs_tp *vt)
     }
     vt->credit_batch = vt->rq_depth / 4 ? vt->rq_depth / 4 : 1;
     vt->max_msg = max_msg == 0 || max_msg > (1u << 30) ? 1u << 30 : (uint32_t)max_msg;
-    vt->rd_atomic = (uint8_t)(a->max_qp_rd_atom < GS_VERBS_RD_ATOMIC_MAX ? a->max_qp_rd_atom : GS_VERBS_RD_ATOMIC_MAX);
+    vt->rd_atomic =
+        (uint8_t)(a->max_qp_rd_atom < GS_VERBS_RD_ATOMIC_MAX ? a->max_qp_rd_atom : GS_VERBS_RD_ATOMIC_MAX);
     vt->init_rd_atomic = (uint8_t)(a->max_qp_init_rd_atom < GS_VERBS_RD_ATOMIC_MAX ? a->max_qp_init_rd_atom
                                                                                    : GS_VERBS_RD_ATOMIC_MAX);
     vt->max_inline = UINT32_MAX; /* lowered to what the first queue pair gets */
@@ -96,18 +99,20 @@ static void plan_heartbeat(gs_verbs_tp *vt)
     vt->hb_interval_ns = (uint64_t)interval_ms * 1000000ull;
     vt->next_hb_ns = gs_now_ns() + vt->hb_interval_ns;
     if (cfg->timeout_ms > 0 && (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3 > (double)cfg->timeout_ms)
-        gs_log_warn(VERBS, "rank %d: a dead peer is detected after about %.0f ms (GS_IB_TIMEOUT=%lld, "
-                    "GS_IB_RETRY_CNT=%lld), longer than GS_TIMEOUT_MS=%lld: waits may end in GS_ERR_TIMEOUT first",
-                    vt->base.rank, (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3, (long long)cfg->ib_timeout,
-                    (long long)cfg->ib_retry_cnt, (long long)cfg->timeout_ms);
+        gs_log_warn(
+            VERBS,
+            "rank %d: a dead peer is detected after about %.0f ms (GS_IB_TIMEOUT=%lld, "
+            "GS_IB_RETRY_CNT=%lld), longer than GS_TIMEOUT_MS=%lld: waits may end in GS_ERR_TIMEOUT first",
+            vt->base.rank, (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3, (long long)cfg->ib_timeout,
+            (long long)cfg->ib_retry_cnt, (long long)cfg->timeout_ms);
 }
 
 static gs_status set_nonblocking(int fd, int rank, const char *what)
 {
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: making the %s fd non-blocking failed: %s", rank,
-                       what, strerror(errno));
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: making the %s fd non-blocking failed: %s",
+                       rank, what, strerror(errno));
     return GS_OK;
 }
 
@@ -129,8 +134,8 @@ static gs_status create_cq(gs_verbs_tp *vt)
         return status;
     vt->cq = ibv_create_cq(vt->dev.ctx, cqe, vt, vt->chan, 0);
     if (!vt->cq)
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_create_cq of %d entries failed: %s", rank, cqe,
-                       strerror(errno));
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_create_cq of %d entries failed: %s",
+                       rank, cqe, strerror(errno));
     return GS_OK;
 }
 
@@ -153,7 +158,8 @@ static gs_status create_regions(gs_verbs_tp *vt)
     status = gs_pages_alloc(vt->rbuf_len, (void **)&vt->rbuf);
     if (status != GS_OK)
         return status;
-    return gs_verbs_reg_raw(vt, vt->rbuf, vt->rbuf_len, IBV_ACCESS_LOCAL_WRITE, "receive buffers", &vt->rbuf_mr);
+    return gs_verbs_reg_raw(vt, vt->rbuf, vt->rbuf_len, IBV_ACCESS_LOCAL_WRITE, "receive buffers",
+                            &vt->rbuf_mr);
 }
 
 static gs_status create_resources(gs_verbs_tp *vt)
@@ -210,10 +216,11 @@ static gs_status connect_all(gs_verbs_tp *vt)
         snprintf(key, sizeof(key), "gs.verbs.%u.%d.%d", serial, peer, rank);
         status = gs_store_get(ctx, key, &blob, sizeof(blob), &len);
         if (status == GS_OK && len != sizeof(blob))
-            status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-                             "rank %d: peer rank %d's verbs connection blob has %zu bytes, expected %zu: run the same "
-                             "gradsync build on every rank",
-                             rank, peer, len, sizeof(blob));
+            status = gs_fail(
+                GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+                "rank %d: peer rank %d's verbs connection blob has %zu bytes, expected %zu: run the same "
+                "gradsync build on every rank",
+                rank, peer, len, sizeof(blob));
         if (status == GS_OK)
             status = gs_verbs_ep_check_blob(vt, peer, &blob);
         if (status == GS_OK)
@@ -245,7 +252,8 @@ static void notify_close(gs_verbs_tp *vt)
         /* A peer that is closing as well does not need to hear from us. */
         for (int peer = 0; peer < vt->base.size; peer++) {
             gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
-            if (ep && ep->state == GS_VERBS_EP_READY && ep->sq_posted > ep->sq_done && !gs_verbs_peer_closed(ep))
+            if (ep && ep->state == GS_VERBS_EP_READY && ep->sq_posted > ep->sq_done &&
+                !gs_verbs_peer_closed(ep))
                 pending = true;
         }
     }
@@ -264,9 +272,11 @@ static gs_status verbs_close(gs_tp *tp)
         gs_verbs_ep_destroy(gs_verbs_ep_at(vt, peer));
     gs_verbs_mr_release_all(vt);
     if (vt->ctrl_mr && (rc = ibv_dereg_mr(vt->ctrl_mr)) != 0)
-        gs_log_warn(VERBS, "rank %d: deregistering the control slots failed: %s", vt->base.rank, strerror(rc));
+        gs_log_warn(VERBS, "rank %d: deregistering the control slots failed: %s", vt->base.rank,
+                    strerror(rc));
     if (vt->rbuf_mr && (rc = ibv_dereg_mr(vt->rbuf_mr)) != 0)
-        gs_log_warn(VERBS, "rank %d: deregistering the receive buffers failed: %s", vt->base.rank, strerror(rc));
+        gs_log_warn(VERBS, "rank %d: deregistering the receive buffers failed: %s", vt->base.rank,
+                    strerror(rc));
     gs_pages_free(vt->ctrl, vt->ctrl_len);
     gs_pages_free(vt->rbuf, vt->rbuf_len);
     if (vt->cq) {
@@ -315,8 +325,8 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         verbs_close(&vt->base);
         return status;
     }
-    gs_log_info(VERBS, "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes", ctx->rank,
-                vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline);
+    gs_log_info(VERBS, "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes",
+                ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline);
     *tp_p = &vt->base;
     return GS_OK;
 }
