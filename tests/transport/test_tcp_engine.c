@@ -482,24 +482,26 @@ GS_TEST(tcp_concurrent_posters_and_progress_thread)
  * reply finishes first (the reader gets the bytes), then the region goes. */
 GS_TEST(tcp_dereg_lets_queued_read_replies_finish)
 {
-    static const char *const env0[] = {"GS_TIMEOUT_MS", "5000", "GS_PROGRESS_THREAD", "1", NULL};
-    static const char *const env1[] = {"GS_TIMEOUT_MS", "5000", NULL};
-    const size_t len = 16u << 20;
+    const size_t len = 32u << 20;
     tcp_pair p;
     gs_mr *local, *remote;
     gs_wc wc;
     int n = 0;
-    tcp_pair_open_with(&p, env0, env1);
+    tcp_pair_open(&p);
     GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[0]->base, len, GS_ACCESS_ALL, &local));
     GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, len, GS_ACCESS_ALL, &remote));
     gs_rmr_head rrem = tcp_rmr(remote);
     fill(remote->addr, len, 21);
     GS_ASSERT_OK(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, len, &rrem, 0, 1, GS_OP_SIGNALED));
-    /* side 1 takes the request and queues the 16 MiB reply, more than the sockets hold */
+    /* side 1 takes the request and queues the 32 MiB reply; side 0 does not
+     * read yet, so more of it stays queued than the sockets hold */
     for (uint64_t deadline = gs_deadline_after_ms(3000); ((gs_tcp_mr *)remote)->tx_refs == 0;) {
         GS_ASSERT(!gs_deadline_passed(deadline));
         GS_ASSERT_OK(gs_tcp_poll(&p.tp[1]->base, &wc, 1, &n));
     }
+    /* now side 0 reads (its progress thread), while side 1 deregisters */
+    p.cfg[0].progress_thread = true;
+    GS_ASSERT_OK(gs_tcp_thread_start(p.tp[0]));
     GS_ASSERT_OK(gs_tcp_mr_dereg(remote));
     GS_ASSERT(!gs_tcp_ep_at(p.tp[1], 0)->dead);
     GS_ASSERT_OK(gs_tcp_wait(&p.tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
