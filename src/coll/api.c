@@ -90,8 +90,8 @@ static gs_status check_call(const gs_comm *comm, const gs_call *c)
     if (c->kind == GS_COLL_BROADCAST && (c->root < 0 || c->root >= comm->size))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: root %d is not a rank (0..%d)", c->fn, c->root,
                        comm->size - 1);
-    size_t es = gs_dtype_size(c->dtype);
-    if (c->count > SIZE_MAX / es / (size_t)comm->size)
+    size_t es = gs_dtype_size(c->dtype), total;
+    if (__builtin_mul_overflow(c->count, es * (size_t)comm->size, &total))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: count %zu is too large", c->fn, c->count);
     return check_buffers(comm, c, es);
 }
@@ -186,6 +186,9 @@ static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
         op->tensors = c->tensors;
         op->ntensors = c->ntensors;
     }
+    /* a result larger than the caches is streamed to memory */
+    size_t out_bytes = c->kind == GS_COLL_ALLGATHER ? call_bytes(comm, c, es) : op->count * es;
+    op->nt = out_bytes >= comm->nt_bytes;
     op->algo = gs_coll_select(comm, c->kind, call_bytes(comm, c, es));
     op->algo->start(op);
     return gs_engine_submit(comm, req);

@@ -11,6 +11,7 @@
  *   ring.c      pipelined ring (reduce-scatter + all-gather, chains)
  *   rd.c        recursive doubling (butterfly, any rank count)
  *   direct.c    every rank to every rank in one step (small messages)
+ *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   api.c       the public calls: argument checks, requests, fusion
  *   reduce.c    reduction kernels
  *
@@ -31,8 +32,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct gs_coll_op gs_coll_op;
+typedef struct gs_box gs_box;
 
 /* ------------------------------------------------------------------------ */
 /* Channels: one per peer, both directions                                  */
@@ -136,6 +139,9 @@ struct gs_coll_op {
     gs_prim prim;
     bool have_prim;
     bool started;      /* reached the head of the queue */
+    bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
+    bool nt;           /* results written with streaming stores (too large for the cache) */
+    uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
     const gs_tensor *tensors;
@@ -165,6 +171,7 @@ struct gs_comm {
     int size;
     unsigned id;         /* creation number in this process: names store keys */
     bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
+    bool all_local;      /* every rank on this host */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
     size_t slot_stride; /* header + chunk, rounded to cache lines */
@@ -183,10 +190,15 @@ struct gs_comm {
     uint64_t seq_done;   /* calls finished */
     gs_req *head, *tail; /* started, not finished, in order */
     gs_req *free_reqs;
-    gs_req sync_req;      /* the blocking calls' request */
-    uint64_t progress_ns; /* last time anything moved (for the deadline) */
-    gs_status failed;     /* GS_OK, or the error every later call returns */
-    uint64_t failed_seq;  /* the first call the failure concerns */
+    gs_req sync_req;         /* the blocking calls' request */
+    uint64_t progress_count; /* bumped whenever anything moves */
+    uint64_t progress_seen;  /* its value when progress_ns was taken */
+    uint64_t progress_ns;    /* when it last changed, as far as the waiter saw (for the deadline) */
+    gs_box *box;             /* shared-memory boxes of the direct algorithm, or NULL */
+    size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
+    uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
+    gs_status failed;        /* GS_OK, or the error every later call returns */
+    uint64_t failed_seq;     /* the first call the failure concerns */
     char failed_text[GS_COLL_CTRL_BYTES];
     /* progress thread (GS_PROGRESS_THREAD) */
     bool threaded;
@@ -209,6 +221,27 @@ static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
 static inline uint8_t *gs_coll_payload(uint8_t *slot)
 {
     return slot + GS_COLL_HDR_BYTES;
+}
+
+/* Results of calls this large are written with non-temporal stores. */
+#define GS_COLL_NT_BYTES (8u << 20)
+
+/* Writing into the caller's result buffer. */
+static inline void gs_coll_copy_out(const gs_coll_op *op, void *dst, const void *src, size_t bytes)
+{
+    if (op->nt)
+        gs_red_copy_nt(dst, src, bytes);
+    else if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static inline void gs_coll_reduce_out(const gs_coll_op *op, void *dst, const void *a, const void *b,
+                                      size_t count)
+{
+    if (op->nt)
+        gs_red_apply_nt(op->dtype, op->redop, dst, a, b, count);
+    else
+        gs_red_apply(op->dtype, op->redop, dst, a, b, count);
 }
 
 /* ---- chan.c */
@@ -285,6 +318,23 @@ uint64_t gs_engine_current_seq(const gs_comm *comm);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 
+/* ---- box.c */
+/* Maps every rank's box when all ranks share this host and the transport
+ * is shm; all ranks end with boxes or none. */
+gs_status gs_box_open(gs_comm *comm);
+void gs_box_close(gs_comm *comm);
+/* SEND_ALL and RECV_ALL through the boxes. */
+gs_status gs_box_post(gs_coll_op *op, gs_prim *prim);
+gs_status gs_box_gather(gs_coll_op *op, gs_prim *prim);
+/* Whether every peer made the post op waits for. */
+bool gs_box_ready(const gs_coll_op *op);
+/* One turn of waiting for it, idle_ns after the last progress: spin, yield
+ * or sleep on the doorbell. */
+void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned turn);
+void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap);
+/* Announces a failure in this rank's box (peers waiting on boxes see it). */
+void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text);
+
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);
 
@@ -294,6 +344,8 @@ size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes);
 /* Sets ncols and col_elems for segments of at most max_seg elements and
  * puts the cursor at the start. */
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);
+/* The same when `pieces` segment chunks travel in one slot. */
+void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces);
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

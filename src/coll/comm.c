@@ -72,6 +72,9 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
     if (!comm->out_pending || !comm->chans || !comm->peer_inbox)
         return GS_ERR_NOMEM;
+    gs_status st2 = gs_pages_alloc(comm->chunk, (void **)&comm->scratch);
+    if (st2 != GS_OK)
+        return st2;
     uint8_t *in = gs_mr_addr(comm->inbox);
     uint64_t *credit_words = (uint64_t *)(comm->out_slots + (size_t)comm->out_nslots * comm->slot_stride);
     for (int p = 0; p < comm->size; p++) {
@@ -111,6 +114,7 @@ static void note_oversubscription(gs_comm *comm, const comm_hello *all)
     for (int p = 0; p < comm->size; p++)
         local += all[p].host == me->host;
     comm->oversubscribed = local > (int)me->cores;
+    comm->all_local = local == comm->size;
 }
 
 static uint32_t usable_cores(void)
@@ -175,6 +179,8 @@ static void release(gs_comm *comm)
 {
     if (comm->threaded)
         gs_engine_thread_stop(comm);
+    gs_box_close(comm);
+    gs_pages_free(comm->scratch, comm->chunk);
     free_request_list(comm->free_reqs);
     free_request_list(comm->head);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
@@ -211,6 +217,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
     comm->rank = ctx->rank;
     comm->size = ctx->size;
     comm->id = atomic_fetch_add(&comm_count, 1);
+    comm->nt_bytes = GS_COLL_NT_BYTES;
     comm->tp = tp;
     if (!tp) {
         st = gs_tp_open(ctx, NULL, &comm->tp);
@@ -225,6 +232,8 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
         st = alloc_requests(comm);
     if (st == GS_OK)
         st = exchange_descriptors(comm);
+    if (st == GS_OK && comm->size > 1 && comm->all_local && strcmp(gs_tp_name(comm->tp), "shm") == 0)
+        st = gs_box_open(comm);
     if (st == GS_OK && comm->cfg->progress_thread)
         st = gs_engine_thread_start(comm);
     if (st != GS_OK)

@@ -54,7 +54,7 @@ static void tell_peers(gs_comm *comm, gs_status status, uint64_t seq, const char
         gs_status st = gs_ep_write_imm(
             gs_tp_ep(comm->tp, p), a, comm->outbox, offsetof(gs_coll_abort, text) + len + 1,
             &comm->peer_inbox[p], ch->remote_off + GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE,
-            GS_COLL_IMM(GS_COLL_IMM_ABORT, 0), GS_WR_ID(GS_WR_ABORT, p, 0), GS_OP_SIGNALED);
+            GS_COLL_IMM(GS_COLL_IMM_ABORT, 0, 0), GS_WR_ID(GS_WR_ABORT, p, 0), GS_OP_SIGNALED);
         if (st != GS_OK)
             gs_log_debug(COLL, "rank %d: could not tell rank %d about the failure: %s", comm->rank, p,
                          gs_status_name(st));
@@ -100,6 +100,8 @@ void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *t
     snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
     if (tell)
         tell_peers(comm, status, seq, comm->failed_text);
+    if (tell && comm->box)
+        gs_box_tell(comm, status, seq, comm->failed_text);
     /* calls before the failed one still finish: their messages were all
      * sent before any rank entered the failed call */
     while (*link && (*link)->op.seq < seq)
@@ -150,7 +152,7 @@ static gs_status run_queue(gs_comm *comm)
         gs_status st = GS_OK;
         if (!op->started) {
             op->started = true;
-            comm->progress_ns = gs_now_ns();
+            comm->progress_count++;
             st = gs_chan_check_queued(comm, op);
         }
         if (st == GS_OK)
@@ -217,10 +219,24 @@ static void time_out(gs_comm *comm)
     gs_engine_fail(comm, GS_ERR_TIMEOUT, op->seq, text, true);
 }
 
-static bool overdue(const gs_comm *comm)
+/* Whether the head request made no progress for GS_TIMEOUT_MS. Reads the
+ * clock: callers on a fast path call it now and then. */
+static bool overdue(gs_comm *comm)
 {
+    uint64_t now = gs_now_ns();
+    if (comm->progress_count != comm->progress_seen) {
+        comm->progress_seen = comm->progress_count;
+        comm->progress_ns = now;
+    }
     return comm->head && comm->cfg->timeout_ms >= 0 &&
-           gs_now_ns() - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+           now - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+}
+
+/* Whether the head request waits on peers' shared-memory posts. */
+static const gs_coll_op *box_waiter(const gs_comm *comm)
+{
+    const gs_coll_op *op = comm->head ? &comm->head->op : NULL;
+    return op && op->box && op->have_prim && op->prim.kind == GS_PRIM_RECV_ALL ? op : NULL;
 }
 
 /* How long a waiting rank polls (yielding) before it blocks. */
@@ -269,6 +285,8 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
     comm->tail = req;
     if (comm->threaded)
         pthread_cond_broadcast(&comm->cond);
+    else if (req->op.box && comm->head == req)
+        run_queue(comm); /* start at once; a shared-memory post needs no poll first */
     else
         gs_engine_progress(comm); /* start at once: the first sends need no one */
     unlock(comm);
@@ -278,8 +296,9 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
 {
     gs_status st;
+    uint64_t idle_ns = 0;
     lock(comm);
-    while (req->status == GS_INPROGRESS) {
+    for (unsigned turn = 1; req->status == GS_INPROGRESS; turn++) {
         if (comm->threaded) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -291,18 +310,29 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
             pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
             continue;
         }
-        gs_engine_progress(comm);
+        /* waiting on shared memory: look at the transport only now and then */
+        if (box_waiter(comm) && (turn & 63) != 0)
+            run_queue(comm);
+        else
+            gs_engine_progress(comm);
         if (req->status != GS_INPROGRESS)
             break;
-        if (overdue(comm)) {
-            time_out(comm);
-            break;
+        if ((turn & 63) == 0) {
+            if (overdue(comm)) {
+                time_out(comm);
+                break;
+            }
+            idle_ns = gs_now_ns() - comm->progress_ns;
         }
-        if (comm->oversubscribed && gs_now_ns() - comm->progress_ns < spin_ns(comm)) {
+        const gs_coll_op *boxed = box_waiter(comm);
+        if (boxed) {
+            gs_box_idle(comm, boxed, idle_ns, turn);
+        } else if (comm->oversubscribed && idle_ns < spin_ns(comm)) {
             sched_yield(); /* the rank we wait for may need this CPU */
-            continue;
+        } else {
+            overdue(comm);
+            wait_completions(comm);
         }
-        wait_completions(comm);
     }
     st = req->status;
     if (st != GS_OK)
@@ -351,12 +381,12 @@ static void *progress_main(void *arg)
             pthread_cond_wait(&comm->cond, &comm->lock);
             continue;
         }
-        uint64_t before = comm->progress_ns;
+        uint64_t before = comm->progress_count;
         gs_req *head = comm->head;
         gs_engine_progress(comm);
         if (overdue(comm))
             time_out(comm);
-        if (comm->progress_ns != before || comm->head != head) {
+        if (comm->progress_count != before || comm->head != head) {
             idle = 0;
             continue;
         }

@@ -23,6 +23,7 @@ typedef enum mm_kind {
     MM_ALLGATHER_VS_REDUCE_SCATTER,
     MM_ALGO,
     MM_BCAST_COUNT,
+    MM_COUNT_HUGE,
     MM_KINDS
 } mm_kind;
 
@@ -53,6 +54,8 @@ static gs_status mismatched_call(gs_comm *comm, const mm_arg *a, bool odd, float
                    : gs_reduce_scatter(comm, buf, buf + 200, 4, GS_F32, GS_SUM);
     case MM_ALGO: return gs_allreduce(comm, buf, buf, count, GS_F32, GS_SUM);
     case MM_BCAST_COUNT: return gs_broadcast(comm, buf, buf, odd ? 3000 : count, GS_F32, 0);
+    case MM_COUNT_HUGE: /* auto picks different algorithms for the two sizes */
+        return gs_allreduce(comm, buf, buf, odd ? 300000 : count, GS_F32, GS_SUM);
     default: return GS_ERR_INVALID;
     }
 }
@@ -61,7 +64,7 @@ static void mismatch_body(gs_ctx *ctx, int rank, void *argp)
 {
     const mm_arg *a = argp;
     bool odd = rank == gs_ctx_size(ctx) - 1;
-    float buf[4096] = {0};
+    float *buf = calloc(300000, sizeof(float));
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, a->transport, &tp);
     cc_set_algo(ctx, a->algo);
@@ -80,14 +83,18 @@ static void mismatch_body(gs_ctx *ctx, int rank, void *argp)
     GS_ASSERT_STATUS(gs_allreduce(comm, buf, buf, 7, GS_F32, GS_SUM), GS_ERR_MISMATCH);
     GS_ASSERT_CONTAINS(gs_last_error(), "mismatched collective calls");
     cc_close(comm, tp);
+    free(buf);
 }
 
 static void run_mismatch(const char *transport, mm_kind kind, const char *want0, const char *want1)
 {
     static const int ranks[] = {2, 3, 4};
+    static const int algos[] = {GS_ALGO_AUTO, GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT};
     for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]); i++) {
-        for (size_t al = 0; al < sizeof(cc_algos) / sizeof(cc_algos[0]); al++) {
-            mm_arg a = {.transport = transport, .kind = kind, .algo = cc_algos[al], .want = {want0, want1}};
+        for (size_t al = 0; al < sizeof(algos) / sizeof(algos[0]); al++) {
+            if (kind == MM_ALGO && algos[al] == GS_ALGO_AUTO)
+                continue;
+            mm_arg a = {.transport = transport, .kind = kind, .algo = algos[al], .want = {want0, want1}};
             gs_test_ranks_opts opts = {
                 .n = ranks[i], .timeout_ms = 60000, .rank_timeout_ms = RANK_TIMEOUT_MS};
             int status[GS_TEST_RANKS_MAX];
