@@ -450,6 +450,17 @@ gs_status gs_ps_exchange_key(gs_ps *ps, size_t ki, const float *init)
     return st;
 }
 
+/* A key restored from a checkpoint goes on from the step its servers hold
+ * (the lowest, if shards differ: those ahead skip the steps they have). */
+static void start_at_restored_step(gs_ps *ps, gs_ps_wkey *wk)
+{
+    uint64_t step = UINT64_MAX;
+    for (size_t i = 0; i < wk->nshards; i++)
+        if (ps->wrk.shards[wk->first + i].pushed < step)
+            step = ps->wrk.shards[wk->first + i].pushed;
+    wk->next_step = step;
+}
+
 gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *init)
 {
     const gs_ps_key_info *info;
@@ -474,6 +485,8 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
     st = ps->is_server ? gs_ps_server_add_key(ps, info) : gs_ps_worker_add_key(ps, info);
     if (st == GS_OK)
         st = gs_ps_exchange_key(ps, ps->plan.nkeys - 1, init);
+    if (st == GS_OK && !ps->is_server)
+        start_at_restored_step(ps, &ps->wrk.keys[ps->wrk.nkeys - 1]);
     if (st == GS_OK)
         gs_log_debug(PS, "rank %d: key %llu registered: %zu elements in %zu shards", ps->rank,
                      (unsigned long long)key, count, info->nshards);

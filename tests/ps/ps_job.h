@@ -53,6 +53,7 @@ struct ps_job {
     ps_worker_fn worker;
     ps_worker_fn server;                /* instead of gs_ps_serve, if set */
     gs_status serve_status;             /* what gs_ps_serve must return */
+    gs_status expect_create;            /* servers' gs_ps_create must return this (workers fail too) */
     bool serve_thread;                  /* serve with gs_ps_serve_start */
     bool no_init;                       /* register with NULL initial values: zeros */
     int expect_exit[GS_TEST_RANKS_MAX]; /* exit code each rank must end with (0) */
@@ -203,8 +204,15 @@ static void ps_rank_main(gs_ctx *ctx, int rank, void *arg)
     ps_job *job = arg;
     gs_ps_params p;
     gs_ps *ps = NULL;
-    (void)rank;
     ps_job_params(job, ctx, &p);
+    if (job->expect_create != GS_OK) {
+        gs_status st = gs_ps_create(ctx, &p, &ps);
+        if (rank >= job->workers)
+            GS_ASSERT_STATUS(st, job->expect_create);
+        else
+            GS_ASSERT(st != GS_OK);
+        return;
+    }
     GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
     ps_register_keys(ps, job);
     if (gs_ps_is_server(ps) && job->server) {

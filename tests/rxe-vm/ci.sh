@@ -18,7 +18,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PS_TESTS=(test_ps_sync test_ps_async test_ps_atomic test_ps_fail test_ps_restart)
+PS_TESTS=(test_ps_sync test_ps_async test_ps_atomic test_ps_ckpt test_ps_fail test_ps_restart)
 NEEDED=(tests/test_conformance tests/test_verbs_local tests/test_verbs_rc tools/gsrun tools/gsperf
         "${PS_TESTS[@]/#/tests/}")
 
