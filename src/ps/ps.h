@@ -108,7 +108,6 @@ typedef struct gs_ps_server {
     uint64_t *dirty_list; /* shard slot << 32 | worker, for notices owed */
     size_t ndirty, dirty_cap;
     uint64_t next_probe_ns; /* peer-loss probes are rate limited */
-    uint64_t next_scan_ns;  /* deadline scans too */
     uint32_t *outbox;       /* control replies owed: worker << 8 | cmd, then arg */
     size_t noutbox, outbox_cap;
     gs_status verdict;  /* what gs_ps_serve returns once finished */
@@ -285,9 +284,6 @@ gs_status gs_ps_server_add_key(gs_ps *ps, const gs_ps_key_info *key);
 gs_status gs_ps_worker_add_key(gs_ps *ps, const gs_ps_key_info *key);
 /* Exchanges descriptors and state of the ki-th key (collective), then worker 0 sends init. */
 gs_status gs_ps_exchange_key(gs_ps *ps, size_t ki, const float *init);
-/* Reads one shard's param region consistently into the worker's pull
- * staging and returns its head and this worker's wstate. Blocking. */
-gs_status gs_ps_worker_sync_shard(gs_ps *ps, gs_ps_wkey *wk, size_t i, uint64_t deadline_ns);
 void gs_ps_server_free_keys(gs_ps *ps);
 void gs_ps_worker_free_keys(gs_ps *ps);
 
