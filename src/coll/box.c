@@ -123,7 +123,7 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
 
 static gs_status create_segment(gs_comm *comm, gs_box *box)
 {
-    box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->chunk, GS_COLL_LINE);
+    box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->box_chunk, GS_COLL_LINE);
     box->len = gs_round_up(GS_BOX_SLOTS_OFF + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
     box->fd = memfd_create("gradsync-coll-box", MFD_CLOEXEC);
     if (box->fd < 0 || ftruncate(box->fd, (off_t)box->len) != 0)
