@@ -10,6 +10,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,7 +318,16 @@ gs_status gs_ps_server_progress(gs_ps *ps, int wait_ms)
 {
     gs_wc wcs[32];
     int n = 0;
-    gs_status st = wait_ms > 0 ? gs_tp_wait(ps->tp, wcs, 32, &n, wait_ms) : gs_tp_poll(ps->tp, wcs, 32, &n);
+    gs_status st;
+    /* Notices or replies that met GS_ERR_AGAIN wait for room that may come back without any
+     * completion here (a verbs credit return is a WRITE into our control slot, a shm ring
+     * frees when the peer polls): poll and retry, never block on them. */
+    bool owed = ps->srv.ndirty || ps->srv.noutbox;
+    if (owed)
+        wait_ms = 0;
+    st = wait_ms > 0 ? gs_tp_wait(ps->tp, wcs, 32, &n, wait_ms) : gs_tp_poll(ps->tp, wcs, 32, &n);
+    if (owed && st == GS_OK && n == 0)
+        sched_yield(); /* the peer that frees the room may need this CPU */
     if (st == GS_ERR_TIMEOUT) {
         st = GS_OK;
         n = 0;
