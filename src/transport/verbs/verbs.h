@@ -58,12 +58,14 @@ typedef enum gs_verbs_slot_kind {
     GS_VERBS_SLOT_CLOSE, /* close notice to the peer */
 } gs_verbs_slot_kind;
 
+enum { GS_VERBS_SLOT_SIGNALED = 1, GS_VERBS_SLOT_FENCED = 2 };
+
 typedef struct gs_verbs_slot {
     uint64_t wr_id;  /* the user's */
     uint8_t kind;    /* gs_verbs_slot_kind */
     uint8_t deliver; /* the user asked for a completion of this slot */
     uint8_t opcode;  /* gs_wc_opcode */
-    uint8_t pad;
+    uint8_t flags;   /* GS_VERBS_SLOT_SIGNALED | GS_VERBS_SLOT_FENCED, as posted (timeout report) */
 } gs_verbs_slot;
 
 typedef enum gs_verbs_ep_state {

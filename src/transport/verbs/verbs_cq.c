@@ -398,16 +398,33 @@ static gs_status block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
     return GS_OK;
 }
 
+/* The outstanding slots of ep, oldest first, as "READ/F, heartbeat READ/S, ..." (/S signaled, /F fenced). */
+static size_t describe_outstanding(const gs_verbs_tp *vt, const gs_verbs_ep *ep, char *buf, size_t cap)
+{
+    size_t used = 0;
+    for (uint64_t seq = ep->sq_done; seq < ep->sq_posted && used + 40 < cap; seq++) {
+        const gs_verbs_slot *slot = &ep->slots[seq & (vt->sq_depth - 1)];
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s%s%s%s", seq == ep->sq_done ? "" : ", ",
+                                 slot_name(slot), slot->flags ? "/" : "",
+                                 (slot->flags & GS_VERBS_SLOT_SIGNALED) ? "S" : "",
+                                 (slot->flags & GS_VERBS_SLOT_FENCED) ? "F" : "");
+    }
+    return used;
+}
+
 static gs_status timeout_error(gs_verbs_tp *vt, uint64_t start_ns)
 {
-    char busy[256] = "";
+    char busy[768] = "";
     size_t used = 0;
-    for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 48; peer++) {
+    for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 96; peer++) {
         gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
-        if (ep && ep->sq_posted > ep->sq_done)
-            used += (size_t)snprintf(busy + used, sizeof(busy) - used,
-                                     " to rank %d: %llu work requests outstanding;", peer,
-                                     (unsigned long long)(ep->sq_posted - ep->sq_done));
+        if (!ep || ep->sq_posted <= ep->sq_done)
+            continue;
+        used += (size_t)snprintf(busy + used, sizeof(busy) - used,
+                                 " to rank %d: %llu work requests outstanding (", peer,
+                                 (unsigned long long)(ep->sq_posted - ep->sq_done));
+        used += describe_outstanding(vt, ep, busy + used, sizeof(busy) - used - 8);
+        used += (size_t)snprintf(busy + used, sizeof(busy) - used, ");");
     }
     return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
                    "rank %d: no verbs completion arrived in %.0f ms of waiting;%s", vt->base.rank,

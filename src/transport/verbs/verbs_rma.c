@@ -76,6 +76,7 @@ static struct ibv_send_wr *chain_add(gs_verbs_ep *ep, gs_verbs_chain *ch, gs_ver
     if (!signal && run + 1 >= vt->sq_depth / 2)
         signal = true; /* retire the unsignaled run before the queue fills */
     ch->run[i] = signal ? 0 : run + 1;
+    ep->slots[seq & (vt->sq_depth - 1)].flags = signal ? GS_VERBS_SLOT_SIGNALED : 0;
     memset(wr, 0, sizeof(*wr));
     wr->wr_id = gs_verbs_wr_id(GS_VERBS_WR_SQ, ep->base.peer, (uint32_t)seq);
     wr->send_flags = signal ? IBV_SEND_SIGNALED : 0;
@@ -219,8 +220,10 @@ static void chain_add_op(gs_verbs_ep *ep, gs_verbs_chain *ch, const gs_verbs_op 
 
         /* Every chunk but the last of a WRITE_IMM is a plain WRITE; the immediate comes last. */
         wr->opcode = op->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && !last ? IBV_WR_RDMA_WRITE : op->opcode;
-        if (c == 0 && (op->flags & GS_OP_FENCE))
+        if (c == 0 && (op->flags & GS_OP_FENCE)) {
             wr->send_flags |= IBV_SEND_FENCE;
+            ep->slots[(ep->sq_posted + ch->n - 1) & (vt->sq_depth - 1)].flags |= GS_VERBS_SLOT_FENCED;
+        }
         if (inline_ok)
             wr->send_flags |= IBV_SEND_INLINE;
         if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
