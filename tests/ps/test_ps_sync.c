@@ -90,6 +90,20 @@ PS_TEST(sync_sgd_one_server_two_workers)
     ps_job_run(&job);
 }
 
+/* Far more shards than a verbs peer has receive credits (64): each step's
+ * notices outrun the credits, and the server must retry them as the credits
+ * come back (silently, without a completion), never sleep on them. */
+PS_TEST(sync_notices_outrun_the_receive_credits)
+{
+    ps_job job = ps_job_default(transport, 1, 2);
+    job.shard_bytes = 256;
+    job.steps = 4;
+    ps_job_key(&job, 1, 64 * 300); /* 300 shards */
+    ps_job_key(&job, 2, 5);
+    job.worker = sync_worker;
+    ps_job_run(&job);
+}
+
 PS_TEST(sync_momentum_two_servers_three_workers)
 {
     ps_job job = ps_job_default(transport, 2, 3);
