@@ -48,7 +48,13 @@ typedef struct gs_verbs_dev {
     int gid_index; /* -1 on InfiniBand without GRH */
     union ibv_gid gid;
     uint32_t gid_type; /* enum ibv_gid_type */
+    /* Soft-RoCE (rxe): its responder runs every request to the end, in order, so a fence
+     * adds nothing; and a fenced work request there can stall its queue pair for good
+     * (seen on Linux 6.1: READ, READ/FENCE, READ/FENCE never completed nor failed). */
+    bool fence_unneeded;
 } gs_verbs_dev;
+
+#define GS_VERBS_RXE_VENDOR_ID 0xffffffu /* what Soft-RoCE reports as vendor_id */
 
 /* What a send-queue slot was posted for. */
 typedef enum gs_verbs_slot_kind {

@@ -220,7 +220,7 @@ static void chain_add_op(gs_verbs_ep *ep, gs_verbs_chain *ch, const gs_verbs_op 
 
         /* Every chunk but the last of a WRITE_IMM is a plain WRITE; the immediate comes last. */
         wr->opcode = op->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && !last ? IBV_WR_RDMA_WRITE : op->opcode;
-        if (c == 0 && (op->flags & GS_OP_FENCE)) {
+        if (c == 0 && (op->flags & GS_OP_FENCE) && !vt->dev.fence_unneeded) {
             wr->send_flags |= IBV_SEND_FENCE;
             ep->slots[(ep->sq_posted + ch->n - 1) & (vt->sq_depth - 1)].flags |= GS_VERBS_SLOT_FENCED;
         }
