@@ -153,6 +153,21 @@ static void loss_gradient(const float *prob, const uint8_t *labels, size_t n, si
             delta[r * classes + c] = (prob[r * classes + c] - (c == labels[r] ? 1.0f : 0.0f)) * scale;
 }
 
+/* db += the sum of the n rows of delta (row after row: a fixed order). */
+static void column_sums(const float *restrict delta, size_t n, size_t width, float *restrict db)
+{
+    for (size_t r = 0; r < n; r++)
+        for (size_t c = 0; c < width; c++)
+            db[c] += delta[r * width + c];
+}
+
+/* d_in *= (in > 0), the derivative of the ReLU that produced in. */
+static void relu_mask(const float *restrict in, float *restrict d_in, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        d_in[i] = in[i] > 0.0f ? d_in[i] : 0.0f;
+}
+
 /* dW = delta^T in (summed over the n rows), db = column sums of delta. */
 static void linear_backward_params(const gt_layer *ly, const float *delta, const float *in, size_t n,
                                    float *grads)
@@ -165,9 +180,7 @@ static void linear_backward_params(const gt_layer *ly, const float *delta, const
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ly->out, (int)ly->in, (int)n, 1.0f, delta,
                 (int)ly->out, in, (int)ly->in, 0.0f, dw, (int)ly->in);
-    for (size_t r = 0; r < n; r++)
-        for (size_t o = 0; o < ly->out; o++)
-            db[o] += delta[r * ly->out + o];
+    column_sums(delta, n, ly->out, db);
 }
 
 /* d_in = delta W, zeroed where the layer's input (a ReLU output) was 0. */
@@ -178,9 +191,7 @@ static void linear_backward_input(const gt_layer *ly, const float *params, const
         return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)ly->in, (int)ly->out, 1.0f, delta,
                 (int)ly->out, params + ly->offset, (int)ly->in, 0.0f, d_in, (int)ly->in);
-    for (size_t i = 0; i < n * ly->in; i++)
-        if (in[i] <= 0.0f)
-            d_in[i] = 0.0f;
+    relu_mask(in, d_in, n * ly->in);
 }
 
 gs_status gt_mlp_backward(gt_mlp *mlp, size_t n, const uint8_t *labels, float scale, gt_grad_ready_fn ready,

@@ -31,10 +31,10 @@ void gt_sgd_destroy(gt_sgd *sgd)
     free(sgd);
 }
 
-void gt_sgd_step(gt_sgd *sgd, float *weights, const float *grads)
+void gt_sgd_step(gt_sgd *sgd, float *restrict weights, const float *restrict grads)
 {
     const float lr = sgd->p.lr, mu = sgd->p.momentum, wd = sgd->p.weight_decay;
-    float *v = sgd->velocity;
+    float *restrict v = sgd->velocity;
     for (size_t i = 0; i < sgd->count; i++) {
         float g = grads[i] + wd * weights[i];
         v[i] = mu * v[i] + g;
