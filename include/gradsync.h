@@ -258,6 +258,95 @@ GS_API const char *gs_redop_name(gs_redop op);
 /* Collectives (src/coll)                                                    */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * A communicator runs collectives over every rank of a context. Calls on one
+ * communicator must be made in the same order on every rank, with the same
+ * count, type, operator and root; a rank that differs gets GS_ERR_MISMATCH,
+ * and so does every other rank, with a message naming what each side called
+ * (the communicator is unusable afterwards: destroy it). Results are bitwise
+ * identical on every rank and from run to run for a fixed rank count and
+ * algorithm (GS_ALGO; auto picks by size and rank count, the same on every
+ * rank). Every wait has the GS_TIMEOUT_MS deadline.
+ *
+ * Buffers: recvbuf == sendbuf is in place. Counts are elements. Any count
+ * works, 0 and counts below the rank count included. Floating types f16 and
+ * bf16 are reduced in f32 per step and rounded to nearest even; GS_AVG is the
+ * sum divided once, at the end, by the rank count; integer sums wrap.
+ *
+ * The communicator's buffers (registered staging slots of GS_CHUNK_BYTES)
+ * are allocated at creation; a call allocates nothing. A communicator is
+ * used by one thread at a time; its transport carries only its traffic.
+ */
+typedef struct gs_comm gs_comm;
+/* A non-blocking collective in flight. */
+typedef struct gs_req gs_req;
+
+/* Collective over the context's ranks. tp: a transport opened on ctx, or
+ * NULL to open the default one (GS_TRANSPORT), closed with the communicator. */
+GS_API gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p);
+/* Collective: waits (GS_TIMEOUT_MS) until every rank has called it, unless
+ * the communicator failed, then releases it (requests still in flight are
+ * abandoned). */
+GS_API gs_status gs_comm_destroy(gs_comm *comm);
+GS_API int gs_comm_rank(const gs_comm *comm);
+GS_API int gs_comm_size(const gs_comm *comm);
+/* The transport the communicator runs on. */
+GS_API gs_tp *gs_comm_tp(gs_comm *comm);
+
+/* recvbuf[i] = sendbuf[i] reduced over the ranks, count elements. */
+GS_API gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                              gs_redop op);
+/* sendbuf holds size * recvcount elements; rank r receives block r of the
+ * reduction. In place: recvbuf == sendbuf + r * recvcount elements. */
+GS_API gs_status gs_reduce_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                   gs_dtype dtype, gs_redop op);
+/* recvbuf (size * sendcount elements) receives every rank's sendbuf in rank
+ * order. In place: sendbuf == recvbuf + r * sendcount elements. */
+GS_API gs_status gs_allgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                              gs_dtype dtype);
+/* recvbuf on every rank receives root's sendbuf (read on root only). */
+GS_API gs_status gs_broadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                              int root);
+/* Returns once every rank has entered it. */
+GS_API gs_status gs_barrier(gs_comm *comm);
+
+/* One tensor of a fused allreduce. */
+typedef struct gs_tensor {
+    const void *sendbuf;
+    void *recvbuf; /* == sendbuf: in place */
+    size_t count;
+} gs_tensor;
+
+/* Allreduces n tensors of one type through one fused buffer (one collective,
+ * like a DDP bucket). Every rank passes the same list of counts. */
+GS_API gs_status gs_allreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype,
+                                    gs_redop op);
+
+/*
+ * Non-blocking forms: start the collective and return a request at once.
+ * Buffers (and the tensor list) must stay untouched until it completes.
+ * Requests complete in the order they were started. Progress happens inside
+ * gs_req_test / gs_req_wait (and any blocking call), or all the time with
+ * GS_PROGRESS_THREAD=1.
+ */
+GS_API gs_status gs_iallreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                               gs_redop op, gs_req **req_p);
+GS_API gs_status gs_ireduce_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    gs_dtype dtype, gs_redop op, gs_req **req_p);
+GS_API gs_status gs_iallgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                               gs_dtype dtype, gs_req **req_p);
+GS_API gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                               int root, gs_req **req_p);
+GS_API gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p);
+GS_API gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype,
+                                     gs_redop op, gs_req **req_p);
+/* Advances the communicator; GS_INPROGRESS while the request runs, else its
+ * final status, after which req is released and must not be used again. */
+GS_API gs_status gs_req_test(gs_req *req);
+/* Waits (GS_TIMEOUT_MS at most) for the request; returns its status and
+ * releases it. */
+GS_API gs_status gs_req_wait(gs_req *req);
+
 /* ------------------------------------------------------------------------ */
 /* Parameter server (src/ps)                                                 */
 /* ------------------------------------------------------------------------ */

@@ -5,30 +5,100 @@
 #include "gradsync.h"
 #include "util/config.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 typedef struct gs_store_client gs_store_client;
 typedef struct gs_store_server gs_store_server;
+
+#define GS_BOOT_HOST_MAX 256
 
 /* Where rank, size and store address came from. */
 typedef struct gs_boot_info {
     int rank;
     int size;
-    int local_rank;       /* -1 if unknown */
-    char store_host[256]; /* host name or address of the store */
-    int store_port;
-    const char *source;   /* "GS_*", "torchrun", "Open MPI", "Slurm" */
+    int local_rank;                    /* -1 if unknown */
+    char store_host[GS_BOOT_HOST_MAX]; /* host name or address of the store */
+    int store_port;                    /* 0: no store address (a single process serves its own) */
+    bool store_external;               /* the launcher serves the store: rank 0 only connects */
+    const char *source;                /* "GS_*", "torchrun", "Open MPI", "Slurm", "single process" */
 } gs_boot_info;
 
 struct gs_ctx {
-    gs_config cfg;           /* copy of the process configuration */
+    gs_config cfg; /* copy of the process configuration */
     gs_boot_info boot;
     int rank;
     int size;
-    char host_id[128];       /* identical exactly for ranks that can share memory */
+    char host_id[128]; /* identical exactly for ranks that can share memory */
     gs_store_client *store;
     gs_store_server *server; /* rank 0 when it serves the store, else NULL */
 };
 
-/* Fills info from the launcher's environment (see gs_ctx_create). */
+/* ---- discovery (discover.c, host_id.c) ---------------------------------- */
+
+/* Fills info from the launcher's environment (see gs_ctx_create and
+ * docs/bootstrap.md). A malformed or inconsistent value is GS_ERR_CONFIG
+ * naming the variable. */
 gs_status gs_boot_discover(const gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_boot_info *info_p);
+/* "<hostname>:<16 hex digits>": the digits hash the kernel boot id and the
+ * network, IPC and PID namespace inodes, so two processes get the same id
+ * exactly when they run on one kernel in the same namespaces (and so can
+ * share memory and see each other's pids). */
+void gs_boot_host_id(char *buf, size_t cap);
+
+/* Creates a context from an already parsed configuration and an environment
+ * (gs_ctx_create passes the process's; tests pass their own). */
+gs_status gs_boot_ctx_create(const gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_ctx **ctx_p);
+
+/* ---- sockets (sock.c): status only, the caller reports with context ---- */
+
+/* Splits "host:port" or "[v6addr]:port"; GS_ERR_CONFIG if malformed. */
+gs_status gs_boot_parse_hostport(const char *text, char *host, size_t host_cap, int *port_p);
+/* A listening TCP socket for the store at host:port (port 0: ephemeral).
+ * A loopback host binds loopback only, any other host binds every address
+ * of its family. *port_p is the bound port. */
+gs_status gs_boot_sock_listen(const char *host, int port, int *fd_p, int *port_p);
+/* Connects to host:port, retrying refused connections until the deadline. */
+gs_status gs_boot_sock_connect(const char *host, int port, uint64_t deadline_ns, int *fd_p);
+/* Sends/receives exactly len bytes before the deadline (GS_ERR_TIMEOUT);
+ * GS_ERR_PEER_LOST when the other side closed. */
+gs_status gs_boot_sock_send(int fd, const void *buf, size_t len, uint64_t deadline_ns);
+gs_status gs_boot_sock_recv(int fd, void *buf, size_t len, uint64_t deadline_ns);
+/* "a.b.c.d:port" or "[v6]:port" of the other side, for logs. */
+void gs_boot_sock_peer_name(int fd, char *buf, size_t cap);
+
+/* ---- job token (token.c) ------------------------------------------------ */
+
+/* Compares in time independent of where the texts differ. */
+bool gs_boot_token_equal(const char *a, const char *b);
+/* A fresh random token: 64 hex digits from getrandom(). cap >= 65. */
+gs_status gs_boot_token_generate(char *buf, size_t cap);
+
+/* ---- store server (store_server.c, store_table.c) ------------------------ */
+
+typedef struct gs_store_server_params {
+    const char *host;     /* address to listen on ("127.0.0.1" for a local job) */
+    int port;             /* 0: ephemeral */
+    int size;             /* world size every rank must announce */
+    const char *token;    /* job token every connection must prove ("" accepts "") */
+    int hello_timeout_ms; /* a connection silent this long before HELLO is dropped */
+} gs_store_server_params;
+
+/* Creates the listening socket (no thread yet: safe to fork afterwards). */
+gs_status gs_boot_server_listen(const gs_store_server_params *params, gs_store_server **server_p);
+int gs_boot_server_port(const gs_store_server *server);
+/* Starts serving in a background thread. */
+gs_status gs_boot_server_start(gs_store_server *server);
+/* Waits up to drain_ms for every rank to have joined and left, then stops
+ * the thread, closes every connection and frees the server. */
+void gs_boot_server_stop(gs_store_server *server, int drain_ms);
+
+/* ---- store client (store_client.c) -------------------------------------- */
+
+/* Connects to the store and proves the token; retries until timeout_ms. */
+gs_status gs_boot_client_connect(const char *host, int port, int rank, int size, const char *token,
+                                 int timeout_ms, gs_store_client **client_p);
+/* Says BYE and closes. */
+void gs_boot_client_close(gs_store_client *client);
 
 #endif

@@ -22,6 +22,15 @@
  *  - after an endpoint error, every later op on it completes (or returns) with
  *    GS_ERR_FLUSHED; a dead peer surfaces as GS_ERR_PEER_LOST within
  *    GS_TIMEOUT_MS, never a hang.
+ *  - peer loss, precisely: what the peer delivered before it died is still
+ *    delivered; its endpoint's posted receives complete with GS_ERR_FLUSHED;
+ *    then poll and wait return GS_ERR_PEER_LOST (gs_last_error() naming the
+ *    peer rank) whenever they have no completion to return, and posts to
+ *    that endpoint return GS_ERR_PEER_LOST. A peer that closed its transport
+ *    cleanly is not lost: posts to it return GS_ERR_PEER_LOST, waits only
+ *    time out.
+ *  - a GS_WC_RECV_IMM completion carries wr_id 0 (no receive is consumed).
+ *  - a gs_tp is driven by one thread at a time.
  */
 #ifndef GS_TRANSPORT_TP_H
 #define GS_TRANSPORT_TP_H
@@ -83,6 +92,9 @@ struct gs_tp_ops {
     const char *name;
     int id; /* GS_TRANSPORT_* */
 
+    /* Optional (NULL: yes): whether GS_TRANSPORT=auto may pick this backend
+     * on this host (e.g. verbs: an active port). Non-blocking, no side effects. */
+    bool (*available)(const gs_config *cfg);
     /* Capabilities of this instance (after open). Non-blocking. */
     unsigned (*caps)(const gs_tp *tp);
     /* Creates the backend and connects an endpoint to every peer through the
@@ -95,6 +107,8 @@ struct gs_tp_ops {
     gs_status (*buf_alloc)(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
     gs_status (*mr_reg)(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
     gs_status (*mr_dereg)(gs_mr *mr);
+    /* head arrives zeroed with version, transport, access, owner, addr and len
+     * filled by tp.c; the backend fills key and tail. */
     void (*mr_pack)(const gs_mr *mr, gs_rmr_head *head);
 
     /* Posts; never block. dst/src is the peer's descriptor (already checked

@@ -40,6 +40,8 @@
       "run a progress thread so remote READs and non-blocking collectives advance while the caller computes") \
     X(job_token, "GS_JOB_TOKEN", STR, "", NULL, "secret every connection of the job must prove (gsrun sets a fresh one)") \
     X(store, "GS_STORE", STR, "", NULL, "host:port of the bootstrap store (rank 0 serves it)")      \
+    X(store_external, "GS_STORE_EXTERNAL", BOOL, "0", NULL,                                         \
+      "the launcher serves the store at GS_STORE (gsrun sets it): rank 0 joins it instead of serving") \
     X(rank, "GS_RANK", INT, "-1", NULL, "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID)") \
     X(world_size, "GS_WORLD_SIZE", INT, "-1", NULL, "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)") \
     X(local_rank, "GS_LOCAL_RANK", INT, "-1", NULL, "rank among the ranks of this host (set by gsrun)") \

@@ -1,0 +1,383 @@
+/*
+ * The public collective calls: argument checks, the call's descriptor and
+ * algorithm, requests (a small pool, grown only when more are in flight
+ * than ever before), and the fused allreduce.
+ */
+#include "coll/coll.h"
+
+#include "util/alloc.h"
+#include "util/log.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One call's arguments. */
+typedef struct gs_call {
+    const char *fn;
+    gs_coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    gs_dtype dtype;
+    gs_redop redop;
+    int root;
+    const gs_tensor *tensors;
+    size_t ntensors;
+} gs_call;
+
+static bool is_reduction(gs_coll_kind kind)
+{
+    return kind == GS_COLL_ALLREDUCE || kind == GS_COLL_REDUCE_SCATTER || kind == GS_COLL_ALLREDUCE_MULTI;
+}
+
+/* Whether [a, a+alen) and [b, b+blen) overlap. */
+static bool overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+static gs_status check_buffers(const gs_comm *comm, const gs_call *c, size_t es)
+{
+    size_t n = (size_t)comm->size, bytes = c->count * es;
+    bool need_send = c->kind != GS_COLL_BROADCAST || c->root == comm->rank;
+    if (c->count && ((need_send && !c->send) || !c->recv))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: NULL buffer with count %zu", c->fn, c->count);
+    switch (c->kind) {
+    case GS_COLL_ALLREDUCE:
+        if (c->send != c->recv && overlap(c->send, bytes, c->recv, bytes))
+            return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID,
+                           "%s: send and receive buffers overlap without being the same (in place)", c->fn);
+        break;
+    case GS_COLL_REDUCE_SCATTER:
+        if ((const uint8_t *)c->recv != (const uint8_t *)c->send + (size_t)comm->rank * bytes &&
+            overlap(c->send, n * bytes, c->recv, bytes))
+            return gs_fail(
+                GS_SUBSYS_COLL, GS_ERR_INVALID,
+                "%s: the receive buffer overlaps the send buffer but is not its block %d (in place)", c->fn,
+                comm->rank);
+        break;
+    case GS_COLL_ALLGATHER:
+        if ((const uint8_t *)c->send != (const uint8_t *)c->recv + (size_t)comm->rank * bytes &&
+            overlap(c->send, bytes, c->recv, n * bytes))
+            return gs_fail(
+                GS_SUBSYS_COLL, GS_ERR_INVALID,
+                "%s: the send buffer overlaps the receive buffer but is not its block %d (in place)", c->fn,
+                comm->rank);
+        break;
+    case GS_COLL_BROADCAST:
+        if (need_send && c->send != c->recv && overlap(c->send, bytes, c->recv, bytes))
+            return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID,
+                           "%s: send and receive buffers overlap without being the same", c->fn);
+        break;
+    default: break;
+    }
+    return GS_OK;
+}
+
+static gs_status check_call(const gs_comm *comm, const gs_call *c)
+{
+    if (!comm)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: the communicator is NULL", c->fn);
+    if (c->kind == GS_COLL_BARRIER)
+        return GS_OK;
+    if ((unsigned)c->dtype >= GS_DTYPE_COUNT)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown data type %d", c->fn, (int)c->dtype);
+    if (is_reduction(c->kind) && (unsigned)c->redop >= GS_REDOP_COUNT)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown reduction operator %d", c->fn,
+                       (int)c->redop);
+    if (c->kind == GS_COLL_BROADCAST && (c->root < 0 || c->root >= comm->size))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: root %d is not a rank (0..%d)", c->fn, c->root,
+                       comm->size - 1);
+    size_t es = gs_dtype_size(c->dtype);
+    if (c->count > SIZE_MAX / es / (size_t)comm->size)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: count %zu is too large", c->fn, c->count);
+    return check_buffers(comm, c, es);
+}
+
+/* ---- fusion ---------------------------------------------------------------- */
+
+/* FNV-1a of the tensor counts: ranks with different lists disagree. */
+static int32_t list_hash(const gs_tensor *t, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++)
+            h = (h ^ (uint8_t)(t[i].count >> (8 * b))) * 16777619u;
+    return (int32_t)(h & 0x7fffffff);
+}
+
+static gs_status check_tensors(const gs_comm *comm, gs_call *c)
+{
+    size_t total = 0, es;
+    if (!comm || (c->ntensors && !c->tensors))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: NULL communicator or tensor list", c->fn);
+    if ((unsigned)c->dtype >= GS_DTYPE_COUNT || (unsigned)c->redop >= GS_REDOP_COUNT)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown data type %d or operator %d", c->fn,
+                       (int)c->dtype, (int)c->redop);
+    es = gs_dtype_size(c->dtype);
+    for (size_t i = 0; i < c->ntensors; i++) {
+        const gs_tensor *t = &c->tensors[i];
+        if (t->count && (!t->sendbuf || !t->recvbuf))
+            return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: tensor %zu has a NULL buffer", c->fn, i);
+        if (t->count > SIZE_MAX / es / (size_t)comm->size - total)
+            return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: the tensors are too large together", c->fn);
+        total += t->count;
+    }
+    c->count = total;
+    c->root = list_hash(c->tensors, c->ntensors);
+    return GS_OK;
+}
+
+/* Copies the tensors into the request's fused buffer (grown when needed). */
+static gs_status pack(gs_req *req, const gs_call *c, size_t es)
+{
+    size_t need = c->count * es;
+    if (need > req->fused_cap) {
+        void *buf;
+        gs_status st = gs_pages_alloc(need, &buf);
+        if (st != GS_OK)
+            return st;
+        gs_pages_free(req->fused, req->fused_cap);
+        req->fused = buf;
+        req->fused_cap = need;
+    }
+    uint8_t *dst = req->fused;
+    for (size_t i = 0; i < c->ntensors; i++) {
+        size_t bytes = c->tensors[i].count * es;
+        if (bytes)
+            memcpy(dst, c->tensors[i].sendbuf, bytes);
+        dst += bytes;
+    }
+    return GS_OK;
+}
+
+/* ---- starting calls -------------------------------------------------------- */
+
+static size_t call_bytes(const gs_comm *comm, const gs_call *c, size_t es)
+{
+    size_t bytes = c->count * es;
+    if (c->kind == GS_COLL_REDUCE_SCATTER || c->kind == GS_COLL_ALLGATHER)
+        bytes *= (size_t)comm->size;
+    return c->kind == GS_COLL_BARRIER ? 0 : bytes;
+}
+
+static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
+{
+    gs_coll_op *op = &req->op;
+    size_t es = c->kind == GS_COLL_BARRIER ? 1 : gs_dtype_size(c->dtype);
+    memset(op, 0, sizeof(*op));
+    op->comm = comm;
+    op->kind = c->kind;
+    op->dtype = c->kind == GS_COLL_BARRIER ? GS_F32 : c->dtype;
+    op->redop = is_reduction(c->kind) ? c->redop : GS_SUM;
+    op->root = c->kind == GS_COLL_BROADCAST || c->kind == GS_COLL_ALLREDUCE_MULTI ? c->root : -1;
+    op->count = c->kind == GS_COLL_BARRIER ? 0 : c->count;
+    op->es = es;
+    op->send = c->send;
+    op->recv = c->recv;
+    op->last_out_slot = -1;
+    if (c->kind == GS_COLL_ALLREDUCE_MULTI) {
+        gs_status st = pack(req, c, es);
+        if (st != GS_OK)
+            return st;
+        op->send = op->recv = req->fused;
+        op->tensors = c->tensors;
+        op->ntensors = c->ntensors;
+    }
+    op->algo = gs_coll_select(comm, c->kind, call_bytes(comm, c, es));
+    op->algo->start(op);
+    return gs_engine_submit(comm, req);
+}
+
+static gs_req *req_get(gs_comm *comm)
+{
+    gs_req *req = comm->free_reqs;
+    if (req) {
+        comm->free_reqs = req->next;
+        req->next = NULL;
+        return req;
+    }
+    req = gs_calloc(1, sizeof(*req));
+    if (req) {
+        req->pooled = true;
+        req->comm = comm;
+    }
+    return req;
+}
+
+static void req_put(gs_comm *comm, gs_req *req)
+{
+    req->next = comm->free_reqs;
+    comm->free_reqs = req;
+}
+
+static gs_status run_blocking(gs_comm *comm, gs_call *c)
+{
+    gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
+    if (st == GS_OK)
+        st = start(comm, &comm->sync_req, c);
+    if (st == GS_OK)
+        st = gs_engine_wait(comm, &comm->sync_req);
+    return st;
+}
+
+static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p)
+{
+    gs_req *req;
+    gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
+    if (st == GS_OK && !req_p)
+        st = gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: req_p is NULL", c->fn);
+    if (st != GS_OK)
+        return st;
+    req = req_get(comm);
+    if (!req)
+        return GS_ERR_NOMEM;
+    st = start(comm, req, c);
+    if (st != GS_OK) {
+        req_put(comm, req);
+        return st;
+    }
+    *req_p = req;
+    return GS_OK;
+}
+
+/* ---- the calls --------------------------------------------------------------- */
+
+#define ALLREDUCE_CALL(name)                                                                                 \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_ALLREDUCE, .send = sendbuf, .recv = recvbuf, .count = count,             \
+        .dtype = dtype, .redop = op, .root = -1                                                              \
+    }
+
+gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                       gs_redop op)
+{
+    gs_call c = ALLREDUCE_CALL("gs_allreduce");
+    return run_blocking(comm, &c);
+}
+
+gs_status gs_iallreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                        gs_redop op, gs_req **req_p)
+{
+    gs_call c = ALLREDUCE_CALL("gs_iallreduce");
+    return run_nonblocking(comm, &c, req_p);
+}
+
+#define REDUCE_SCATTER_CALL(name)                                                                            \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_REDUCE_SCATTER, .send = sendbuf, .recv = recvbuf, .count = recvcount,    \
+        .dtype = dtype, .redop = op, .root = -1                                                              \
+    }
+
+gs_status gs_reduce_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                            gs_dtype dtype, gs_redop op)
+{
+    gs_call c = REDUCE_SCATTER_CALL("gs_reduce_scatter");
+    return run_blocking(comm, &c);
+}
+
+gs_status gs_ireduce_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                             gs_dtype dtype, gs_redop op, gs_req **req_p)
+{
+    gs_call c = REDUCE_SCATTER_CALL("gs_ireduce_scatter");
+    return run_nonblocking(comm, &c, req_p);
+}
+
+#define ALLGATHER_CALL(name)                                                                                 \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_ALLGATHER, .send = sendbuf, .recv = recvbuf, .count = sendcount,         \
+        .dtype = dtype, .root = -1                                                                           \
+    }
+
+gs_status gs_allgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype)
+{
+    gs_call c = ALLGATHER_CALL("gs_allgather");
+    return run_blocking(comm, &c);
+}
+
+gs_status gs_iallgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
+                        gs_req **req_p)
+{
+    gs_call c = ALLGATHER_CALL("gs_iallgather");
+    return run_nonblocking(comm, &c, req_p);
+}
+
+#define BROADCAST_CALL(name)                                                                                 \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_BROADCAST, .send = sendbuf, .recv = recvbuf, .count = count,             \
+        .dtype = dtype, .root = root                                                                         \
+    }
+
+gs_status gs_broadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                       int root)
+{
+    gs_call c = BROADCAST_CALL("gs_broadcast");
+    return run_blocking(comm, &c);
+}
+
+gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                        int root, gs_req **req_p)
+{
+    gs_call c = BROADCAST_CALL("gs_ibroadcast");
+    return run_nonblocking(comm, &c, req_p);
+}
+
+gs_status gs_barrier(gs_comm *comm)
+{
+    gs_call c = {.fn = "gs_barrier", .kind = GS_COLL_BARRIER, .root = -1};
+    return run_blocking(comm, &c);
+}
+
+gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p)
+{
+    gs_call c = {.fn = "gs_ibarrier", .kind = GS_COLL_BARRIER, .root = -1};
+    return run_nonblocking(comm, &c, req_p);
+}
+
+gs_status gs_allreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype, gs_redop op)
+{
+    gs_call c = {.fn = "gs_allreduce_multi",
+                 .kind = GS_COLL_ALLREDUCE_MULTI,
+                 .tensors = tensors,
+                 .ntensors = n,
+                 .dtype = dtype,
+                 .redop = op};
+    return run_blocking(comm, &c);
+}
+
+gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype, gs_redop op,
+                              gs_req **req_p)
+{
+    gs_call c = {.fn = "gs_iallreduce_multi",
+                 .kind = GS_COLL_ALLREDUCE_MULTI,
+                 .tensors = tensors,
+                 .ntensors = n,
+                 .dtype = dtype,
+                 .redop = op};
+    return run_nonblocking(comm, &c, req_p);
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+gs_status gs_req_test(gs_req *req)
+{
+    gs_status st;
+    if (!req)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_req_test: req is NULL");
+    st = gs_engine_test(req->comm, req);
+    if (st != GS_INPROGRESS)
+        req_put(req->comm, req);
+    return st;
+}
+
+gs_status gs_req_wait(gs_req *req)
+{
+    gs_status st;
+    if (!req)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_req_wait: req is NULL");
+    st = gs_engine_wait(req->comm, req);
+    req_put(req->comm, req);
+    return st;
+}

@@ -1,0 +1,208 @@
+/*
+ * Channels: the per-peer message streams every algorithm uses. Message m
+ * from a peer lands in slot m mod GS_COLL_SLOTS of this rank's block for
+ * it; messages are consumed in order and their slots released in order
+ * (a slot being forwarded from stays held until the forward completes).
+ * Credits (released counts) travel in the immediates of data messages going
+ * the other way, or in a credit write when none is going.
+ */
+#include "coll/coll.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch)
+{
+    return ch->slots + (size_t)(ch->rx_next % GS_COLL_SLOTS) * comm->slot_stride;
+}
+
+static void advance_released(gs_comm *comm, gs_chan *ch)
+{
+    uint64_t before = ch->rx_released;
+    while (ch->rx_released < ch->rx_next && !ch->rx_held[ch->rx_released % GS_COLL_SLOTS])
+        ch->rx_released++;
+    if (ch->rx_released != before) {
+        gs_status st = gs_chan_credit(comm, ch);
+        if (st != GS_OK)
+            gs_engine_fail(comm, st, gs_last_error(), true);
+    }
+}
+
+void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold)
+{
+    ch->rx_held[ch->rx_next % GS_COLL_SLOTS] = hold;
+    ch->rx_next++;
+    comm->progress_ns = gs_now_ns();
+    advance_released(comm, ch);
+}
+
+void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot)
+{
+    ch->rx_held[slot % GS_COLL_SLOTS] = false;
+    advance_released(comm, ch);
+}
+
+gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
+                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id)
+{
+    uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
+    uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, ch->rx_released);
+    gs_desc_fill(op, gs_coll_hdr_of(slot), unit, bytes);
+    gs_status st = gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
+                                   &comm->peer_inbox[ch->peer], off, imm, wr_id, GS_OP_SIGNALED);
+    if (st == GS_ERR_AGAIN)
+        return st;
+    if (st != GS_OK)
+        return gs_fail(GS_SUBSYS_COLL, st, "rank %d: posting %zu bytes to rank %d failed: %s", comm->rank,
+                       bytes, ch->peer, gs_last_error());
+    ch->tx_sent++;
+    ch->rx_returned = ch->rx_released;
+    return GS_OK;
+}
+
+gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch)
+{
+    /* lazily: the peer still has at least half its slots */
+    if (ch->credit_inflight || ch->rx_released - ch->rx_returned < GS_COLL_SLOTS / 2)
+        return GS_OK;
+    *ch->credit_src = ch->rx_released;
+    gs_status st = gs_ep_write_imm(
+        gs_tp_ep(comm->tp, ch->peer), ch->credit_src, comm->outbox, sizeof(uint64_t),
+        &comm->peer_inbox[ch->peer], ch->remote_off + GS_COLL_SLOTS * comm->slot_stride,
+        GS_COLL_IMM(GS_COLL_IMM_CREDIT, 0), GS_WR_ID(GS_WR_CREDIT, ch->peer, 0), GS_OP_SIGNALED);
+    if (st == GS_ERR_AGAIN)
+        return GS_OK; /* sent again after the next completion */
+    if (st != GS_OK)
+        return gs_fail(GS_SUBSYS_COLL, st, "rank %d: returning credits to rank %d failed: %s", comm->rank,
+                       ch->peer, gs_last_error());
+    ch->credit_inflight = true;
+    ch->rx_returned = ch->rx_released;
+    return GS_OK;
+}
+
+/* A credit value that arrived as the low 30 bits of an immediate. */
+static void take_ack(gs_chan *ch, uint32_t low)
+{
+    uint64_t delta = (low - (uint32_t)ch->tx_acked) & 0x3fffffffu;
+    if (ch->tx_acked + delta <= ch->tx_sent)
+        ch->tx_acked += delta;
+}
+
+/* Checks a message as it arrives: one for the running call must describe
+ * the same call; one for a call already finished means the peer sent more
+ * than this rank took. Messages for later calls wait for their call. */
+static gs_status check_arrival(gs_comm *comm, gs_chan *ch, const gs_coll_hdr *h)
+{
+    const gs_coll_op *op = comm->head ? &comm->head->op : NULL;
+    if (h->version != GS_COLL_PROTO_VERSION || h->sender != (uint32_t)ch->peer)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+                       "rank %d: malformed collective message from rank %d (version %u, sender %u)",
+                       comm->rank, ch->peer, h->version, h->sender);
+    if (op && h->seq == op->seq && !gs_desc_same(op, h))
+        return gs_desc_mismatch(comm, op, h, "");
+    if (h->seq <= comm->seq_done) {
+        char theirs[160];
+        gs_desc_format_hdr(h, theirs, sizeof(theirs));
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_MISMATCH,
+                       "mismatched collective calls: rank %d sent data for %s after rank %d had finished "
+                       "that call: the ranks called different collectives, counts or algorithms",
+                       ch->peer, theirs, comm->rank);
+    }
+    return GS_OK;
+}
+
+static gs_status arrived(gs_comm *comm, const gs_wc *wc)
+{
+    gs_chan *ch = &comm->chans[wc->peer];
+    uint32_t kind = GS_COLL_IMM_KIND(wc->imm);
+    if (kind == GS_COLL_IMM_CREDIT) {
+        uint64_t acked = *ch->credit_in;
+        if (acked > ch->tx_acked && acked <= ch->tx_sent)
+            ch->tx_acked = acked;
+        return GS_OK;
+    }
+    if (kind == GS_COLL_IMM_ABORT) {
+        const gs_coll_abort *a = ch->abort_in;
+        size_t len = a->len < sizeof(a->text) ? a->len : sizeof(a->text) - 1;
+        char text[sizeof(a->text)];
+        memcpy(text, a->text, len);
+        text[len] = '\0';
+        gs_engine_fail(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, text, false);
+        return comm->failed;
+    }
+    if (kind != GS_COLL_IMM_DATA || ch->rx_arrived - ch->rx_next >= GS_COLL_SLOTS)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+                       "rank %d: unexpected notification 0x%08x from rank %d (%llu messages queued)",
+                       comm->rank, wc->imm, wc->peer, (unsigned long long)(ch->rx_arrived - ch->rx_next));
+    uint8_t *slot = ch->slots + (size_t)(ch->rx_arrived % GS_COLL_SLOTS) * comm->slot_stride;
+    ch->rx_arrived++;
+    comm->progress_ns = gs_now_ns();
+    take_ack(ch, GS_COLL_IMM_LOW(wc->imm));
+    return check_arrival(comm, ch, gs_coll_hdr_of(slot));
+}
+
+/* A write of ours completed: its source may be reused. */
+static gs_status written(gs_comm *comm, const gs_wc *wc)
+{
+    unsigned type = (unsigned)(wc->wr_id >> 56);
+    unsigned a = (unsigned)(wc->wr_id >> 16) & 0xffffffffu, b = (unsigned)(wc->wr_id & 0xffff);
+    switch (type) {
+    case GS_WR_OUTBOX:
+        if (a < (unsigned)comm->out_nslots && comm->out_pending[a] > 0)
+            comm->out_pending[a]--;
+        return GS_OK;
+    case GS_WR_FORWARD:
+        if ((int)a < comm->size)
+            gs_chan_release(comm, &comm->chans[a], b);
+        return GS_OK;
+    case GS_WR_CREDIT:
+        if ((int)a < comm->size) {
+            comm->chans[a].credit_inflight = false;
+            return gs_chan_credit(comm, &comm->chans[a]);
+        }
+        return GS_OK;
+    case GS_WR_ABORT: return GS_OK;
+    default:
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "rank %d: completion with unknown id 0x%llx",
+                       comm->rank, (unsigned long long)wc->wr_id);
+    }
+}
+
+gs_status gs_chan_complete(gs_comm *comm, const gs_wc *wc)
+{
+    if (wc->status != GS_OK) {
+        if (wc->opcode == GS_WC_WRITE_IMM && (wc->wr_id >> 56) == GS_WR_ABORT)
+            return GS_OK; /* telling a peer about a failure failed: nothing more to do */
+        return gs_fail(GS_SUBSYS_COLL, wc->status, "rank %d: transport error with rank %d: %s (%s)",
+                       comm->rank, wc->peer, gs_strerror(wc->status), gs_last_error());
+    }
+    if (wc->peer < 0 || wc->peer >= comm->size || wc->peer == comm->rank)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "rank %d: completion from unknown peer %d",
+                       comm->rank, wc->peer);
+    switch (wc->opcode) {
+    case GS_WC_RECV_IMM: return arrived(comm, wc);
+    case GS_WC_WRITE_IMM: return written(comm, wc);
+    default:
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+                       "rank %d: unexpected completion (opcode %d) on the communicator's transport: is it "
+                       "used by something else?",
+                       comm->rank, (int)wc->opcode);
+    }
+}
+
+gs_status gs_chan_check_queued(gs_comm *comm, const gs_coll_op *op)
+{
+    for (int p = 0; p < comm->size; p++) {
+        gs_chan *ch = &comm->chans[p];
+        for (uint64_t m = ch->rx_next; p != comm->rank && m < ch->rx_arrived; m++) {
+            const gs_coll_hdr *h =
+                gs_coll_hdr_of(ch->slots + (size_t)(m % GS_COLL_SLOTS) * comm->slot_stride);
+            if (h->seq == op->seq && !gs_desc_same(op, h))
+                return gs_desc_mismatch(comm, op, h, "");
+        }
+    }
+    return GS_OK;
+}

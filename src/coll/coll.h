@@ -1,0 +1,309 @@
+/*
+ * The collectives layer's internal objects and the functions its files share.
+ *
+ *   comm.c      communicator: staging buffers, descriptor exchange, teardown
+ *   chan.c      per-peer channels: slots, credits, completions, arrival checks
+ *   prim.c      the steps every algorithm is made of (send, receive-reduce-forward, ...)
+ *   engine.c    request queue, progress, waiting, the progress thread
+ *   desc.c      call descriptors: checks and the mismatch messages
+ *   select.c    which algorithm runs a call
+ *   layout.c    cutting a call into chunk columns
+ *   ring.c      pipelined ring (reduce-scatter + all-gather, chains)
+ *   rd.c        recursive doubling (butterfly, any rank count)
+ *   direct.c    every rank to every rank in one step (small messages)
+ *   api.c       the public calls: argument checks, requests, fusion
+ *   reduce.c    reduction kernels
+ *
+ * An algorithm is a schedule: given the call and a cursor it names the next
+ * step (gs_prim); the engine runs steps in order, each one when its message
+ * has arrived and its peer has a free slot, so every algorithm reads as the
+ * textbook and non-blocking progress comes for free.
+ */
+#ifndef GS_COLL_COLL_H
+#define GS_COLL_COLL_H
+
+#include "coll/coll_proto.h"
+#include "coll/reduce.h"
+#include "gradsync.h"
+#include "util/config.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gs_coll_op gs_coll_op;
+
+/* ------------------------------------------------------------------------ */
+/* Channels: one per peer, both directions                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct gs_chan {
+    int peer;
+    /* sending: into the peer's inbox block for this rank */
+    uint64_t tx_sent;    /* messages posted */
+    uint64_t tx_acked;   /* messages the peer has released (credits) */
+    uint64_t remote_off; /* offset of this rank's block in the peer's inbox */
+    /* receiving: this rank's inbox block for the peer */
+    uint8_t *slots;               /* slot 0 */
+    volatile uint64_t *credit_in; /* the peer's released count of my messages, written by the peer */
+    const gs_coll_abort *abort_in;
+    uint64_t rx_arrived;         /* messages arrived */
+    uint64_t rx_next;            /* next message to consume */
+    uint64_t rx_released;        /* messages whose slot is free again */
+    uint64_t rx_returned;        /* released count last sent back to the peer */
+    bool rx_held[GS_COLL_SLOTS]; /* consumed but still the source of a forward */
+    uint64_t *credit_src;        /* outbox word the credit write is made from */
+    bool credit_inflight;
+} gs_chan;
+
+/* ------------------------------------------------------------------------ */
+/* Steps                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum gs_prim_kind {
+    GS_PRIM_PAIR,     /* send to one peer and/or receive from one peer */
+    GS_PRIM_SEND_ALL, /* send to every peer */
+    GS_PRIM_RECV_ALL, /* receive from every peer, then combine */
+} gs_prim_kind;
+
+typedef enum gs_prim_mode {
+    GS_PRIM_COPY,   /* the result is what arrived */
+    GS_PRIM_REDUCE, /* the result is what arrived op local */
+    GS_PRIM_GATHER, /* RECV_ALL: peer q's payload lands at out + q * stride */
+    GS_PRIM_BCAST,  /* RECV_ALL: root's payload lands at out */
+} gs_prim_mode;
+
+typedef struct gs_prim {
+    gs_prim_kind kind;
+    gs_prim_mode mode;
+    int send_to;          /* PAIR: -1 for none */
+    int recv_from;        /* PAIR: -1 for none */
+    bool send_local;      /* PAIR: send local before receiving; else forward the result */
+    bool recv_first;      /* REDUCE operand order: received op local (else local op received) */
+    bool finish;          /* divide the result by the rank count (GS_AVG) */
+    int root;             /* RECV_ALL BCAST: whose payload; SEND_ALL: -1 or the only sender */
+    uint32_t send_unit;   /* the unit id carried by what this step sends */
+    uint32_t recv_unit;   /* the unit id expected on what it receives */
+    size_t bytes;         /* payload bytes of every message of the step */
+    size_t stride;        /* SEND_ALL: bytes between peers' data (0: the same to all); GATHER: out stride */
+    const uint8_t *local; /* this rank's operand / data to send (NULL on RECV_ALL: the last SEND_ALL copy) */
+    uint8_t *out;         /* where the result goes in user memory (NULL: nowhere) */
+    /* progress of a step that had to stop half way */
+    bool sent;     /* PAIR: send_local posted */
+    bool combined; /* PAIR: result computed (forward still to post) */
+    int next_peer; /* SEND_ALL: peers posted so far */
+    int out_slot;  /* SEND_ALL with stride 0: the outbox slot in use, -1 none */
+} gs_prim;
+
+/* ------------------------------------------------------------------------ */
+/* Algorithms                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct gs_coll_algo {
+    const char *name;
+    gs_coll_algo_id id;
+    /* Sets up the op's schedule (cursor, layout). */
+    void (*start)(gs_coll_op *op);
+    /* Fills the next step and advances the cursor; false when none is left. */
+    bool (*next)(gs_coll_op *op, gs_prim *prim);
+} gs_coll_algo;
+
+extern const gs_coll_algo gs_ring_algo;
+extern const gs_coll_algo gs_rd_algo;
+extern const gs_coll_algo gs_direct_algo;
+extern const gs_coll_algo gs_local_algo;
+
+/* One call: its descriptor, buffers and the schedule's cursor. */
+struct gs_coll_op {
+    gs_comm *comm;
+    /* descriptor (what every rank must agree on) */
+    gs_coll_kind kind;
+    gs_dtype dtype;
+    gs_redop redop;
+    int32_t root;
+    uint64_t count;
+    uint64_t seq;
+    const gs_coll_algo *algo;
+    /* buffers */
+    const uint8_t *send;
+    uint8_t *recv;
+    size_t es; /* element bytes */
+    /* cursor, owned by the algorithm */
+    size_t col, ncols; /* chunk column */
+    int step, nsteps;  /* step within a column */
+    size_t col_elems;  /* elements per chunk of a segment */
+    gs_prim prim;
+    bool have_prim;
+    bool started;      /* reached the head of the queue */
+    int last_out_slot; /* outbox slot of the latest SEND_ALL */
+    /* allreduce_multi */
+    const gs_tensor *tensors;
+    size_t ntensors;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Requests and the communicator                                             */
+/* ------------------------------------------------------------------------ */
+
+struct gs_req {
+    gs_comm *comm;
+    gs_coll_op op;
+    gs_status status; /* GS_INPROGRESS until done */
+    bool pooled;      /* from the pool (gs_req_test/wait release it) */
+    gs_req *next;     /* queue or free list */
+    uint8_t *fused;   /* allreduce_multi's buffer, kept for the next call */
+    size_t fused_cap;
+};
+
+struct gs_comm {
+    gs_ctx *ctx;
+    gs_tp *tp;
+    bool own_tp;
+    const gs_config *cfg;
+    int rank;
+    int size;
+    unsigned id; /* creation number in this process: names store keys */
+    /* staging */
+    size_t chunk;       /* payload bytes per slot */
+    size_t slot_stride; /* header + chunk, rounded to cache lines */
+    size_t peer_block;  /* one peer's part of the inbox */
+    gs_mr *inbox;
+    gs_mr *outbox;
+    gs_rmr *peer_inbox; /* [size]: every rank's inbox descriptor */
+    gs_chan *chans;     /* [size]; chans[rank] unused */
+    uint8_t *out_slots;
+    int out_nslots;
+    int out_next;
+    uint32_t *out_pending; /* [out_nslots]: writes not yet completed */
+    uint8_t *abort_src;    /* outbox area the abort notice is written from */
+    /* calls */
+    uint64_t seq_issued; /* numbers given to calls so far */
+    uint64_t seq_done;   /* calls finished */
+    gs_req *head, *tail; /* started, not finished, in order */
+    gs_req *free_reqs;
+    gs_req sync_req;      /* the blocking calls' request */
+    uint64_t progress_ns; /* last time anything moved (for the deadline) */
+    gs_status failed;     /* GS_OK, or the error every later call returns */
+    char failed_text[GS_COLL_CTRL_BYTES];
+    /* progress thread (GS_PROGRESS_THREAD) */
+    bool threaded;
+    bool stop;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a request finished, or work was queued */
+    gs_wc wcs[32];
+};
+
+/* ---- comm.c */
+uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i);
+/* The next free outbox slot, or -1 if the next one is still being written. */
+int gs_coll_outbox_take(gs_comm *comm);
+/* A payload's header (payload - GS_COLL_HDR_BYTES). */
+static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
+{
+    return (gs_coll_hdr *)slot;
+}
+static inline uint8_t *gs_coll_payload(uint8_t *slot)
+{
+    return slot + GS_COLL_HDR_BYTES;
+}
+
+/* ---- chan.c */
+/* wr_id of the writes a communicator posts. */
+enum { GS_WR_OUTBOX = 1, GS_WR_FORWARD, GS_WR_CREDIT, GS_WR_ABORT };
+#define GS_WR_ID(type, a, b)                                                                                 \
+    (((uint64_t)(type) << 56) | ((uint64_t)(uint32_t)(a) << 16) | (uint64_t)(uint16_t)(b))
+
+static inline bool gs_chan_has_msg(const gs_chan *ch)
+{
+    return ch->rx_next < ch->rx_arrived;
+}
+static inline bool gs_chan_has_credit(const gs_chan *ch)
+{
+    return ch->tx_sent - ch->tx_acked < GS_COLL_SLOTS;
+}
+/* The slot of the next message to consume. */
+uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch);
+/* Consumes the head message; hold keeps its slot until gs_chan_release
+ * (it is being forwarded from). */
+void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold);
+void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot);
+/* Writes slot (header + bytes of payload, in lmr) into the peer's next slot
+ * with op's descriptor and unit in the header. GS_ERR_AGAIN: nothing posted. */
+gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
+                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id);
+/* Sends a credit if enough slots were released since the last one. */
+gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch);
+/* Handles one completion of the communicator's transport. */
+gs_status gs_chan_complete(gs_comm *comm, const gs_wc *wc);
+/* Checks every message already queued for op (it just started). */
+gs_status gs_chan_check_queued(gs_comm *comm, const gs_coll_op *op);
+
+/* ---- desc.c */
+/* Writes op's descriptor into a header. */
+void gs_desc_fill(const gs_coll_op *op, gs_coll_hdr *hdr, uint32_t unit, size_t bytes);
+/* Whether hdr describes the same call as op. */
+bool gs_desc_same(const gs_coll_op *op, const gs_coll_hdr *hdr);
+/* "allreduce #3 (count 10, f32, sum) [ring]" */
+void gs_desc_format_op(const gs_coll_op *op, char *buf, size_t cap);
+void gs_desc_format_hdr(const gs_coll_hdr *hdr, char *buf, size_t cap);
+const char *gs_coll_kind_name(gs_coll_kind kind);
+/* GS_ERR_MISMATCH naming both calls (the engine fails the communicator). */
+gs_status gs_desc_mismatch(gs_comm *comm, const gs_coll_op *op, const gs_coll_hdr *hdr, const char *what);
+/* Checks a message about to be consumed by a step of op. */
+gs_status gs_desc_check(gs_comm *comm, const gs_coll_op *op, const gs_coll_hdr *hdr, int peer, uint32_t unit,
+                        size_t bytes);
+
+/* ---- prim.c */
+/* Runs one step as far as it can: GS_OK done, GS_INPROGRESS waiting (call
+ * again after progress), else an error. */
+gs_status gs_prim_run(gs_coll_op *op, gs_prim *prim);
+/* What the step waits for, for the timeout message. */
+void gs_prim_describe_wait(const gs_coll_op *op, const gs_prim *prim, char *buf, size_t cap);
+/* Step constructors used by the algorithms. */
+gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *local, void *out,
+                     size_t bytes);
+
+/* ---- engine.c */
+/* Queues a started request and runs what it can without waiting. */
+gs_status gs_engine_submit(gs_comm *comm, gs_req *req);
+/* Waits for req to finish (deadline: GS_TIMEOUT_MS without progress). */
+gs_status gs_engine_wait(gs_comm *comm, gs_req *req);
+/* Progress without waiting; req's status (GS_INPROGRESS while it runs). */
+gs_status gs_engine_test(gs_comm *comm, gs_req *req);
+/* Polls once and runs the queue; never blocks. Caller holds the lock. */
+gs_status gs_engine_progress(gs_comm *comm);
+/* Fails the communicator: every queued request ends with status; unless
+ * quiet (the news came from a peer), every peer is told. */
+void gs_engine_fail(gs_comm *comm, gs_status status, const char *text, bool tell_peers);
+gs_status gs_engine_thread_start(gs_comm *comm);
+void gs_engine_thread_stop(gs_comm *comm);
+
+/* ---- select.c */
+const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);
+
+/* ---- layout.c */
+/* Chunk columns for payloads of at most max_bytes: at least 1. */
+size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes);
+/* Sets ncols and col_elems for segments of at most max_seg elements and
+ * puts the cursor at the start. */
+void gs_coll_layout(gs_coll_op *op, size_t max_seg);
+/* [first, first + n) elements of chunk col of a segment of seg elements. */
+void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
+/* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */
+static inline uint8_t *gs_coll_at(const void *base, size_t off)
+{
+    return base ? (uint8_t *)base + off : NULL;
+}
+/* The step id carried by messages: column and step. */
+static inline uint32_t gs_coll_unit(const gs_coll_op *op, size_t col, int step)
+{
+    return (uint32_t)(col * (size_t)op->nsteps + (size_t)step);
+}
+static inline int gs_coll_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * The collectives' wire format, all in one place.
+ *
+ * Every rank registers one inbox region. For each peer it holds, at fixed
+ * offsets from the peer block's start:
+ *
+ *   GS_COLL_SLOTS data slots   each: gs_coll_hdr + payload (GS_CHUNK_BYTES)
+ *   credit word                the peer's count of messages it has released
+ *   control slot               an abort notice (gs_coll_abort)
+ *
+ * A data message is one WRITE_IMM of header + payload into the next slot of
+ * the receiver's block for the sender (message m goes to slot m mod
+ * GS_COLL_SLOTS). The sender may have at most GS_COLL_SLOTS messages
+ * unreleased by the receiver. Credits come back piggy-backed in the
+ * immediate of data messages flowing the other way (GS_COLL_IMM_DATA with
+ * the low 30 bits of the sender's released count for that channel), or as
+ * an 8-byte WRITE_IMM of the credit word (GS_COLL_IMM_CREDIT). The header
+ * holds nothing specific to one channel, so one outbox copy can be written
+ * to every peer.
+ *
+ * Every header carries the full call descriptor (collective, count, type,
+ * operator, root, algorithm, sequence number), so the receiver checks each
+ * message against its own call: that is how mismatched calls are found.
+ */
+#ifndef GS_COLL_PROTO_H
+#define GS_COLL_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GS_COLL_PROTO_VERSION 1
+#define GS_COLL_SLOTS         4    /* data slots per peer (credits) */
+#define GS_COLL_HDR_BYTES     48   /* payload starts here: up to 16 payload bytes share the header's line */
+#define GS_COLL_CTRL_BYTES    1024 /* the control slot */
+#define GS_COLL_LINE          64
+
+/* The collectives, as carried in headers. */
+typedef enum gs_coll_kind {
+    GS_COLL_ALLREDUCE = 1,
+    GS_COLL_REDUCE_SCATTER,
+    GS_COLL_ALLGATHER,
+    GS_COLL_BROADCAST,
+    GS_COLL_BARRIER,
+    GS_COLL_ALLREDUCE_MULTI,
+} gs_coll_kind;
+
+/* The algorithms, as carried in headers (0 = none: one rank, no messages). */
+typedef enum gs_coll_algo_id {
+    GS_COLL_ALGO_LOCAL = 0,
+    GS_COLL_ALGO_RING,
+    GS_COLL_ALGO_RD,
+    GS_COLL_ALGO_DIRECT,
+} gs_coll_algo_id;
+
+typedef struct gs_coll_hdr {
+    uint8_t version; /* GS_COLL_PROTO_VERSION */
+    uint8_t kind;    /* gs_coll_kind */
+    uint8_t dtype;   /* gs_dtype */
+    uint8_t op;      /* gs_redop */
+    uint8_t algo;    /* gs_coll_algo_id */
+    uint8_t pad[3];
+    int32_t root;    /* broadcast root; allreduce_multi: hash of the tensor list; else -1 */
+    uint32_t sender; /* rank */
+    uint64_t seq;    /* the call's number on the communicator, from 1 */
+    uint64_t count;  /* the call's count argument (allreduce_multi: total elements) */
+    uint32_t unit;   /* the algorithm's step id, checked by the receiver */
+    uint32_t bytes;  /* payload bytes that follow */
+    uint64_t reserved;
+} gs_coll_hdr;
+
+_Static_assert(offsetof(gs_coll_hdr, version) == 0, "version byte first");
+_Static_assert(sizeof(gs_coll_hdr) == GS_COLL_HDR_BYTES, "header layout");
+
+/* Immediates: the kind in the top 2 bits; for data the low 30 bits of the
+ * sender's released count of the opposite channel (a credit), else 0. */
+enum { GS_COLL_IMM_DATA = 0, GS_COLL_IMM_CREDIT = 1, GS_COLL_IMM_ABORT = 2 };
+#define GS_COLL_IMM(kind, low) (((uint32_t)(kind) << 30) | ((uint32_t)(low)&0x3fffffffu))
+#define GS_COLL_IMM_KIND(imm)  ((uint32_t)(imm) >> 30)
+#define GS_COLL_IMM_LOW(imm)   ((uint32_t)(imm)&0x3fffffffu)
+
+/* The abort notice: a rank found a mismatch or failed; every peer fails its
+ * current call (and the communicator) with status and this text. */
+typedef struct gs_coll_abort {
+    uint8_t version;
+    uint8_t pad[3];
+    int32_t status; /* gs_status */
+    uint32_t rank;  /* who detected it */
+    uint32_t len;   /* bytes of text, not counting a terminating zero */
+    uint64_t seq;   /* the call it concerns */
+    char text[GS_COLL_CTRL_BYTES - 24];
+} gs_coll_abort;
+
+_Static_assert(sizeof(gs_coll_abort) == GS_COLL_CTRL_BYTES, "abort notice fills the control slot");
+
+#endif

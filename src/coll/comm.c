@@ -1,0 +1,229 @@
+/*
+ * The communicator: staging buffers registered once, every rank's inbox
+ * descriptor exchanged through the bootstrap store, channels to every peer.
+ *
+ * Inbox (remote-writable), one block per rank index (this rank's own block
+ * unused), block b receiving from rank b:
+ *     GS_COLL_SLOTS x slot (header + chunk) | credit word (line) | control slot
+ * Outbox (local): out_nslots slots | one credit word per peer | abort notice.
+ */
+#include "coll/coll.h"
+
+#include "bootstrap/boot.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GS_COLL_REQ_POOL 8
+
+static atomic_uint comm_count;
+
+uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i)
+{
+    return comm->out_slots + (size_t)i * comm->slot_stride;
+}
+
+int gs_coll_outbox_take(gs_comm *comm)
+{
+    int i = comm->out_next;
+    if (comm->out_pending[i] != 0)
+        return -1;
+    comm->out_next = (i + 1) % comm->out_nslots;
+    return i;
+}
+
+/* Sizes of slots and blocks from GS_CHUNK_BYTES. */
+static gs_status layout(gs_comm *comm)
+{
+    uint64_t chunk = comm->cfg->chunk_bytes;
+    if (chunk < 4096 || chunk > (1u << 30))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_CONFIG,
+                       "GS_CHUNK_BYTES=%llu is out of range: use 4K to 1G (default 256K)",
+                       (unsigned long long)chunk);
+    comm->chunk = (size_t)chunk / GS_COLL_LINE * GS_COLL_LINE;
+    comm->slot_stride = gs_round_up(GS_COLL_HDR_BYTES + comm->chunk, GS_COLL_LINE);
+    comm->peer_block = GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE + GS_COLL_CTRL_BYTES;
+    comm->out_nslots = comm->size > 3 ? 2 * (comm->size - 1) : 4;
+    return GS_OK;
+}
+
+/* Registers inbox and outbox and points every channel at its part. */
+static gs_status alloc_staging(gs_comm *comm)
+{
+    size_t in_len = (size_t)comm->size * comm->peer_block;
+    size_t words = gs_round_up((size_t)comm->size * sizeof(uint64_t), GS_COLL_LINE);
+    size_t out_len = (size_t)comm->out_nslots * comm->slot_stride + words + GS_COLL_CTRL_BYTES;
+    gs_status st =
+        gs_buf_alloc(comm->tp, in_len, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &comm->inbox);
+    if (st == GS_OK)
+        st = gs_buf_alloc(comm->tp, out_len, GS_ACCESS_LOCAL_WRITE, &comm->outbox);
+    if (st != GS_OK)
+        return st;
+    comm->out_slots = gs_mr_addr(comm->outbox);
+    comm->abort_src = comm->out_slots + (size_t)comm->out_nslots * comm->slot_stride + words;
+    comm->out_pending = gs_calloc((size_t)comm->out_nslots, sizeof(uint32_t));
+    comm->chans = gs_calloc((size_t)comm->size, sizeof(gs_chan));
+    comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
+    if (!comm->out_pending || !comm->chans || !comm->peer_inbox)
+        return GS_ERR_NOMEM;
+    uint8_t *in = gs_mr_addr(comm->inbox);
+    uint64_t *credit_words = (uint64_t *)(comm->out_slots + (size_t)comm->out_nslots * comm->slot_stride);
+    for (int p = 0; p < comm->size; p++) {
+        gs_chan *ch = &comm->chans[p];
+        uint8_t *block = in + (size_t)p * comm->peer_block;
+        ch->peer = p;
+        ch->slots = block;
+        ch->credit_in = (volatile uint64_t *)(block + GS_COLL_SLOTS * comm->slot_stride);
+        ch->abort_in = (const gs_coll_abort *)(block + GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE);
+        ch->remote_off = (uint64_t)comm->rank * comm->peer_block;
+        ch->credit_src = &credit_words[p];
+    }
+    return GS_OK;
+}
+
+/* Every rank's inbox descriptor, through the store. */
+static gs_status exchange_descriptors(gs_comm *comm)
+{
+    char tag[64];
+    gs_rmr mine;
+    gs_mr_pack(comm->inbox, &mine);
+    snprintf(tag, sizeof(tag), "coll/%u/inbox", comm->id);
+    /* each rank registered before contributing: when this returns, every
+     * inbox can be written into */
+    return gs_store_allgather(comm->ctx, tag, &mine, sizeof(mine), comm->peer_inbox);
+}
+
+static gs_status alloc_requests(gs_comm *comm)
+{
+    for (int i = 0; i < GS_COLL_REQ_POOL; i++) {
+        gs_req *req = gs_calloc(1, sizeof(*req));
+        if (!req)
+            return GS_ERR_NOMEM;
+        req->pooled = true;
+        req->comm = comm;
+        req->next = comm->free_reqs;
+        comm->free_reqs = req;
+    }
+    comm->sync_req.comm = comm;
+    return GS_OK;
+}
+
+static void free_request_list(gs_req *req)
+{
+    while (req) {
+        gs_req *next = req->next;
+        gs_pages_free(req->fused, req->fused_cap);
+        if (req->pooled)
+            free(req);
+        req = next;
+    }
+}
+
+static void release(gs_comm *comm)
+{
+    if (comm->threaded)
+        gs_engine_thread_stop(comm);
+    free_request_list(comm->free_reqs);
+    free_request_list(comm->head);
+    gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
+    if (comm->inbox && gs_mr_dereg(comm->inbox) != GS_OK)
+        gs_log_warn(COLL, "rank %d: deregistering the collectives' inbox failed: %s", comm->rank,
+                    gs_last_error());
+    if (comm->outbox && gs_mr_dereg(comm->outbox) != GS_OK)
+        gs_log_warn(COLL, "rank %d: deregistering the collectives' outbox failed: %s", comm->rank,
+                    gs_last_error());
+    if (comm->own_tp && comm->tp && gs_tp_close(comm->tp) != GS_OK)
+        gs_log_warn(COLL, "rank %d: closing the communicator's transport failed: %s", comm->rank,
+                    gs_last_error());
+    free(comm->out_pending);
+    free(comm->chans);
+    free(comm->peer_inbox);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_cond_destroy(&comm->cond);
+    free(comm);
+}
+
+gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
+{
+    gs_status st;
+    gs_comm *comm;
+    if (!ctx || !comm_p)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_comm_create: ctx and comm_p must not be NULL");
+    comm = gs_calloc(1, sizeof(*comm));
+    if (!comm)
+        return GS_ERR_NOMEM;
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    comm->ctx = ctx;
+    comm->cfg = &ctx->cfg;
+    comm->rank = ctx->rank;
+    comm->size = ctx->size;
+    comm->id = atomic_fetch_add(&comm_count, 1);
+    comm->tp = tp;
+    if (!tp) {
+        st = gs_tp_open(ctx, NULL, &comm->tp);
+        if (st != GS_OK)
+            goto err_release;
+        comm->own_tp = true;
+    }
+    st = layout(comm);
+    if (st == GS_OK)
+        st = alloc_staging(comm);
+    if (st == GS_OK)
+        st = alloc_requests(comm);
+    if (st == GS_OK)
+        st = exchange_descriptors(comm);
+    if (st == GS_OK && comm->cfg->progress_thread)
+        st = gs_engine_thread_start(comm);
+    if (st != GS_OK)
+        goto err_release;
+    gs_log_debug(COLL, "rank %d: communicator %u up over %s, %d ranks, chunk %zu bytes", comm->rank, comm->id,
+                 gs_tp_name(comm->tp), comm->size, comm->chunk);
+    *comm_p = comm;
+    return GS_OK;
+
+err_release:
+    release(comm);
+    return st;
+}
+
+gs_status gs_comm_destroy(gs_comm *comm)
+{
+    gs_status st = GS_OK;
+    char tag[64];
+    if (!comm)
+        return GS_OK;
+    if (comm->head)
+        gs_log_warn(COLL, "rank %d: destroying a communicator with requests in flight (call #%llu on)",
+                    comm->rank, (unsigned long long)comm->head->op.seq);
+    /* no peer may still be writing a credit into our inbox when it goes:
+     * wait for every rank (a failed communicator does not wait) */
+    if (comm->failed == GS_OK && comm->size > 1) {
+        snprintf(tag, sizeof(tag), "coll/%u/destroy", comm->id);
+        st = gs_store_barrier(comm->ctx, tag);
+        if (st != GS_OK)
+            gs_log_warn(COLL, "rank %d: the other ranks did not all reach gs_comm_destroy: %s", comm->rank,
+                        gs_last_error());
+    }
+    release(comm);
+    return st;
+}
+
+int gs_comm_rank(const gs_comm *comm)
+{
+    return comm ? comm->rank : -1;
+}
+
+int gs_comm_size(const gs_comm *comm)
+{
+    return comm ? comm->size : 0;
+}
+
+gs_tp *gs_comm_tp(gs_comm *comm)
+{
+    return comm ? comm->tp : NULL;
+}

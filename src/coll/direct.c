@@ -1,0 +1,128 @@
+/*
+ * Direct: every rank sends its data to every other rank in one step, and
+ * every rank combines all n contributions itself, in rank order 0..n-1 (so
+ * all ranks compute the same bits). One message latency; n-1 times the
+ * data per rank, so it is chosen for small messages (or a few ranks on one
+ * host, where a write is a memcpy). Every rank hears from every rank in
+ * each column, so a mismatched call is seen by all of them at once.
+ *
+ *   allreduce       send mine to all; receive all; out = x0 op x1 op ... op x(n-1)
+ *   reduce_scatter  send block q to rank q; receive block r from all; reduce
+ *   allgather       send mine to all; block q of out = rank q's data
+ *   broadcast       root sends its data, the others an empty message (their
+ *                   agreement); later columns: root to all
+ *   barrier         empty messages to all, from all
+ */
+#include "coll/coll.h"
+
+static void direct_start(gs_coll_op *op)
+{
+    gs_coll_layout(op, op->kind == GS_COLL_BARRIER ? 0 : op->count);
+    op->nsteps = 2; /* send, receive */
+}
+
+static gs_prim send_all(const void *local, size_t bytes, size_t stride)
+{
+    return (gs_prim){.kind = GS_PRIM_SEND_ALL,
+                     .local = local,
+                     .bytes = bytes,
+                     .stride = stride,
+                     .root = -1,
+                     .out_slot = -1};
+}
+
+static gs_prim recv_all(gs_prim_mode mode, const void *local, void *out, size_t bytes)
+{
+    return (gs_prim){.kind = GS_PRIM_RECV_ALL,
+                     .mode = mode,
+                     .local = local,
+                     .out = out,
+                     .bytes = bytes,
+                     .root = -1,
+                     .out_slot = -1};
+}
+
+/* Broadcast: column 0 is all to all (agreement), later ones root to all. */
+static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p)
+{
+    bool root = op->comm->rank == op->root;
+    const uint8_t *in = gs_coll_at(op->send, first * op->es);
+    uint8_t *out = gs_coll_at(op->recv, first * op->es);
+    if (op->col == 0) {
+        *p = step == 0 ? send_all(root ? in : NULL, root ? bytes : 0, 0)
+                       : recv_all(GS_PRIM_BCAST, root ? in : NULL, out, bytes);
+        p->root = op->root;
+        return true;
+    }
+    if (step == 0) {
+        if (!root)
+            return false;
+        *p = send_all(in, bytes, 0);
+        p->out = out; /* and store my own copy */
+    } else {
+        if (root)
+            return false;
+        *p = gs_prim_pair(-1, op->root, GS_PRIM_COPY, NULL, out, bytes);
+    }
+    return true;
+}
+
+static bool fill(gs_coll_op *op, int step, gs_prim *p)
+{
+    int r = op->comm->rank;
+    size_t first, cnt, es = op->es;
+    gs_coll_chunk(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, op->col, &first, &cnt);
+    size_t bytes = cnt * es;
+    bool avg = op->redop == GS_AVG;
+
+    switch (op->kind) {
+    case GS_COLL_REDUCE_SCATTER:
+        *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, op->count * es)
+                       : recv_all(GS_PRIM_REDUCE, gs_coll_at(op->send, ((size_t)r * op->count + first) * es),
+                                  gs_coll_at(op->recv, first * es), bytes);
+        p->finish = avg && step == 1;
+        break;
+    case GS_COLL_ALLGATHER:
+        *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, 0)
+                       : recv_all(GS_PRIM_GATHER, gs_coll_at(op->send, first * es),
+                                  gs_coll_at(op->recv, first * es), bytes);
+        p->stride = step == 0 ? 0 : op->count * es;
+        break;
+    case GS_COLL_BROADCAST:
+        if (!broadcast_step(op, step, first, bytes, p))
+            return false;
+        break;
+    case GS_COLL_BARRIER:
+        *p = step == 0 ? send_all(NULL, 0, 0) : recv_all(GS_PRIM_GATHER, NULL, NULL, 0);
+        break;
+    default: /* allreduce: my operand is the copy the send step made */
+        *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, 0)
+                       : recv_all(GS_PRIM_REDUCE, NULL, gs_coll_at(op->recv, first * es), bytes);
+        p->finish = avg && step == 1;
+        break;
+    }
+    p->send_unit = p->recv_unit = gs_coll_unit(op, op->col, 0);
+    return true;
+}
+
+static bool direct_next(gs_coll_op *op, gs_prim *p)
+{
+    while (op->col < op->ncols) {
+        int step = op->step;
+        bool mine = fill(op, step, p);
+        if (++op->step == op->nsteps) {
+            op->step = 0;
+            op->col++;
+        }
+        if (mine)
+            return true;
+    }
+    return false;
+}
+
+const gs_coll_algo gs_direct_algo = {
+    .name = "direct",
+    .id = GS_COLL_ALGO_DIRECT,
+    .start = direct_start,
+    .next = direct_next,
+};

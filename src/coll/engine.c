@@ -1,0 +1,342 @@
+/*
+ * The progress engine: started requests wait in a queue and run in order;
+ * each runs its algorithm's steps until one has to wait; completions from
+ * the transport (arrivals, finished writes, credits) let them continue.
+ * Progress happens in the caller (test, wait, blocking calls) or, with
+ * GS_PROGRESS_THREAD, in a thread that keeps polling while work is queued.
+ *
+ * Deadline: a request fails with GS_ERR_TIMEOUT when nothing has moved for
+ * GS_TIMEOUT_MS; the error names the step and the peer it waits for.
+ */
+#include "coll/coll.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static void lock(gs_comm *comm)
+{
+    if (comm->threaded)
+        pthread_mutex_lock(&comm->lock);
+}
+
+static void unlock(gs_comm *comm)
+{
+    if (comm->threaded)
+        pthread_mutex_unlock(&comm->lock);
+}
+
+/* Tells every peer, best effort: they fail their call at once instead of
+ * waiting for their deadline. */
+static void tell_peers(gs_comm *comm, gs_status status, const char *text)
+{
+    gs_coll_abort *a = (gs_coll_abort *)comm->abort_src;
+    size_t len = strlen(text);
+    if (len >= sizeof(a->text))
+        len = sizeof(a->text) - 1;
+    memset(a, 0, offsetof(gs_coll_abort, text));
+    a->version = GS_COLL_PROTO_VERSION;
+    a->status = (int32_t)status;
+    a->rank = (uint32_t)comm->rank;
+    a->len = (uint32_t)len;
+    a->seq = comm->head ? comm->head->op.seq : comm->seq_done;
+    memcpy(a->text, text, len);
+    a->text[len] = '\0';
+    for (int p = 0; p < comm->size; p++) {
+        if (p == comm->rank)
+            continue;
+        const gs_chan *ch = &comm->chans[p];
+        gs_status st = gs_ep_write_imm(
+            gs_tp_ep(comm->tp, p), a, comm->outbox, offsetof(gs_coll_abort, text) + len + 1,
+            &comm->peer_inbox[p], ch->remote_off + GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE,
+            GS_COLL_IMM(GS_COLL_IMM_ABORT, 0), GS_WR_ID(GS_WR_ABORT, p, 0), GS_OP_SIGNALED);
+        if (st != GS_OK)
+            gs_log_debug(COLL, "rank %d: could not tell rank %d about the failure: %s", comm->rank, p,
+                         gs_status_name(st));
+    }
+}
+
+/* Takes the head request off the queue with its final status. */
+static void finish_head(gs_comm *comm, gs_status status)
+{
+    gs_req *req = comm->head;
+    comm->head = req->next;
+    if (!comm->head)
+        comm->tail = NULL;
+    req->next = NULL;
+    if (req->op.seq > comm->seq_done)
+        comm->seq_done = req->op.seq;
+    if (status == GS_OK && req->op.kind == GS_COLL_ALLREDUCE_MULTI) {
+        const uint8_t *src = req->op.recv;
+        for (size_t i = 0; i < req->op.ntensors; i++) {
+            size_t bytes = req->op.tensors[i].count * req->op.es;
+            if (bytes)
+                memcpy(req->op.tensors[i].recvbuf, src, bytes);
+            src += bytes;
+        }
+    }
+    req->status = status;
+    if (comm->threaded)
+        pthread_cond_broadcast(&comm->cond);
+}
+
+void gs_engine_fail(gs_comm *comm, gs_status status, const char *text, bool tell)
+{
+    if (comm->failed != GS_OK)
+        return;
+    comm->failed = status;
+    snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
+    if (tell)
+        tell_peers(comm, status, comm->failed_text);
+    while (comm->head)
+        finish_head(comm, status);
+}
+
+/* Runs one op's steps until one has to wait: GS_OK when the op is done. */
+static gs_status run_op(gs_coll_op *op)
+{
+    for (;;) {
+        if (!op->have_prim) {
+            if (!op->algo->next(op, &op->prim))
+                return GS_OK;
+            op->have_prim = true;
+        }
+        gs_status st = gs_prim_run(op, &op->prim);
+        if (st != GS_OK)
+            return st;
+        op->have_prim = false;
+    }
+}
+
+/* Runs the queue from its head; a request reaching the head first checks
+ * the messages that came for it early. */
+static gs_status run_queue(gs_comm *comm)
+{
+    while (comm->head) {
+        gs_coll_op *op = &comm->head->op;
+        gs_status st = GS_OK;
+        if (!op->started) {
+            op->started = true;
+            comm->progress_ns = gs_now_ns();
+            st = gs_chan_check_queued(comm, op);
+        }
+        if (st == GS_OK)
+            st = run_op(op);
+        if (st == GS_INPROGRESS)
+            return GS_OK;
+        if (st != GS_OK) {
+            gs_engine_fail(comm, st, gs_last_error(), true);
+            return st;
+        }
+        finish_head(comm, GS_OK);
+    }
+    return GS_OK;
+}
+
+static gs_status dispatch(gs_comm *comm, int n)
+{
+    for (int i = 0; i < n; i++) {
+        gs_status st = gs_chan_complete(comm, &comm->wcs[i]);
+        if (st != GS_OK) {
+            gs_engine_fail(comm, st, gs_last_error(), st != GS_ERR_PEER_LOST || comm->size > 2);
+            return st;
+        }
+    }
+    return GS_OK;
+}
+
+gs_status gs_engine_progress(gs_comm *comm)
+{
+    int n, max = (int)(sizeof(comm->wcs) / sizeof(comm->wcs[0]));
+    gs_status st;
+    if (comm->failed != GS_OK)
+        return comm->failed;
+    do {
+        st = gs_tp_poll(comm->tp, comm->wcs, max, &n);
+        if (st != GS_OK) {
+            gs_engine_fail(comm, st, gs_last_error(), true);
+            return st;
+        }
+        st = dispatch(comm, n);
+        if (st != GS_OK)
+            return st;
+    } while (n == max);
+    return run_queue(comm);
+}
+
+/* The head request made no progress for GS_TIMEOUT_MS. */
+static void time_out(gs_comm *comm)
+{
+    char call[200], wait[200], text[500];
+    const gs_coll_op *op = &comm->head->op;
+    gs_desc_format_op(op, call, sizeof(call));
+    if (op->have_prim)
+        gs_prim_describe_wait(op, &op->prim, wait, sizeof(wait));
+    else
+        snprintf(wait, sizeof(wait), "between steps");
+    snprintf(text, sizeof(text), "rank %d: %s made no progress for %lld ms (GS_TIMEOUT_MS): %s", comm->rank,
+             call, (long long)comm->cfg->timeout_ms, wait);
+    gs_fail(GS_SUBSYS_COLL, GS_ERR_TIMEOUT, "%s", text);
+    gs_engine_fail(comm, GS_ERR_TIMEOUT, text, true);
+}
+
+static bool overdue(const gs_comm *comm)
+{
+    return comm->head && comm->cfg->timeout_ms >= 0 &&
+           gs_now_ns() - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+}
+
+/* Blocks in the transport until a completion comes, at most until the
+ * head request's deadline. */
+static gs_status wait_completions(gs_comm *comm)
+{
+    int n, max = (int)(sizeof(comm->wcs) / sizeof(comm->wcs[0]));
+    int64_t left_ms = comm->cfg->timeout_ms - (int64_t)((gs_now_ns() - comm->progress_ns) / 1000000u);
+    gs_status st = gs_tp_wait(comm->tp, comm->wcs, max, &n, left_ms < 1 ? 1 : (int)left_ms);
+    if (st == GS_ERR_TIMEOUT)
+        return GS_OK; /* the caller sees the deadline passed */
+    if (st != GS_OK) {
+        gs_engine_fail(comm, st, gs_last_error(), true);
+        return st;
+    }
+    return dispatch(comm, n);
+}
+
+gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
+{
+    gs_status st;
+    lock(comm);
+    if (comm->failed != GS_OK) {
+        st = comm->failed;
+        gs_error_restore(comm->failed_text);
+        unlock(comm);
+        return st;
+    }
+    req->status = GS_INPROGRESS;
+    req->next = NULL;
+    req->op.seq = ++comm->seq_issued;
+    if (comm->tail)
+        comm->tail->next = req;
+    else
+        comm->head = req;
+    comm->tail = req;
+    if (comm->threaded)
+        pthread_cond_broadcast(&comm->cond);
+    else
+        gs_engine_progress(comm); /* start at once: the first sends need no one */
+    unlock(comm);
+    return GS_OK;
+}
+
+gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
+{
+    gs_status st;
+    lock(comm);
+    while (req->status == GS_INPROGRESS) {
+        if (comm->threaded) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
+            continue;
+        }
+        if (gs_engine_progress(comm) != GS_OK || req->status != GS_INPROGRESS)
+            break;
+        if (overdue(comm)) {
+            time_out(comm);
+            break;
+        }
+        wait_completions(comm);
+    }
+    st = req->status;
+    if (st != GS_OK)
+        gs_error_restore(comm->failed_text);
+    unlock(comm);
+    return st;
+}
+
+gs_status gs_engine_test(gs_comm *comm, gs_req *req)
+{
+    gs_status st;
+    lock(comm);
+    if (!comm->threaded && req->status == GS_INPROGRESS) {
+        gs_engine_progress(comm);
+        if (req->status == GS_INPROGRESS && overdue(comm))
+            time_out(comm);
+    }
+    st = req->status;
+    if (st != GS_OK && st != GS_INPROGRESS)
+        gs_error_restore(comm->failed_text);
+    unlock(comm);
+    return st;
+}
+
+/* ---- the progress thread ------------------------------------------------ */
+
+static void backoff(unsigned idle)
+{
+    if (idle < 64) {
+        gs_cpu_relax();
+    } else if (idle < 256) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, idle < 4096 ? 2000 : 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    gs_comm *comm = arg;
+    unsigned idle = 0;
+    pthread_mutex_lock(&comm->lock);
+    while (!comm->stop) {
+        if (!comm->head || comm->failed != GS_OK) {
+            pthread_cond_wait(&comm->cond, &comm->lock);
+            continue;
+        }
+        uint64_t before = comm->progress_ns;
+        gs_req *head = comm->head;
+        gs_engine_progress(comm);
+        if (overdue(comm))
+            time_out(comm);
+        if (comm->progress_ns != before || comm->head != head) {
+            idle = 0;
+            continue;
+        }
+        pthread_mutex_unlock(&comm->lock);
+        backoff(idle++);
+        pthread_mutex_lock(&comm->lock);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+gs_status gs_engine_thread_start(gs_comm *comm)
+{
+    int err = pthread_create(&comm->thread, NULL, progress_main, comm);
+    if (err != 0)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_SYSTEM, "rank %d: starting the progress thread failed: %s",
+                       comm->rank, strerror(err));
+    comm->threaded = true;
+    return GS_OK;
+}
+
+void gs_engine_thread_stop(gs_comm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    comm->stop = true;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_join(comm->thread, NULL);
+    comm->threaded = false;
+}

@@ -1,0 +1,31 @@
+/*
+ * How the algorithms cut a call into chunk columns. A segment (a rank's
+ * block, or the whole vector) of seg elements is cut into ncols chunks of
+ * col_elems (the last ones shorter or empty), the same ncols for every
+ * segment of the call, so that every rank runs the same number of steps.
+ */
+#include "coll/coll.h"
+
+size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes)
+{
+    size_t cols = (max_bytes + comm->chunk - 1) / comm->chunk;
+    return cols ? cols : 1;
+}
+
+void gs_coll_layout(gs_coll_op *op, size_t max_seg)
+{
+    op->ncols = gs_coll_columns(op->comm, max_seg * op->es);
+    op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
+    op->col = 0;
+    op->step = 0;
+}
+
+void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p)
+{
+    size_t first = col * op->col_elems;
+    size_t n = 0;
+    if (first < seg)
+        n = seg - first < op->col_elems ? seg - first : op->col_elems;
+    *first_p = first < seg ? first : seg;
+    *n_p = n;
+}

@@ -1,0 +1,255 @@
+/*
+ * The steps algorithms are made of. A step runs when everything it needs is
+ * there (its message arrived, its peer has a free slot, an outbox slot is
+ * free); otherwise it returns GS_INPROGRESS having done nothing it would
+ * repeat, and the engine runs it again after the next completions.
+ *
+ *   PAIR      send local to one peer, and/or receive from one peer: the
+ *             result (what arrived, or what arrived op local) goes to out
+ *             and/or is forwarded from the slot it arrived in
+ *   SEND_ALL  local (or local + q * stride) to every peer q
+ *   RECV_ALL  one message from every peer, combined in rank order
+ */
+#include "coll/coll.h"
+
+#include "util/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *local, void *out,
+                     size_t bytes)
+{
+    return (gs_prim){
+        .kind = GS_PRIM_PAIR,
+        .mode = mode,
+        .send_to = send_to,
+        .recv_from = recv_from,
+        .local = local,
+        .out = out,
+        .bytes = bytes,
+        .root = -1,
+        .out_slot = -1,
+    };
+}
+
+/* Copies src into the next outbox slot and posts it to tx. */
+static gs_status send_copy(gs_coll_op *op, gs_chan *tx, const uint8_t *src, size_t bytes, uint32_t unit)
+{
+    gs_comm *c = op->comm;
+    int i = c->out_next;
+    if (!gs_chan_has_credit(tx) || c->out_pending[i] != 0)
+        return GS_INPROGRESS;
+    uint8_t *slot = gs_coll_outbox_slot(c, i);
+    if (bytes)
+        memcpy(gs_coll_payload(slot), src, bytes);
+    gs_status st = gs_chan_post(c, tx, slot, c->outbox, bytes, op, unit, GS_WR_ID(GS_WR_OUTBOX, i, 0));
+    if (st == GS_ERR_AGAIN)
+        return GS_INPROGRESS;
+    if (st != GS_OK)
+        return st;
+    c->out_pending[i]++;
+    c->out_next = (i + 1) % c->out_nslots;
+    return GS_OK;
+}
+
+/* The result of a PAIR step from the payload that arrived. */
+static void combine(gs_coll_op *op, const gs_prim *p, uint8_t *data, bool forward)
+{
+    uint8_t *result = data;
+    size_t n = p->bytes / op->es;
+    if (p->mode == GS_PRIM_REDUCE) {
+        uint8_t *dst = forward || !p->out ? data : p->out;
+        const void *a = p->recv_first ? (const void *)data : p->local;
+        const void *b = p->recv_first ? p->local : (const void *)data;
+        gs_red_apply(op->dtype, op->redop, dst, a, b, n);
+        result = dst;
+    }
+    if (p->finish)
+        gs_red_avg_finish(op->dtype, result, n, op->comm->size);
+    if (p->out && p->out != result && p->bytes)
+        memcpy(p->out, result, p->bytes);
+}
+
+static gs_status run_pair(gs_coll_op *op, gs_prim *p)
+{
+    gs_comm *c = op->comm;
+    gs_chan *tx = p->send_to >= 0 ? &c->chans[p->send_to] : NULL;
+    gs_chan *rx = p->recv_from >= 0 ? &c->chans[p->recv_from] : NULL;
+    gs_status st;
+
+    /* 1. this rank's own data leaves first: the result may overwrite it */
+    if (tx && p->send_local && !p->sent) {
+        st = send_copy(op, tx, p->local, p->bytes, p->send_unit);
+        if (st != GS_OK)
+            return st;
+        p->sent = true;
+    }
+    if (!rx) {
+        if (p->out && p->local && p->out != p->local && p->bytes)
+            memcpy(p->out, p->local, p->bytes);
+        return GS_OK;
+    }
+    /* 2. the message, and room at the next peer if the result goes on */
+    bool forward = tx && !p->send_local;
+    if (!gs_chan_has_msg(rx) || (forward && !gs_chan_has_credit(tx)))
+        return GS_INPROGRESS;
+    uint8_t *slot = gs_chan_head(c, rx);
+    if (!p->combined) {
+        st = gs_desc_check(c, op, gs_coll_hdr_of(slot), p->recv_from, p->recv_unit, p->bytes);
+        if (st != GS_OK)
+            return st;
+        combine(op, p, gs_coll_payload(slot), forward);
+        p->combined = true;
+    }
+    if (!forward) {
+        gs_chan_consume(c, rx, false);
+        return GS_OK;
+    }
+    /* 3. forward from the slot it arrived in (held until the write is done) */
+    unsigned held = (unsigned)(rx->rx_next % GS_COLL_SLOTS);
+    st = gs_chan_post(c, tx, slot, c->inbox, p->bytes, op, p->send_unit,
+                      GS_WR_ID(GS_WR_FORWARD, rx->peer, held));
+    if (st == GS_ERR_AGAIN)
+        return GS_INPROGRESS;
+    if (st != GS_OK)
+        return st;
+    gs_chan_consume(c, rx, true);
+    return GS_OK;
+}
+
+static gs_status run_send_all(gs_coll_op *op, gs_prim *p)
+{
+    gs_comm *c = op->comm;
+    for (; p->next_peer < c->size - 1; p->next_peer++) {
+        int q = (c->rank + 1 + p->next_peer) % c->size;
+        gs_chan *tx = &c->chans[q];
+        gs_status st;
+        if (p->stride) {
+            st = send_copy(op, tx, p->local + (size_t)q * p->stride, p->bytes, p->send_unit);
+            if (st != GS_OK)
+                return st;
+            continue;
+        }
+        /* the same data to everyone: one copy into the outbox, one write per peer */
+        if (p->out_slot < 0) {
+            if (c->out_pending[c->out_next] != 0)
+                return GS_INPROGRESS;
+            p->out_slot = gs_coll_outbox_take(c);
+            op->last_out_slot = p->out_slot;
+            if (p->bytes)
+                memcpy(gs_coll_payload(gs_coll_outbox_slot(c, p->out_slot)), p->local, p->bytes);
+        }
+        if (!gs_chan_has_credit(tx))
+            return GS_INPROGRESS;
+        st = gs_chan_post(c, tx, gs_coll_outbox_slot(c, p->out_slot), c->outbox, p->bytes, op, p->send_unit,
+                          GS_WR_ID(GS_WR_OUTBOX, p->out_slot, 0));
+        if (st == GS_ERR_AGAIN)
+            return GS_INPROGRESS;
+        if (st != GS_OK)
+            return st;
+        c->out_pending[p->out_slot]++;
+    }
+    if (p->out && p->local && p->out != p->local && p->bytes)
+        memcpy(p->out, p->local, p->bytes);
+    return GS_OK;
+}
+
+/* Operand q of a RECV_ALL reduce: this rank's data or peer q's payload. */
+static const uint8_t *operand(gs_coll_op *op, const gs_prim *p, int q)
+{
+    gs_comm *c = op->comm;
+    if (q != c->rank)
+        return gs_coll_payload(gs_chan_head(c, &c->chans[q]));
+    if (p->local)
+        return p->local;
+    return gs_coll_payload(gs_coll_outbox_slot(c, op->last_out_slot));
+}
+
+/* out = x_0 op x_1 op ... op x_{n-1}, left to right: every rank computes the
+ * same bits. The partial result lives in a peer's slot, so out (which may be
+ * this rank's own input) is written only by the last step. */
+static void reduce_all(gs_coll_op *op, const gs_prim *p)
+{
+    gs_comm *c = op->comm;
+    size_t n = p->bytes / op->es;
+    int last = c->size - 1;
+    if (c->size == 2) {
+        gs_red_apply(op->dtype, op->redop, p->out, operand(op, p, 0), operand(op, p, 1), n);
+    } else {
+        uint8_t *acc = gs_coll_payload(gs_chan_head(c, &c->chans[c->rank == 0 ? 1 : 0]));
+        gs_red_apply(op->dtype, op->redop, acc, operand(op, p, 0), operand(op, p, 1), n);
+        for (int q = 2; q < last; q++)
+            gs_red_apply(op->dtype, op->redop, acc, acc, operand(op, p, q), n);
+        gs_red_apply(op->dtype, op->redop, p->out, acc, operand(op, p, last), n);
+    }
+    if (p->finish)
+        gs_red_avg_finish(op->dtype, p->out, n, c->size);
+}
+
+static gs_status run_recv_all(gs_coll_op *op, gs_prim *p)
+{
+    gs_comm *c = op->comm;
+    gs_status st;
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank && !gs_chan_has_msg(&c->chans[q]))
+            return GS_INPROGRESS;
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank)
+            continue;
+        size_t bytes = p->mode == GS_PRIM_BCAST && q != p->root ? 0 : p->bytes;
+        st = gs_desc_check(c, op, gs_coll_hdr_of(gs_chan_head(c, &c->chans[q])), q, p->recv_unit, bytes);
+        if (st != GS_OK)
+            return st;
+    }
+    if (p->mode == GS_PRIM_REDUCE) {
+        reduce_all(op, p);
+    } else if (p->mode == GS_PRIM_GATHER && p->out && p->bytes) {
+        for (int q = 0; q < c->size; q++)
+            if (q != c->rank || p->out + (size_t)q * p->stride != p->local)
+                memcpy(p->out + (size_t)q * p->stride, operand(op, p, q), p->bytes);
+    } else if (p->mode == GS_PRIM_BCAST && p->out && p->bytes) {
+        const uint8_t *src = operand(op, p, p->root);
+        if (src != p->out)
+            memcpy(p->out, src, p->bytes);
+    }
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank)
+            gs_chan_consume(c, &c->chans[q], false);
+    return GS_OK;
+}
+
+gs_status gs_prim_run(gs_coll_op *op, gs_prim *prim)
+{
+    switch (prim->kind) {
+    case GS_PRIM_PAIR: return run_pair(op, prim);
+    case GS_PRIM_SEND_ALL: return run_send_all(op, prim);
+    case GS_PRIM_RECV_ALL: return run_recv_all(op, prim);
+    }
+    return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "unknown step kind %d", (int)prim->kind);
+}
+
+void gs_prim_describe_wait(const gs_coll_op *op, const gs_prim *p, char *buf, size_t cap)
+{
+    const gs_comm *c = op->comm;
+    size_t used = 0;
+    buf[0] = '\0';
+    if (p->kind == GS_PRIM_PAIR) {
+        if (p->recv_from >= 0 && !gs_chan_has_msg(&c->chans[p->recv_from]))
+            used += (size_t)snprintf(buf + used, cap - used, "waiting for step 0x%x from rank %d",
+                                     p->recv_unit, p->recv_from);
+        else if (p->send_to >= 0)
+            snprintf(buf + used, cap - used, "waiting for rank %d to free a slot (step 0x%x)", p->send_to,
+                     p->send_unit);
+        return;
+    }
+    used += (size_t)snprintf(buf, cap, "waiting for step 0x%x %s ranks",
+                             p->kind == GS_PRIM_RECV_ALL ? p->recv_unit : p->send_unit,
+                             p->kind == GS_PRIM_RECV_ALL ? "from" : "to free slots at");
+    for (int q = 0; q < c->size && used + 8 < cap; q++) {
+        bool missing = q != c->rank && (p->kind == GS_PRIM_RECV_ALL ? !gs_chan_has_msg(&c->chans[q])
+                                                                    : !gs_chan_has_credit(&c->chans[q]));
+        if (missing)
+            used += (size_t)snprintf(buf + used, cap - used, " %d", q);
+    }
+}

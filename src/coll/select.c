@@ -1,0 +1,77 @@
+/*
+ * Which algorithm runs a call. Every rank computes the same answer from the
+ * same inputs (collective, bytes, rank count, GS_ALGO); a rank whose
+ * GS_ALGO differs is caught by the descriptor check as a mismatch.
+ *
+ * auto: small messages go where latency is lowest (direct: one step; rd:
+ * log2 n steps), large ones to the ring (each rank sends and receives
+ * 2(n-1)/n of the data, the bandwidth optimum). The crossovers were
+ * measured with gsbench over shm (docs/collectives.md).
+ */
+#include "coll/coll.h"
+
+/* ---- one rank: copies only ------------------------------------------------ */
+
+static void local_start(gs_coll_op *op)
+{
+    op->col = 0;
+    op->ncols = 1;
+    op->nsteps = 1;
+}
+
+static bool local_next(gs_coll_op *op, gs_prim *p)
+{
+    if (op->col++ > 0)
+        return false;
+    *p = gs_prim_pair(-1, -1, GS_PRIM_COPY, op->send, op->recv,
+                      op->kind == GS_COLL_BARRIER ? 0 : op->count * op->es);
+    return true;
+}
+
+const gs_coll_algo gs_local_algo = {
+    .name = "local",
+    .id = GS_COLL_ALGO_LOCAL,
+    .start = local_start,
+    .next = local_next,
+};
+
+/* ---- the choice ----------------------------------------------------------- */
+
+#define DIRECT_MAX_BYTES  (64u << 10) /* allreduce with at most DIRECT_MAX_RANKS */
+#define DIRECT_MAX_RANKS  4
+#define RD_MAX_BYTES      (16u << 10)
+#define SMALL_TOTAL_BYTES (16u << 10) /* reduce_scatter, allgather, broadcast */
+
+static const gs_coll_algo *forced(int algo)
+{
+    switch (algo) {
+    case GS_ALGO_RING: return &gs_ring_algo;
+    case GS_ALGO_RD: return &gs_rd_algo;
+    case GS_ALGO_DIRECT: return &gs_direct_algo;
+    default: return NULL;
+    }
+}
+
+const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes)
+{
+    const gs_coll_algo *want = forced(comm->cfg->algo);
+    int n = comm->size;
+    if (n == 1)
+        return &gs_local_algo;
+    switch (kind) {
+    case GS_COLL_ALLREDUCE:
+    case GS_COLL_ALLREDUCE_MULTI:
+    case GS_COLL_BARRIER:
+        if (want)
+            return want;
+        if (n <= DIRECT_MAX_RANKS && bytes <= DIRECT_MAX_BYTES)
+            return &gs_direct_algo;
+        return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
+    default: /* reduce_scatter, allgather, broadcast: ring or direct (rd means ring) */
+        if (want == &gs_direct_algo || want == &gs_ring_algo)
+            return want;
+        if (want)
+            return &gs_ring_algo;
+        return bytes <= SMALL_TOTAL_BYTES && n <= 2 * DIRECT_MAX_RANKS ? &gs_direct_algo : &gs_ring_algo;
+    }
+}

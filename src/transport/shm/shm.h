@@ -1,0 +1,232 @@
+/*
+ * The shm transport's internal objects and the functions its files share.
+ *
+ *   shm_tp.c        open/close, control segment, connecting peers through the store
+ *   shm_mr.c        regions: memfd segments, caller memory, the per-peer mapping cache
+ *   shm_rma.c       write, write_imm, read, atomics, send (initiator side)
+ *   shm_cq.c        local completion queue, posted receives, unexpected sends
+ *   shm_progress.c  notification rings, peer liveness, poll and wait (spin/event/hybrid)
+ *
+ * A gs_tp is driven by one thread at a time (like a verbs QP + CQ pair
+ * without locks). All ops complete at post time except arriving
+ * notifications, which poll/wait deliver.
+ */
+#ifndef GS_SHM_H
+#define GS_SHM_H
+
+#include "transport/shm/shm_proto.h"
+#include "transport/tp.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct gs_shm_tp gs_shm_tp;
+
+/* A peer region mapped into this process, cached by key. */
+typedef struct gs_shm_map {
+    uint64_t key; /* 0: empty bucket */
+    uint32_t slot;
+    uint32_t access; /* the region's, as registered (fixed while its key lives) */
+    uint64_t region_len;
+    void *base;
+    size_t len; /* mapped bytes (the region rounded up to pages) */
+} gs_shm_map;
+
+typedef struct gs_shm_map_cache {
+    gs_shm_map *buckets; /* open addressing, power-of-two count */
+    size_t cap;
+    size_t count;
+    gs_shm_map *last; /* the last hit, checked first */
+} gs_shm_map_cache;
+
+/* A posted receive or a buffered SEND that arrived before one was posted. */
+typedef struct gs_shm_rbuf {
+    void *buf;
+    size_t cap;
+    uint64_t wr_id;
+} gs_shm_rbuf;
+
+typedef struct gs_shm_unexp {
+    uint8_t *data; /* malloc'd copy of the payload */
+    uint32_t len;
+} gs_shm_unexp;
+
+#define GS_SHM_UNEXP_MAX 64 /* then the ring stalls until a receive is posted */
+
+typedef enum gs_shm_ep_state { GS_SHM_EP_UP = 0, GS_SHM_EP_CLOSED, GS_SHM_EP_LOST } gs_shm_ep_state;
+
+typedef struct gs_shm_ep {
+    gs_ep base;
+    gs_shm_tp *tp;
+    gs_shm_ep_state state;
+    pid_t pid;
+    int pidfd;         /* readable once the peer process has exited */
+    void *ctrl;        /* the peer's control segment, mapped */
+    size_t ctrl_len;
+    gs_shm_ring *tx;   /* in the peer's segment: my notifications to it */
+    gs_shm_ring *rx;   /* in my segment: its notifications to me */
+    uint32_t tx_tail;  /* slots I have produced into tx */
+    uint32_t tx_head;  /* the peer's consumption, last read */
+    uint32_t rx_head;  /* slots I have consumed from rx */
+    uint32_t rx_published;
+    gs_shm_map_cache maps;
+    /* posted receives and buffered sends: FIFO rings that grow */
+    gs_shm_rbuf *recvs;
+    size_t recv_cap, recv_first, recv_count;
+    gs_shm_unexp unexp[GS_SHM_UNEXP_MAX];
+    size_t unexp_first, unexp_count;
+    bool stalled;      /* a SEND waits in rx for a receive (unexpected queue full) */
+    bool lost_logged;  /* the loss was logged once; later reports stay quiet */
+    char lost_why[160];
+} gs_shm_ep;
+
+typedef struct gs_shm_mr {
+    gs_mr base;
+    struct gs_shm_mr *next, *prev; /* every region of the tp, freed at close */
+    int kind;                      /* GS_SHM_REGION_* */
+    int fd;                        /* MEMFD: the memfd; -1 otherwise */
+    uint32_t slot;
+    uint64_t key;
+    size_t map_len;
+} gs_shm_mr;
+
+/* The local completion queue: a ring of gs_wc that doubles when full. */
+typedef struct gs_shm_cq {
+    gs_wc *wcs;
+    size_t cap, first, count;
+} gs_shm_cq;
+
+struct gs_shm_tp {
+    gs_tp base;
+    gs_shm_ep *peers; /* [size]; peers[rank] unused */
+    int ctrl_fd;
+    void *ctrl;
+    size_t ctrl_len;
+    uint64_t key_seed;
+    uint64_t key_count;
+    uint32_t *free_slots; /* stack of free region-table slots */
+    uint32_t free_count;
+    uint32_t next_slot; /* slots never used start here */
+    gs_shm_mr *mrs;
+    gs_shm_cq cq;
+    bool cma_ok;
+    char cma_why[160];
+    uint32_t poll_count;    /* liveness is checked every so many polls ... */
+    uint64_t next_check_ns; /* ... once this time has passed */
+    int rr;                 /* ring the next poll starts at */
+    int lost_count;         /* endpoints in GS_SHM_EP_LOST */
+};
+
+/* Views into a control segment. */
+static inline gs_shm_ctrl_head *gs_shm_head(void *ctrl)
+{
+    return (gs_shm_ctrl_head *)ctrl;
+}
+static inline gs_shm_wake *gs_shm_wake_of(void *ctrl)
+{
+    return (gs_shm_wake *)((char *)ctrl + GS_SHM_WAKE_OFF);
+}
+static inline gs_shm_state *gs_shm_state_of(void *ctrl)
+{
+    return (gs_shm_state *)((char *)ctrl + GS_SHM_STATE_OFF);
+}
+static inline gs_shm_ring *gs_shm_ring_of(void *ctrl, int src)
+{
+    return (gs_shm_ring *)((char *)ctrl + GS_SHM_RING_OFF + (size_t)src * sizeof(gs_shm_ring));
+}
+static inline gs_shm_region *gs_shm_regions_of(void *ctrl)
+{
+    return (gs_shm_region *)((char *)ctrl + gs_shm_head(ctrl)->region_off);
+}
+static inline gs_shm_tp *gs_shm_tp_of(gs_tp *tp)
+{
+    return (gs_shm_tp *)tp;
+}
+static inline gs_shm_ep *gs_shm_ep_of(gs_ep *ep)
+{
+    return (gs_shm_ep *)ep;
+}
+/* Bytes of a control segment for size ranks. */
+size_t gs_shm_ctrl_bytes(int size);
+
+/* ---- shm_tp.c: creation in steps, so tests can connect ranks without a store */
+gs_status gs_shm_tp_create(const gs_config *cfg, int rank, int size, gs_shm_tp **tp_p);
+void gs_shm_tp_addr(const gs_shm_tp *tp, const char *host_id, gs_shm_addr *addr_p);
+/* Maps every peer's control segment from addrs[size]; fills ready_p either way. */
+gs_status gs_shm_tp_connect(gs_shm_tp *tp, const gs_shm_addr *addrs, gs_shm_ready *ready_p);
+/* Applies every rank's ready record: fails if any rank failed. */
+gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies);
+gs_status gs_shm_close(gs_tp *tp);
+/* Opens memfd number fd of process pid (rank peer) through /proc and checks
+ * its inode; what names it in errors. */
+gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what, int *fd_p);
+
+/* ---- shm_mr.c */
+gs_status gs_shm_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+gs_status gs_shm_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
+gs_status gs_shm_mr_dereg(gs_mr *mr);
+void gs_shm_mr_pack(const gs_mr *mr, gs_rmr_head *head);
+void gs_shm_maps_clear(gs_shm_map_cache *cache);
+
+/* Where an op lands in the target: checked against the owner's table. */
+typedef struct gs_shm_target {
+    int kind;
+    uint8_t *ptr;         /* MEMFD: byte off of the region in this process's mapping */
+    uint64_t remote_addr; /* USER: the owner's address of byte off */
+} gs_shm_target;
+
+/* Checks descriptor d against the owner's region table (key, bounds,
+ * need = GS_ACCESS_* bits) and maps it on first use. GS_ERR_REMOTE_ACCESS
+ * touches nothing. op names the operation in the error. */
+gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
+                            const char *op, gs_shm_target *t_p);
+
+/* ---- shm_rma.c */
+gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst, uint64_t off,
+                       uint64_t wr_id, unsigned flags);
+gs_status gs_shm_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                           uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
+gs_status gs_shm_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
+                      uint64_t wr_id, unsigned flags);
+gs_status gs_shm_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                           uint64_t add, uint64_t wr_id, unsigned flags);
+gs_status gs_shm_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                          uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
+gs_status gs_shm_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
+
+/* ---- shm_cq.c */
+/* Makes room for one more local completion (so pushing it cannot fail). */
+gs_status gs_shm_cq_reserve(gs_shm_tp *tp);
+/* Queues a completion; gs_shm_cq_reserve must have made room. */
+void gs_shm_cq_push(gs_shm_tp *tp, const gs_wc *wc);
+int gs_shm_cq_take(gs_shm_tp *tp, gs_wc *wcs, int max);
+void gs_shm_cq_free(gs_shm_cq *cq);
+gs_status gs_shm_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+/* The oldest posted receive (NULL if none), and taking it off the queue. */
+gs_shm_rbuf *gs_shm_recv_front(gs_shm_ep *ep);
+void gs_shm_recv_pop(gs_shm_ep *ep);
+/* Keeps a SEND that arrived before a receive was posted (data: malloc'd,
+ * owned by the queue from now on). false when GS_SHM_UNEXP_MAX are held. */
+bool gs_shm_unexp_push(gs_shm_ep *ep, uint8_t *data, uint32_t len);
+/* Completes posted receives of a lost endpoint with GS_ERR_FLUSHED. */
+void gs_shm_flush_recvs(gs_shm_ep *ep);
+void gs_shm_ep_queues_free(gs_shm_ep *ep);
+
+/* ---- shm_progress.c */
+/* Appends a message to ep's ring in the peer's segment and wakes the peer
+ * if it sleeps. GS_ERR_AGAIN if the ring has no room. */
+gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t len, const void *payload);
+/* Whether the ring has room for a message of nslots (re-reads the head). */
+bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots);
+/* GS_ERR_AGAIN with gs_last_error() saying which ring is full (not logged: flow control). */
+gs_status gs_shm_ring_full(const gs_shm_ep *ep);
+/* The endpoint's state for a post; GS_ERR_PEER_LOST names the peer. */
+gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op);
+gs_status gs_shm_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
+gs_status gs_shm_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+/* Checks every peer's process now; marks the lost and closed ones. */
+void gs_shm_check_peers(gs_shm_tp *tp);
+
+#endif

@@ -1,0 +1,271 @@
+/*
+ * The tcp transport's objects and internal interface.
+ *
+ * One gs_tcp_tp per open: a connected, non-blocking, TCP_NODELAY socket per
+ * peer (gs_tcp_ep), a table of registered regions (gs_tcp_mr, found by key),
+ * a completion queue for what arrives (WRITE_IMM, SEND, endpoint errors) and,
+ * per endpoint, a ring of the initiator's outstanding operations that
+ * complete in posting order.
+ *
+ * Threads: every entry point takes tp->lock, so the caller's thread(s) and
+ * the optional progress thread (GS_PROGRESS_THREAD=1) may drive the same
+ * transport. Socket descriptors stay open (shut down after an error) until
+ * close, so a thread blocked in poll() never sees one reused.
+ *
+ * Files: tcp_tp.c (ops table, open through the store, close), tcp_ep.c (the
+ * transport object and its endpoints, without the store), tcp_conn.c
+ * (addresses, listening, socket options), tcp_setup.c (dialling, accepting
+ * and the hello exchange), tcp_mr.c (regions), tcp_rma.c (posting
+ * ops), tcp_progress.c (sending and receiving frames, serving requests),
+ * tcp_cq.c (completions, poll and wait), tcp_thread.c (the progress thread),
+ * tcp_frame.c (checks of what arrives), tcp_proto.h (the wire format).
+ */
+#ifndef GS_TRANSPORT_TCP_TCP_H
+#define GS_TRANSPORT_TCP_TCP_H
+
+#include "transport/tcp/tcp_proto.h"
+#include "transport/tp.h"
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Limits per endpoint. */
+#define GS_TCP_SQ_DEPTH 1024   /* operations the user may have queued or outstanding */
+#define GS_TCP_MAX_RD 64       /* outstanding READs and atomics (responder resources) */
+#define GS_TCP_TX_CAP (GS_TCP_SQ_DEPTH + GS_TCP_MAX_RD + 8) /* + replies and control frames */
+#define GS_TCP_PEND_CAP (GS_TCP_SQ_DEPTH + GS_TCP_MAX_RD)
+#define GS_TCP_RECV_CAP 256    /* posted receives */
+#define GS_TCP_UNEXP_CAP 64    /* SENDs that arrived before their receive was posted */
+#define GS_TCP_RBUF 16384      /* receive prefetch: headers and the start of small payloads */
+#define GS_TCP_CQ_CAP 8192     /* target-side completions waiting to be polled */
+
+typedef struct gs_tcp_mr {
+    gs_mr base;
+    uint64_t key;     /* slot in the low 32 bits, random check bits above */
+    uint32_t tx_refs; /* queued READ replies whose payload reads from this region */
+} gs_tcp_mr;
+
+/* One frame waiting to be written: a header and an optional payload that is
+ * sent straight from the caller's (or the region's) memory. */
+typedef struct gs_tcp_tx {
+    gs_tcp_hdr hdr;
+    const uint8_t *payload;
+    uint64_t total;   /* header + payload bytes */
+    uint64_t done;    /* bytes already handed to the kernel */
+    gs_tcp_mr *ref;   /* region the payload reads from (READ reply), else NULL */
+    bool user;        /* counts against GS_TCP_SQ_DEPTH */
+} gs_tcp_tx;
+
+/* An initiator operation waiting for its acknowledgement or reply. */
+typedef struct gs_tcp_pend {
+    uint64_t seq;
+    uint64_t wr_id;
+    uint64_t posted_ns;
+    void *local;      /* READ destination / atomic result */
+    uint64_t len;
+    gs_wc_opcode opcode;
+    bool signaled;
+    bool replied;     /* READ / atomic: the reply arrived */
+} gs_tcp_pend;
+
+typedef struct gs_tcp_posted {
+    void *buf;
+    uint64_t cap;
+    uint64_t wr_id;
+} gs_tcp_posted;
+
+typedef struct gs_tcp_unexp {
+    uint8_t *buf;
+    uint64_t len;
+} gs_tcp_unexp;
+
+enum { GS_TCP_RX_HDR, GS_TCP_RX_PAYLOAD };
+
+typedef struct gs_tcp_rx {
+    int state;
+    gs_tcp_hdr hdr;   /* the frame being received */
+    uint8_t *dst;     /* where the rest of its payload goes */
+    uint64_t left;    /* payload bytes still to come */
+    int unexp;        /* SEND into the unexpected slot, -1 if none */
+    bool reserved;    /* holds a completion queue slot for this frame */
+    bool stalled;     /* the last header waits for room (queue, completions) */
+    uint64_t last_len; /* payload length of the last frame */
+    uint32_t rpos, rlen;
+    uint8_t buf[GS_TCP_RBUF];
+} gs_tcp_rx;
+
+typedef struct gs_tcp_ep {
+    gs_ep base;
+    int fd;
+    bool dead;          /* no more traffic: error or orderly close */
+    bool lost;          /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
+    bool bye_rcvd;      /* the peer closed in order */
+    bool err_reported;  /* a completion or return value has carried err */
+    gs_status err;      /* why the endpoint died */
+    char why[256];
+
+    /* sending */
+    gs_tcp_tx *tx;      /* ring [GS_TCP_TX_CAP] */
+    uint32_t tx_head, tx_count, tx_user;
+    bool tx_blocked;    /* the last write hit a full socket buffer */
+    uint64_t tx_stuck_since; /* when the queue last moved (for the timeout) */
+    uint64_t next_seq;  /* number of our next request */
+    bool ack_owed;      /* the peer asked for an ack we have not sent */
+    uint64_t ack_sent;  /* highest ack put on the wire */
+
+    /* our outstanding operations */
+    gs_tcp_pend *pend;  /* ring [GS_TCP_PEND_CAP] */
+    uint32_t pend_head, pend_count;
+    uint32_t rd_out;    /* READs and atomics awaiting a reply */
+    uint64_t acked;     /* the peer has served our requests < acked */
+
+    /* receiving */
+    gs_tcp_rx rx;
+    uint64_t rx_seq;    /* number of the peer's next request */
+    gs_tcp_posted recvs[GS_TCP_RECV_CAP];
+    uint32_t recv_head, recv_count;
+    gs_tcp_unexp unexp[GS_TCP_UNEXP_CAP];
+    uint32_t unexp_head, unexp_count;
+} gs_tcp_ep;
+
+typedef struct gs_tcp_tp {
+    gs_tp base;
+    pthread_mutex_t lock;
+    uint32_t instance;
+    int wake_fd;        /* eventfd: wakes a blocked waiter or the progress thread */
+    int waiters;        /* threads blocked in poll() waiting for completions */
+    uint64_t user_ns;   /* when the caller last polled (the progress thread stays out of its way) */
+
+    /* regions */
+    gs_tcp_mr **regions;
+    uint32_t region_cap;
+
+    /* target-side completions (RECV_IMM, RECV, endpoint errors) */
+    gs_wc *cq;
+    uint32_t cq_head, cq_count;
+    uint32_t cq_reserved; /* slots promised to frames still arriving */
+    uint32_t ep_cursor; /* where the next harvest starts (fairness) */
+    bool progressed;    /* something became ready to poll since the last wake */
+    bool rx_bytes;      /* the current pass read bytes from the current endpoint */
+
+    /* the progress thread */
+    int thread_wake_fd; /* eventfd: wakes the progress thread */
+    bool thread_on;
+    bool thread_stop;
+    pthread_t thread;
+} gs_tcp_tp;
+
+static inline gs_tcp_tp *gs_tcp_tp_of(gs_tp *tp)
+{
+    return (gs_tcp_tp *)tp;
+}
+
+static inline gs_tcp_ep *gs_tcp_ep_at(gs_tcp_tp *tp, int peer)
+{
+    return (gs_tcp_ep *)tp->base.eps[peer];
+}
+
+/* tcp_ep.c: the transport object without the store. */
+gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp **tp_p);
+/* Takes over fd, a connected and authenticated stream socket to peer. */
+gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd);
+/* Stops the progress thread, says goodbye to every live peer, frees everything. */
+void gs_tcp_tp_destroy(gs_tcp_tp *tp);
+
+/* tcp_conn.c and tcp_setup.c: addresses and connection setup. */
+typedef struct gs_tcp_addr {
+    struct sockaddr_storage sa;
+    socklen_t len;
+} gs_tcp_addr;
+/* The address to listen on: GS_TCP_IFNAME's, else the one routing to the
+ * store host (store_host may be empty: loopback). */
+gs_status gs_tcp_addr_choose(const gs_config *cfg, const char *store_host, int store_port, int rank,
+                             gs_tcp_addr *addr_p);
+void gs_tcp_addr_format(const gs_tcp_addr *addr, char *buf, size_t cap);
+gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_p, gs_tcp_addr *bound_p);
+void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES], gs_tcp_addr_blob *blob);
+gs_status gs_tcp_blob_unpack(const gs_tcp_addr_blob *blob, int peer, gs_tcp_addr *addr_p);
+/* Socket options of a data connection: non-blocking, TCP_NODELAY, user timeout. */
+gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer);
+/* What both ends of setup need to know. */
+typedef struct gs_tcp_setup {
+    const gs_config *cfg;
+    int rank, size;
+    uint32_t instance;
+    const gs_tcp_addr_blob *blobs; /* [size], this rank's own included */
+    uint64_t deadline_ns;
+} gs_tcp_setup;
+/* Connects to every lower rank, accepts every higher rank on lfd, proves and
+ * checks the job token both ways; fds_p[peer] gets the sockets. Strangers
+ * are dropped with a logged reason. Blocks until done or the deadline. */
+gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds);
+
+/* tcp_mr.c */
+gs_status gs_tcp_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+gs_status gs_tcp_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
+gs_status gs_tcp_mr_dereg(gs_mr *mr);
+void gs_tcp_mr_pack(const gs_mr *mr, gs_rmr_head *head);
+/* The region key names, or NULL. */
+gs_tcp_mr *gs_tcp_mr_find(gs_tcp_tp *tp, uint64_t key);
+/* GS_OK if [off, off+len) lies in mr and it grants access; else
+ * GS_ERR_REMOTE_ACCESS with *why_p a static reason. */
+gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsigned access, const char **why_p);
+
+/* tcp_rma.c: the posting ops of the table. */
+gs_status gs_tcp_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                       uint64_t off, uint64_t wr_id, unsigned flags);
+gs_status gs_tcp_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                           uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
+gs_status gs_tcp_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
+                      uint64_t wr_id, unsigned flags);
+gs_status gs_tcp_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                           uint64_t add, uint64_t wr_id, unsigned flags);
+gs_status gs_tcp_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                          uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
+gs_status gs_tcp_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
+gs_status gs_tcp_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+
+/* tcp_progress.c (callers hold tp->lock). */
+/* One pass over every endpoint: reads and serves what arrived, writes what
+ * is queued, checks deadlines. */
+void gs_tcp_progress(gs_tcp_tp *tp);
+/* Writes as much of ep's queue as the socket takes. */
+void gs_tcp_tx_flush(gs_tcp_ep *ep);
+/* Queues a frame (payload sent from its own memory); NULL if the ring is full. */
+gs_tcp_tx *gs_tcp_tx_push(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, const void *payload, bool user);
+/* Sends any acknowledgement a peer asked for and is still owed. */
+void gs_tcp_ack_flush(gs_tcp_tp *tp);
+/* Puts ep in error (idempotent): logs why, shuts the socket down, drops its
+ * queue, and marks the peer lost; the outstanding operations complete with
+ * status when polled. */
+void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Drops an orderly closed endpoint without an error to report. */
+void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why);
+/* Whether an outstanding operation is answered (acknowledged or replied). */
+bool gs_tcp_pend_done(const gs_tcp_ep *ep, const gs_tcp_pend *e);
+/* Pairs posted receives with SENDs that came before them (completion queue room permitting). */
+void gs_tcp_ep_match_unexp(gs_tcp_tp *tp, gs_tcp_ep *ep);
+
+/* tcp_cq.c (callers of gs_tcp_cq_push hold tp->lock). */
+bool gs_tcp_cq_full(const gs_tcp_tp *tp);
+void gs_tcp_cq_push(gs_tcp_tp *tp, const gs_wc *wc);
+/* Delivers what arrived after the last receive-side check; wakes waiters. */
+void gs_tcp_wake(gs_tcp_tp *tp);
+gs_status gs_tcp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
+gs_status gs_tcp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+
+/* tcp_thread.c: the progress thread. It takes over the progress engine
+ * whenever the caller has not polled for GS_TCP_TAKEOVER_NS (computing, or
+ * waiting in the store), so peers' READs, atomics and acknowledgements are
+ * served without the caller; with GS_PROGRESS_THREAD=1 it serves at once,
+ * all the time. */
+#define GS_TCP_TAKEOVER_NS 5000000ull
+gs_status gs_tcp_thread_start(gs_tcp_tp *tp);
+void gs_tcp_thread_stop(gs_tcp_tp *tp);
+/* Makes a progress thread blocked in poll() look again (new data to write). */
+void gs_tcp_wake_thread(gs_tcp_tp *tp);
+
+#endif

@@ -1,0 +1,135 @@
+/* The tcp transport's ops table, and its open and close: listen on the
+ * chosen interface, publish the address and a fresh nonce through the
+ * bootstrap store, connect to every peer (proving the job token), then run
+ * the progress engine from the caller's polls and, optionally, a thread. */
+#include "transport/tcp/tcp.h"
+
+#include "bootstrap/boot.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+static unsigned tcp_caps(const gs_tp *tp)
+{
+    (void)tp;
+    return GS_TP_CAP_USER_MEM | GS_TP_CAP_ATOMIC;
+}
+
+static gs_status make_nonce(int rank, uint8_t nonce[GS_TCP_NONCE_BYTES])
+{
+    if (getrandom(nonce, GS_TCP_NONCE_BYTES, 0) != GS_TCP_NONCE_BYTES)
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: getrandom for the tcp nonce failed: %s", rank,
+                       strerror(errno));
+    return GS_OK;
+}
+
+/* Listens, publishes our address, learns everyone's (blobs: [size]). */
+static gs_status exchange_addresses(gs_tcp_tp *tp, gs_ctx *ctx, int *lfd_p, gs_tcp_addr_blob *blobs)
+{
+    const gs_config *cfg = tp->base.cfg;
+    gs_tcp_addr addr, bound;
+    gs_tcp_addr_blob mine;
+    uint8_t nonce[GS_TCP_NONCE_BYTES];
+    char tag[64], text[80];
+    gs_status status = gs_tcp_addr_choose(cfg, ctx->boot.store_host, ctx->boot.store_port, ctx->rank, &addr);
+    if (status == GS_OK)
+        status = gs_tcp_listen(&addr, ctx->size + 16, ctx->rank, lfd_p, &bound);
+    if (status == GS_OK)
+        status = make_nonce(ctx->rank, nonce);
+    if (status != GS_OK)
+        return status;
+    gs_tcp_addr_format(&bound, text, sizeof(text));
+    gs_log_info(TCP, "rank %d: tcp transport %u listening on %s", ctx->rank, tp->instance, text);
+    gs_tcp_blob_pack(&bound, nonce, &mine);
+    snprintf(tag, sizeof(tag), "tcp.%u.addr", tp->instance);
+    return gs_store_allgather(ctx, tag, &mine, sizeof(mine), blobs);
+}
+
+static gs_status connect_peers(gs_tcp_tp *tp, int lfd, const gs_tcp_addr_blob *blobs)
+{
+    gs_tcp_setup setup = {.cfg = tp->base.cfg,
+                          .rank = tp->base.rank,
+                          .size = tp->base.size,
+                          .instance = tp->instance,
+                          .blobs = blobs,
+                          .deadline_ns = gs_deadline_after_ms(tp->base.cfg->timeout_ms)};
+    int *fds = gs_calloc((size_t)tp->base.size, sizeof(int));
+    gs_status status = fds ? gs_tcp_connect_all(&setup, lfd, fds) : GS_ERR_NOMEM;
+    for (int p = 0; status == GS_OK && p < tp->base.size; p++) {
+        if (p == tp->base.rank)
+            continue;
+        status = gs_tcp_ep_attach(tp, p, fds[p]);
+        if (status == GS_OK)
+            fds[p] = -1;
+    }
+    for (int p = 0; fds && p < tp->base.size; p++)
+        if (fds[p] >= 0 && p != tp->base.rank)
+            close(fds[p]);
+    free(fds);
+    return status;
+}
+
+static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+{
+    static unsigned instances; /* every rank opens its transports in the same order */
+    gs_tcp_tp *tp = NULL;
+    gs_tcp_addr_blob *blobs = gs_calloc((size_t)ctx->size, sizeof(*blobs));
+    int lfd = -1;
+    gs_status status = blobs ? gs_tcp_tp_create(cfg, ctx->rank, ctx->size, &tp) : GS_ERR_NOMEM;
+
+    if (status == GS_OK) {
+        tp->base.ops = &gs_tcp_ops;
+        tp->base.ctx = ctx;
+        tp->instance = __atomic_fetch_add(&instances, 1, __ATOMIC_RELAXED);
+        status = exchange_addresses(tp, ctx, &lfd, blobs);
+    }
+    if (status == GS_OK)
+        status = connect_peers(tp, lfd, blobs);
+    if (lfd >= 0)
+        close(lfd);
+    if (status == GS_OK)
+        status = gs_tcp_thread_start(tp);
+    free(blobs);
+    if (status != GS_OK) {
+        gs_tcp_tp_destroy(tp);
+        return status;
+    }
+    gs_log_info(TCP, "rank %d: tcp transport %u connected to %d peer(s), progress thread %s", ctx->rank,
+                tp->instance, ctx->size - 1, cfg->progress_thread ? "serving always" : "serving when the caller is away");
+    *tp_p = &tp->base;
+    return GS_OK;
+}
+
+static gs_status tcp_close(gs_tp *tp)
+{
+    gs_tcp_tp_destroy(gs_tcp_tp_of(tp));
+    return GS_OK;
+}
+
+const gs_tp_ops gs_tcp_ops = {
+    .name = "tcp",
+    .id = GS_TRANSPORT_TCP,
+    .caps = tcp_caps,
+    .open = tcp_open,
+    .close = tcp_close,
+    .buf_alloc = gs_tcp_buf_alloc,
+    .mr_reg = gs_tcp_mr_reg,
+    .mr_dereg = gs_tcp_mr_dereg,
+    .mr_pack = gs_tcp_mr_pack,
+    .write = gs_tcp_write,
+    .write_imm = gs_tcp_write_imm,
+    .read = gs_tcp_read,
+    .fetch_add = gs_tcp_fetch_add,
+    .cmp_swap = gs_tcp_cmp_swap,
+    .send = gs_tcp_send,
+    .recv = gs_tcp_recv,
+    .poll = gs_tcp_poll,
+    .wait = gs_tcp_wait,
+};

@@ -1,0 +1,445 @@
+/*
+ * The public transport API: chooses a backend, checks what can be checked
+ * without the peer, and dispatches through the backend's ops table.
+ *
+ * Checks here (GS_ERR_INVALID unless said otherwise): a NULL endpoint (the
+ * caller's own rank has none), the local buffer inside its region and that
+ * region from the same transport, LOCAL_WRITE for buffers an op writes into,
+ * the descriptor's version, transport and owner (= the endpoint's peer),
+ * 8-byte alignment for atomics, SEND size; and against what the descriptor
+ * says: bounds and permission (GS_ERR_REMOTE_ACCESS, nothing touched). The
+ * backend checks the same again against the owner's truth.
+ */
+#include "transport/tp.h"
+
+#include "bootstrap/boot.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the backends built in, in preference order for auto ------------------ */
+
+static const gs_tp_ops *const builtins[] = {
+#ifdef GS_TP_BUILT_SHM
+    &gs_shm_ops,
+#endif
+#ifdef GS_TP_BUILT_VERBS
+    &gs_verbs_ops,
+#endif
+#ifdef GS_TP_BUILT_TCP
+    &gs_tcp_ops,
+#endif
+    NULL,
+};
+
+const gs_tp_ops *gs_tp_builtin(int i)
+{
+    if (i < 0 || i >= (int)(sizeof(builtins) / sizeof(builtins[0])))
+        return NULL;
+    return builtins[i];
+}
+
+static const gs_tp_ops *builtin_named(const char *name)
+{
+    for (int i = 0; gs_tp_builtin(i); i++)
+        if (strcmp(gs_tp_builtin(i)->name, name) == 0)
+            return gs_tp_builtin(i);
+    return NULL;
+}
+
+static void builtin_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; gs_tp_builtin(i) && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", gs_tp_builtin(i)->name);
+}
+
+/* ---- selection ---------------------------------------------------------------- */
+
+/* What every rank tells the others for GS_TRANSPORT=auto. */
+typedef struct auto_info {
+    char host_id[128];
+    uint32_t usable; /* bit i: gs_tp_builtin(i) may be used from this rank */
+    uint32_t pad;
+} auto_info;
+
+static unsigned auto_count; /* store tags: every rank opens in the same order */
+
+static uint32_t usable_here(const gs_config *cfg)
+{
+    uint32_t mask = 0;
+    for (int i = 0; gs_tp_builtin(i); i++)
+        if (!gs_tp_builtin(i)->available || gs_tp_builtin(i)->available(cfg))
+            mask |= 1u << i;
+    return mask;
+}
+
+/* shm when every rank shares this host, else the first backend every rank can use. */
+static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
+{
+    gs_status st;
+    auto_info mine = {.usable = usable_here(&ctx->cfg)}, *all = gs_calloc((size_t)ctx->size, sizeof(*all));
+    uint32_t usable = ~0u;
+    bool one_host = true;
+    char tag[48], built[64];
+
+    if (!all)
+        return GS_ERR_NOMEM;
+    snprintf(mine.host_id, sizeof(mine.host_id), "%s", ctx->host_id);
+    snprintf(tag, sizeof(tag), "gs.tp.auto.%u", auto_count++);
+    st = gs_store_allgather(ctx, tag, &mine, sizeof(mine), all);
+    for (int r = 0; st == GS_OK && r < ctx->size; r++) {
+        usable &= all[r].usable;
+        one_host = one_host && strncmp(all[r].host_id, mine.host_id, sizeof(mine.host_id)) == 0;
+    }
+    free(all);
+    if (st != GS_OK)
+        return st;
+    for (int i = 0; gs_tp_builtin(i); i++) {
+        const gs_tp_ops *ops = gs_tp_builtin(i);
+        if (!(usable & (1u << i)) || (ops->id == GS_TRANSPORT_SHM && !one_host))
+            continue;
+        *ops_p = ops;
+        return GS_OK;
+    }
+    builtin_list(built, sizeof(built));
+    return gs_fail(GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
+                   "rank %d: GS_TRANSPORT=auto found no transport every rank can use (built: %s; ranks %s one "
+                   "host); build tcp or run all ranks on one host",
+                   ctx->rank, built, one_host ? "share" : "do not share");
+}
+
+static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
+{
+    static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
+    const gs_tp_ops *ops;
+    char built[64];
+
+    if (!name || strcmp(name, "auto") == 0)
+        name = names[ctx->cfg.transport];
+    if (strcmp(name, "auto") == 0)
+        return choose_auto(ctx, ops_p);
+    ops = builtin_named(name);
+    if (ops) {
+        *ops_p = ops;
+        return GS_OK;
+    }
+    builtin_list(built, sizeof(built));
+    for (size_t i = 1; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0)
+            return gs_fail(GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
+                           "rank %d: transport '%s' is not built into this library (built: %s)", ctx->rank, name,
+                           built);
+    return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: unknown transport '%s' (use auto, shm, tcp or verbs)",
+                   ctx->rank, name);
+}
+
+/* ---- instance ------------------------------------------------------------------ */
+
+gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p)
+{
+    const gs_tp_ops *ops = NULL;
+    gs_tp *tp = NULL;
+    gs_status st;
+
+    if (!ctx || !tp_p)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_tp_open: ctx and tp_p must not be NULL");
+    st = choose(ctx, name, &ops);
+    if (st != GS_OK)
+        return st;
+    st = ops->open(ctx, &ctx->cfg, &tp);
+    if (st != GS_OK)
+        return st;
+    gs_log_info(TP, "rank %d: transport %s open to %d peers", ctx->rank, ops->name, ctx->size - 1);
+    *tp_p = tp;
+    return GS_OK;
+}
+
+gs_status gs_tp_close(gs_tp *tp)
+{
+    return tp ? tp->ops->close(tp) : GS_OK;
+}
+
+const char *gs_tp_name(const gs_tp *tp)
+{
+    return tp ? tp->ops->name : "none";
+}
+
+gs_ep *gs_tp_ep(gs_tp *tp, int peer)
+{
+    if (!tp || peer < 0 || peer >= tp->size)
+        return NULL;
+    return tp->eps[peer];
+}
+
+/* ---- memory ---------------------------------------------------------------------- */
+
+static gs_status check_access(const gs_tp *tp, unsigned access, const char *fn)
+{
+    if (!tp)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: transport is NULL", fn);
+    if (access & ~(unsigned)GS_ACCESS_ALL)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s: unknown access bits 0x%x", tp->rank, fn, access);
+    return GS_OK;
+}
+
+gs_status gs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p)
+{
+    gs_status st = check_access(tp, access, "gs_buf_alloc");
+    if (st == GS_OK && !mr_p)
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_buf_alloc: mr_p is NULL");
+    return st == GS_OK ? tp->ops->buf_alloc(tp, len, access, mr_p) : st;
+}
+
+gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p)
+{
+    gs_status st = check_access(tp, access, "gs_mr_reg");
+    if (st == GS_OK && (!mr_p || (!addr && len > 0)))
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: gs_mr_reg: NULL %s", tp->rank,
+                     mr_p ? "address with a non-zero length" : "mr_p");
+    return st == GS_OK ? tp->ops->mr_reg(tp, addr, len, access, mr_p) : st;
+}
+
+gs_status gs_mr_dereg(gs_mr *mr)
+{
+    return mr ? mr->tp->ops->mr_dereg(mr) : gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_mr_dereg: region is NULL");
+}
+
+void *gs_mr_addr(const gs_mr *mr)
+{
+    return mr ? mr->addr : NULL;
+}
+
+size_t gs_mr_len(const gs_mr *mr)
+{
+    return mr ? mr->len : 0;
+}
+
+void gs_mr_pack(const gs_mr *mr, gs_rmr *rmr_p)
+{
+    gs_rmr_head head;
+    memset(&head, 0, sizeof(head));
+    head.version = GS_RMR_VERSION;
+    head.transport = (uint8_t)mr->tp->ops->id;
+    head.access = (uint8_t)mr->access;
+    head.owner = (uint32_t)mr->tp->rank;
+    head.addr = (uint64_t)(uintptr_t)mr->addr;
+    head.len = mr->len;
+    mr->tp->ops->mr_pack(mr, &head);
+    memcpy(rmr_p->bytes, &head, sizeof(head));
+}
+
+/* ---- argument checks of the operations ----------------------------------------------- */
+
+static gs_status check_ep(const gs_ep *ep, const char *op)
+{
+    if (!ep)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "%s: endpoint is NULL (gs_tp_ep gives none for the caller's own rank or a rank out of range)",
+                       op);
+    return GS_OK;
+}
+
+/* The local buffer [buf, buf+len) lies inside lmr, of the same transport
+ * instance; writable: the op stores into it (needs LOCAL_WRITE). */
+static gs_status check_local(const gs_ep *ep, const void *buf, const gs_mr *lmr, size_t len, bool writable,
+                             const char *op)
+{
+    uintptr_t b = (uintptr_t)buf, a;
+    if (len == 0)
+        return GS_OK;
+    if (!lmr || !buf)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: NULL %s for %zu bytes", ep->tp->rank,
+                       op, ep->peer, buf ? "local region" : "local buffer", len);
+    if (lmr->tp != ep->tp)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "rank %d: %s to rank %d: the local region belongs to another transport instance", ep->tp->rank,
+                       op, ep->peer);
+    a = (uintptr_t)lmr->addr;
+    if (b < a || len > lmr->len || b - a > lmr->len - len)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "rank %d: %s to rank %d: local buffer %p + %zu bytes is not inside its region %p + %zu bytes",
+                       ep->tp->rank, op, ep->peer, buf, len, lmr->addr, lmr->len);
+    if (writable && !(lmr->access & GS_ACCESS_LOCAL_WRITE))
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "rank %d: %s from rank %d: the local region lacks GS_ACCESS_LOCAL_WRITE", ep->tp->rank, op,
+                       ep->peer);
+    return GS_OK;
+}
+
+static const char *transport_name(int id)
+{
+    static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
+    return id >= 0 && id < 4 ? names[id] : "unknown";
+}
+
+/* Copies the descriptor out (it may sit at any alignment) and checks it. */
+static gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, uint64_t len, unsigned need,
+                              const char *op, gs_rmr_head *head)
+{
+    int rank = ep->tp->rank, peer = ep->peer;
+    const char *dir = need == GS_ACCESS_REMOTE_READ ? "from" : "to";
+    if (!rmr)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: descriptor is NULL", rank, op, dir,
+                       peer);
+    memcpy(head, rmr->bytes, sizeof(*head));
+    if (head->version != GS_RMR_VERSION)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "rank %d: %s %s rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)", rank,
+                       op, dir, peer, head->version, GS_RMR_VERSION);
+    if (head->transport != ep->tp->ops->id)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: a %s descriptor used on the %s transport",
+                       rank, op, dir, peer, transport_name(head->transport), ep->tp->ops->name);
+    if (head->owner != (uint32_t)peer)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "rank %d: %s %s rank %d: the descriptor is of a region of rank %u", rank, op, dir, peer,
+                       head->owner);
+    if (!gs_tp_in_bounds(off, len, head->len))
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: %s %s rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
+                       dir, peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)head->len);
+    if ((head->access & need) != need)
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: %s %s rank %d: the region was registered without %s access", rank, op, dir, peer,
+                       need == GS_ACCESS_REMOTE_READ ? "remote read"
+                       : need == GS_ACCESS_REMOTE_ATOMIC ? "remote atomic"
+                                                         : "remote write");
+    return GS_OK;
+}
+
+/* Atomics: an 8-byte aligned result inside lmr and an 8-byte aligned remote word. */
+static gs_status check_atomic(const gs_ep *ep, const uint64_t *result, const gs_mr *lmr, const gs_rmr *rmr,
+                              uint64_t off, const char *op, gs_rmr_head *head)
+{
+    gs_status st = check_ep(ep, op);
+    if (st == GS_OK && (!result || ((uintptr_t)result & 7u)))
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: result %p is not 8-byte aligned",
+                     ep->tp->rank, op, ep->peer, (const void *)result);
+    if (st == GS_OK)
+        st = check_local(ep, result, lmr, 8, true, op);
+    if (st == GS_OK)
+        st = check_remote(ep, rmr, off, 8, GS_ACCESS_REMOTE_ATOMIC, op, head);
+    if (st == GS_OK && ((head->addr + off) & 7u))
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                     "rank %d: %s to rank %d: remote offset %llu is not 8-byte aligned", ep->tp->rank, op, ep->peer,
+                     (unsigned long long)off);
+    return st;
+}
+
+/* ---- operations ------------------------------------------------------------------------ */
+
+gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst, uint64_t dst_off,
+                      uint64_t wr_id, unsigned flags)
+{
+    gs_rmr_head head;
+    gs_status st = check_ep(ep, "write");
+    if (st == GS_OK)
+        st = check_local(ep, src, lmr, len, false, "write");
+    if (st == GS_OK)
+        st = check_remote(ep, dst, dst_off, len, GS_ACCESS_REMOTE_WRITE, "write", &head);
+    return st == GS_OK ? ep->tp->ops->write(ep, src, lmr, len, &head, dst_off, wr_id, flags) : st;
+}
+
+gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst, uint64_t dst_off,
+                          uint32_t imm, uint64_t wr_id, unsigned flags)
+{
+    gs_rmr_head head;
+    gs_status st = check_ep(ep, "write_imm");
+    if (st == GS_OK && len > UINT32_MAX)
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: write_imm to rank %d: %zu bytes is more than 4 GiB - 1",
+                     ep->tp->rank, ep->peer, len);
+    if (st == GS_OK)
+        st = check_local(ep, src, lmr, len, false, "write_imm");
+    if (st == GS_OK)
+        st = check_remote(ep, dst, dst_off, len, GS_ACCESS_REMOTE_WRITE, "write_imm", &head);
+    return st == GS_OK ? ep->tp->ops->write_imm(ep, src, lmr, len, &head, dst_off, imm, wr_id, flags) : st;
+}
+
+gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr *src, uint64_t src_off,
+                     uint64_t wr_id, unsigned flags)
+{
+    gs_rmr_head head;
+    gs_status st = check_ep(ep, "read");
+    if (st == GS_OK)
+        st = check_local(ep, dst, lmr, len, true, "read");
+    if (st == GS_OK)
+        st = check_remote(ep, src, src_off, len, GS_ACCESS_REMOTE_READ, "read", &head);
+    return st == GS_OK ? ep->tp->ops->read(ep, dst, lmr, len, &head, src_off, wr_id, flags) : st;
+}
+
+gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off, uint64_t add,
+                          uint64_t wr_id, unsigned flags)
+{
+    gs_rmr_head head;
+    gs_status st = check_atomic(ep, result, lmr, dst, dst_off, "fetch_add", &head);
+    return st == GS_OK ? ep->tp->ops->fetch_add(ep, result, lmr, &head, dst_off, add, wr_id, flags) : st;
+}
+
+gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
+                         uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags)
+{
+    gs_rmr_head head;
+    gs_status st = check_atomic(ep, result, lmr, dst, dst_off, "cmp_swap", &head);
+    return st == GS_OK ? ep->tp->ops->cmp_swap(ep, result, lmr, &head, dst_off, compare, swap, wr_id, flags) : st;
+}
+
+gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags)
+{
+    gs_status st = check_ep(ep, "send");
+    if (st == GS_OK && len > GS_SEND_MAX)
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: send to rank %d: %zu bytes is more than GS_SEND_MAX (%d)",
+                     ep->tp->rank, ep->peer, len, GS_SEND_MAX);
+    if (st == GS_OK)
+        st = check_local(ep, src, lmr, len, false, "send");
+    return st == GS_OK ? ep->tp->ops->send(ep, src, lmr, len, wr_id, flags) : st;
+}
+
+gs_status gs_ep_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id)
+{
+    gs_status st = check_ep(ep, "recv");
+    if (st == GS_OK)
+        st = check_local(ep, dst, lmr, cap, true, "recv");
+    return st == GS_OK ? ep->tp->ops->recv(ep, dst, lmr, cap, wr_id) : st;
+}
+
+/* ---- completions -------------------------------------------------------------------------- */
+
+static gs_status check_poll(const gs_tp *tp, const gs_wc *wcs, int max, const int *n_p, const char *fn)
+{
+    if (!tp || !n_p || max < 0 || (max > 0 && !wcs))
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: NULL transport, wcs or n_p, or max %d < 0", fn, max);
+    return GS_OK;
+}
+
+gs_status gs_tp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
+{
+    gs_status st = check_poll(tp, wcs, max, n_p, "gs_tp_poll");
+    return st == GS_OK ? tp->ops->poll(tp, wcs, max, n_p) : st;
+}
+
+/* A deadline from the coarse clock (a few ns instead of a precise read that
+ * costs about one cache-line transfer); it may fall up to one tick early. */
+static uint64_t coarse_deadline(int64_t timeout_ms)
+{
+    struct timespec ts;
+    if (timeout_ms < 0)
+        return UINT64_MAX;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
+}
+
+gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms)
+{
+    gs_status st = check_poll(tp, wcs, max, n_p, "gs_tp_wait");
+    if (st == GS_OK && max == 0)
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: gs_tp_wait: max must be at least 1", tp->rank);
+    if (st != GS_OK)
+        return st;
+    return tp->ops->wait(tp, wcs, max, n_p, coarse_deadline(timeout_ms < 0 ? tp->cfg->timeout_ms : timeout_ms));
+}

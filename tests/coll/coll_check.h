@@ -1,0 +1,250 @@
+/*
+ * Helpers for the collective tests: one test per (built transport, case)
+ * registered as "<transport>.<case>" (GS_TEST_TRANSPORT keeps one), input
+ * values whose reductions are exact in every type, the expected result
+ * computed here independently, and a hash to compare results across ranks.
+ */
+#ifndef GS_TESTS_COLL_CHECK_H
+#define GS_TESTS_COLL_CHECK_H
+
+#include "gs_test.h"
+#include "multirank.h"
+
+#include "bootstrap/boot.h"
+#include "coll/reduce.h"
+#include "transport/tp.h"
+#include "util/clock.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- one test per built transport ------------------------------------------ */
+
+#define CC_MAX_TRANSPORTS 4
+
+static inline const char *cc_transport_at(int i)
+{
+    const gs_tp_ops *ops = gs_tp_builtin(i);
+    return ops ? ops->name : NULL;
+}
+
+static inline void cc_register(const char *name, const gs_test_fn *tramp)
+{
+    const char *only = getenv("GS_TEST_TRANSPORT");
+    for (int i = 0; i < CC_MAX_TRANSPORTS && cc_transport_at(i); i++) {
+        char *full;
+        if (only && *only && strcmp(only, cc_transport_at(i)) != 0)
+            continue;
+        if (asprintf(&full, "%s.%s", cc_transport_at(i), name) < 0)
+            abort();
+        gs_test_register(full, tramp[i], __FILE__); /* full stays in the test table */
+    }
+}
+
+#define CC_TEST(name)                                                                                        \
+    static void name(const char *transport);                                                                 \
+    static void name##_t0(void)                                                                              \
+    {                                                                                                        \
+        name(cc_transport_at(0));                                                                            \
+    }                                                                                                        \
+    static void name##_t1(void)                                                                              \
+    {                                                                                                        \
+        name(cc_transport_at(1));                                                                            \
+    }                                                                                                        \
+    static void name##_t2(void)                                                                              \
+    {                                                                                                        \
+        name(cc_transport_at(2));                                                                            \
+    }                                                                                                        \
+    static void name##_t3(void)                                                                              \
+    {                                                                                                        \
+        name(cc_transport_at(3));                                                                            \
+    }                                                                                                        \
+    __attribute__((constructor)) static void cc_reg_##name(void)                                             \
+    {                                                                                                        \
+        static const gs_test_fn tramp[CC_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \
+        cc_register(#name, tramp);                                                                           \
+    }                                                                                                        \
+    static void name(const char *transport)
+
+/* What a multirank body gets. */
+typedef struct cc_arg {
+    const char *transport;
+    int param;
+} cc_arg;
+
+/* A communicator over the named transport (its tp is closed after the
+ * communicator: cc_close). */
+static inline gs_comm *cc_open(gs_ctx *ctx, const char *transport, gs_tp **tp_p)
+{
+    gs_comm *comm = NULL;
+    GS_ASSERT_OK(gs_tp_open(ctx, transport, tp_p));
+    GS_ASSERT_OK(gs_comm_create(ctx, *tp_p, &comm));
+    return comm;
+}
+
+static inline void cc_close(gs_comm *comm, gs_tp *tp)
+{
+    GS_ASSERT_OK(gs_comm_destroy(comm));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+static const int cc_algos[] = {GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT};
+static const char *const cc_algo_names[] = {"auto", "ring", "rd", "direct"};
+
+/* As if GS_ALGO were set to algo on every rank (the ranks do it in step). */
+static inline void cc_set_algo(gs_ctx *ctx, int algo)
+{
+    ctx->cfg.algo = algo;
+}
+
+/* ---- values with exact reductions ---------------------------------------------- */
+
+/* The value rank contributes at index i: small integers for sums (exact in
+ * every type even as f16/bf16 partial sums), powers of two for products,
+ * and for integer sums now and then a huge one, so that they wrap. */
+static inline double cc_value(gs_dtype t, gs_redop op, int rank, size_t i)
+{
+    static const double prod_f[] = {1, -1, 2, 0.5, -0.5};
+    switch (op) {
+    case GS_PROD:
+        return t == GS_I32 || t == GS_I64 ? (double)((long)((rank + i) % 5) - 2) : prod_f[(rank + i) % 5];
+    case GS_MIN:
+    case GS_MAX: return (double)((long)((rank * 31 + i * 17) % 101) - 50);
+    default: return (double)((long)((rank * 7 + i * 13) % 17) - 8);
+    }
+}
+
+static inline bool cc_huge(gs_dtype t, gs_redop op, size_t i)
+{
+    return (t == GS_I32 || t == GS_I64) && (op == GS_SUM || op == GS_AVG) && i % 7 == 3;
+}
+
+/* Stores rank's element i into p. */
+static inline void cc_put(gs_dtype t, gs_redop op, int rank, size_t i, void *p)
+{
+    double v = cc_value(t, op, rank, i);
+    switch (t) {
+    case GS_F32: *(float *)p = (float)v; break;
+    case GS_F64: *(double *)p = v; break;
+    case GS_F16: *(uint16_t *)p = gs_red_f32_to_f16((float)v); break;
+    case GS_BF16: *(uint16_t *)p = gs_red_f32_to_bf16((float)v); break;
+    case GS_I32: *(int32_t *)p = cc_huge(t, op, i) ? INT32_MAX - rank : (int32_t)v; break;
+    case GS_I64: *(int64_t *)p = cc_huge(t, op, i) ? INT64_MAX - rank : (int64_t)v; break;
+    default: break;
+    }
+}
+
+static inline void cc_fill(gs_dtype t, gs_redop op, int rank, void *buf, size_t count)
+{
+    size_t es = gs_dtype_size(t);
+    for (size_t i = 0; i < count; i++)
+        cc_put(t, op, rank, i, (uint8_t *)buf + i * es);
+}
+
+/* The expected element i of the reduction over n ranks, into p. */
+static inline void cc_expect(gs_dtype t, gs_redop op, int n, size_t i, void *p)
+{
+    if (t == GS_I32 || t == GS_I64) {
+        uint64_t acc = 0; /* wraps like the kernels */
+        int64_t mm = 0;
+        for (int r = 0; r < n; r++) {
+            int64_t v;
+            uint8_t tmp[8];
+            cc_put(t, op, r, i, tmp);
+            v = t == GS_I32 ? *(int32_t *)tmp : *(int64_t *)tmp;
+            if (r == 0) {
+                acc = (uint64_t)v;
+                mm = v;
+                continue;
+            }
+            if (op == GS_PROD)
+                acc *= (uint64_t)v;
+            else
+                acc += (uint64_t)v;
+            mm = op == GS_MIN ? (v < mm ? v : mm) : (v > mm ? v : mm);
+        }
+        int64_t res = op == GS_MIN || op == GS_MAX ? mm
+                      : t == GS_I32                ? (int64_t)(int32_t)(uint32_t)acc
+                                                   : (int64_t)acc;
+        if (op == GS_AVG)
+            res = res / n;
+        if (t == GS_I32)
+            *(int32_t *)p = (int32_t)res;
+        else
+            *(int64_t *)p = res;
+        return;
+    }
+    double acc = cc_value(t, op, 0, i);
+    for (int r = 1; r < n; r++) {
+        double v = cc_value(t, op, r, i);
+        acc = op == GS_PROD  ? acc * v
+              : op == GS_MIN ? (v < acc ? v : acc)
+              : op == GS_MAX ? (v > acc ? v : acc)
+                             : acc + v;
+    }
+    switch (t) {
+    case GS_F32: *(float *)p = op == GS_AVG ? (float)acc / (float)n : (float)acc; break;
+    case GS_F64: *(double *)p = op == GS_AVG ? acc / n : acc; break;
+    case GS_F16: *(uint16_t *)p = gs_red_f32_to_f16(op == GS_AVG ? (float)acc / (float)n : (float)acc); break;
+    case GS_BF16:
+        *(uint16_t *)p = gs_red_f32_to_bf16(op == GS_AVG ? (float)acc / (float)n : (float)acc);
+        break;
+    default: break;
+    }
+}
+
+/* Fails unless out[0..count) is the reduction over n ranks, bit for bit. */
+static inline void cc_check_reduced(const char *what, gs_dtype t, gs_redop op, int n, const void *out,
+                                    size_t first, size_t count)
+{
+    size_t es = gs_dtype_size(t);
+    for (size_t i = 0; i < count; i++) {
+        uint8_t want[8];
+        cc_expect(t, op, n, first + i, want);
+        if (memcmp((const uint8_t *)out + i * es, want, es) != 0)
+            gs_test_fail_here(__FILE__, __LINE__, "%s: %s %s over %d ranks: element %zu differs", what,
+                              gs_dtype_name(t), gs_redop_name(op), n, first + i);
+    }
+}
+
+/* ---- comparing ranks -------------------------------------------------------------- */
+
+static inline uint64_t cc_hash(uint64_t h, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Every rank's hash through the store (not through the code under test). */
+static inline void cc_same_everywhere(gs_ctx *ctx, const char *tag, uint64_t h)
+{
+    uint64_t all[GS_TEST_RANKS_MAX];
+    GS_ASSERT_OK(gs_store_allgather(ctx, tag, &h, sizeof(h), all));
+    for (int r = 0; r < gs_ctx_size(ctx); r++)
+        if (all[r] != all[0])
+            gs_test_fail_here(__FILE__, __LINE__, "%s: rank %d's results differ from rank 0's", tag, r);
+}
+
+#define CC_GUARD 0x5a
+
+/* count elements of es bytes with guard bytes after them. */
+static inline uint8_t *cc_alloc(size_t bytes)
+{
+    uint8_t *p = malloc(bytes + 64);
+    GS_ASSERT(p != NULL);
+    memset(p, CC_GUARD, bytes + 64);
+    return p;
+}
+
+static inline void cc_check_guard(const uint8_t *p, size_t bytes, const char *what)
+{
+    for (size_t i = 0; i < 64; i++)
+        if (p[bytes + i] != CC_GUARD)
+            gs_test_fail_here(__FILE__, __LINE__, "%s: wrote past the end of the buffer", what);
+}
+
+#endif

@@ -1,0 +1,192 @@
+/*
+ * allreduce over 1..8 ranks: every algorithm x type x operator x count
+ * (0, 1, n-1, n, n+1, and 3077 = several chunk columns with 4 KiB chunks),
+ * in place and out of place; results exact and bitwise identical on every
+ * rank. Large counts (1M+3) for a few combinations with the default chunk.
+ */
+#include "coll_check.h"
+
+#define SMALL_CHUNK_ENV "GS_CHUNK_BYTES=4096"
+#define COLUMNS_COUNT   3077 /* 12 KiB of f32: several 4 KiB chunks per segment */
+
+static void matrix_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *arg = argp;
+    int n = gs_ctx_size(ctx);
+    size_t counts[] = {0, 1, (size_t)(n - 1), (size_t)n, (size_t)n + 1, COLUMNS_COUNT};
+    size_t max_bytes = COLUMNS_COUNT * 8;
+    uint8_t *in = cc_alloc(max_bytes), *out = cc_alloc(max_bytes);
+    uint64_t h = 1469598103934665603ull;
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, arg->transport, &tp);
+    char what[160];
+
+    for (size_t a = 0; a < sizeof(cc_algos) / sizeof(cc_algos[0]); a++) {
+        cc_set_algo(ctx, cc_algos[a]);
+        for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+            for (int op = 0; op < GS_REDOP_COUNT; op++) {
+                for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                    size_t count = counts[c], bytes = count * gs_dtype_size((gs_dtype)t);
+                    bool in_place = (c + (size_t)op) % 2 == 0;
+                    uint8_t *dst = in_place ? in : out;
+                    snprintf(what, sizeof(what), "rank %d %s count %zu %s", rank, cc_algo_names[cc_algos[a]],
+                             count, in_place ? "in place" : "out of place");
+                    memset(out, CC_GUARD, max_bytes + 64);
+                    memset(in, CC_GUARD, max_bytes + 64);
+                    cc_fill((gs_dtype)t, (gs_redop)op, rank, in, count);
+                    GS_ASSERT_OK(gs_allreduce(comm, in, dst, count, (gs_dtype)t, (gs_redop)op));
+                    cc_check_reduced(what, (gs_dtype)t, (gs_redop)op, n, dst, 0, count);
+                    cc_check_guard(dst, bytes, what);
+                    h = cc_hash(h, dst, bytes);
+                }
+            }
+        }
+    }
+    cc_same_everywhere(ctx, "allreduce-matrix", h);
+    cc_close(comm, tp);
+    free(in);
+    free(out);
+}
+
+static void run_matrix(const char *transport, int n)
+{
+    const char *env[] = {SMALL_CHUNK_ENV, NULL};
+    cc_arg arg = {.transport = transport};
+    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    int ok = gs_test_run_ranks_opts(&opts, matrix_body, &arg, status);
+    for (int r = 0; r < n; r++)
+        GS_ASSERT_RANK_EXIT(status[r], 0);
+    GS_ASSERT_EQ(ok, n);
+}
+
+CC_TEST(allreduce_matrix_1_rank)
+{
+    run_matrix(transport, 1);
+}
+CC_TEST(allreduce_matrix_2_ranks)
+{
+    run_matrix(transport, 2);
+}
+CC_TEST(allreduce_matrix_3_ranks)
+{
+    run_matrix(transport, 3);
+}
+CC_TEST(allreduce_matrix_4_ranks)
+{
+    run_matrix(transport, 4);
+}
+CC_TEST(allreduce_matrix_5_ranks)
+{
+    run_matrix(transport, 5);
+}
+CC_TEST(allreduce_matrix_6_ranks)
+{
+    run_matrix(transport, 6);
+}
+CC_TEST(allreduce_matrix_7_ranks)
+{
+    run_matrix(transport, 7);
+}
+CC_TEST(allreduce_matrix_8_ranks)
+{
+    run_matrix(transport, 8);
+}
+
+/* ---- large counts, default chunk: many columns of 256 KiB ------------------------ */
+
+typedef struct large_case {
+    int algo;
+    gs_dtype dtype;
+    gs_redop op;
+} large_case;
+
+static const large_case large_cases[] = {
+    {GS_ALGO_RING, GS_F32, GS_SUM},   {GS_ALGO_RING, GS_BF16, GS_AVG}, {GS_ALGO_RD, GS_F16, GS_SUM},
+    {GS_ALGO_DIRECT, GS_I64, GS_MAX}, {GS_ALGO_AUTO, GS_F32, GS_PROD},
+};
+
+static void large_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *arg = argp;
+    const size_t count = (1u << 20) + 3;
+    uint8_t *in = cc_alloc(count * 8), *out = cc_alloc(count * 8);
+    uint64_t h = 1469598103934665603ull;
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, arg->transport, &tp);
+    for (size_t c = 0; c < sizeof(large_cases) / sizeof(large_cases[0]); c++) {
+        const large_case *lc = &large_cases[c];
+        size_t bytes = count * gs_dtype_size(lc->dtype);
+        char what[96];
+        snprintf(what, sizeof(what), "rank %d large %s", rank, cc_algo_names[lc->algo]);
+        cc_set_algo(ctx, lc->algo);
+        memset(in, CC_GUARD, count * 8 + 64);
+        memset(out, CC_GUARD, count * 8 + 64);
+        cc_fill(lc->dtype, lc->op, rank, in, count);
+        GS_ASSERT_OK(gs_allreduce(comm, in, c % 2 ? in : out, count, lc->dtype, lc->op));
+        cc_check_reduced(what, lc->dtype, lc->op, gs_ctx_size(ctx), c % 2 ? in : out, 0, count);
+        cc_check_guard(c % 2 ? in : out, bytes, what);
+        h = cc_hash(h, c % 2 ? in : out, bytes);
+    }
+    cc_same_everywhere(ctx, "allreduce-large", h);
+    cc_close(comm, tp);
+    free(in);
+    free(out);
+}
+
+static void run_large(const char *transport, int n)
+{
+    cc_arg arg = {.transport = transport};
+    gs_test_run_ranks(n, large_body, &arg, 110000);
+}
+
+CC_TEST(allreduce_large_2_ranks)
+{
+    run_large(transport, 2);
+}
+CC_TEST(allreduce_large_3_ranks)
+{
+    run_large(transport, 3);
+}
+CC_TEST(allreduce_large_4_ranks)
+{
+    run_large(transport, 4);
+}
+
+/* ---- the same bits run after run --------------------------------------------------- */
+
+/* Values whose f32 sums round, so the reduction order shows in the bits:
+ * two runs of each algorithm must give identical results. */
+static void repeat_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *arg = argp;
+    const size_t count = 5000;
+    float *in = malloc(count * sizeof(float)),
+          *out[2] = {malloc(count * sizeof(float)), malloc(count * sizeof(float))};
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, arg->transport, &tp);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < count; i++)
+        in[i] = 1.0f / (float)(rank * 7 + (int)i % 13 + 1) * (i % 2 ? 1e7f : 1e-3f);
+    for (size_t a = 0; a < sizeof(cc_algos) / sizeof(cc_algos[0]); a++) {
+        cc_set_algo(ctx, cc_algos[a]);
+        for (int run = 0; run < 2; run++)
+            GS_ASSERT_OK(gs_allreduce(comm, in, out[run], count, GS_F32, GS_SUM));
+        GS_ASSERT(memcmp(out[0], out[1], count * sizeof(float)) == 0);
+        h = cc_hash(h, out[0], count * sizeof(float));
+    }
+    cc_same_everywhere(ctx, "allreduce-repeat", h);
+    cc_close(comm, tp);
+    free(in);
+    free(out[0]);
+    free(out[1]);
+}
+
+CC_TEST(allreduce_rounding_sums_identical_everywhere)
+{
+    const char *env[] = {SMALL_CHUNK_ENV, NULL};
+    cc_arg arg = {.transport = transport};
+    gs_test_ranks_opts opts = {.n = 5, .timeout_ms = 60000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, repeat_body, &arg, status), 5);
+}

@@ -1,0 +1,77 @@
+#!/bin/sh
+# Stage 2 of the rxe-vm guest, run by busybox from the initramfs with the host
+# root at /host (read-only 9p) and the output folder at /out (read-write 9p).
+# run.sh copies this file and writes params and cmd.sh into /out/.rxe-vm/.
+# Steps: make the host root usable as a chroot, bring up rxe0 on dummy0, run
+# the command in the chroot, record its exit code, power off.
+ctl=/out/.rxe-vm
+R=/host
+. "$ctl/params"                          # OUT_PATH, MTU
+
+say() { echo "rxe-vm: $*"; }
+finish() {
+    sync
+    poweroff -f
+    echo o > /proc/sysrq-trigger
+}
+fail() {
+    say "FAIL: $*"
+    echo "$*" > "$ctl/failed"
+    finish
+}
+# Run a command inside the host root with a clean environment.
+in_host() {
+    chroot "$R" /usr/bin/env -i \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+
+# Step 1: kernel filesystems and writable scratch space inside the chroot.
+say "stage 2: mounting filesystems in the host root"
+mount -t proc proc "$R/proc" || fail "mount proc"
+mount -t sysfs sys "$R/sys" || fail "mount sysfs"
+mount -t devtmpfs dev "$R/dev" || fail "mount devtmpfs"
+mkdir -p "$R/dev/shm" "$R/dev/pts"
+mount -t tmpfs -o mode=1777 shm "$R/dev/shm" || fail "mount /dev/shm"
+mount -t devpts devpts "$R/dev/pts" || fail "mount devpts"
+mount -t tmpfs -o mode=1777 tmp "$R/tmp" || fail "mount /tmp"
+mount -t tmpfs -o mode=755 run "$R/run" || fail "mount /run"
+# The output folder appears at its host path (mkdir works only under a tmpfs).
+mkdir -p "$R$OUT_PATH" 2>/dev/null
+mount --bind /out "$R$OUT_PATH" || fail "cannot bind the output folder to $OUT_PATH"
+
+# Step 2: loopback for TCP exchange, dummy0 as the Ethernet under rxe0.
+say "stage 2: bringing up rxe0 on dummy0"
+in_host ip link set lo up || fail "ip link set lo up"
+in_host ip link show dummy0 >/dev/null 2>&1 ||
+    in_host ip link add dummy0 type dummy || fail "ip link add dummy0 type dummy"
+if [ -n "$MTU" ]; then
+    in_host ip link set dummy0 mtu "$MTU" || fail "ip link set dummy0 mtu $MTU"
+fi
+in_host ip addr add 10.77.0.1/24 dev dummy0 || fail "ip addr add on dummy0"
+in_host ip link set dummy0 up || fail "ip link set dummy0 up"
+in_host rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0 failed"
+
+# Step 3: wait for the verbs device node and an ACTIVE port.
+n=0
+until [ -c "$R/dev/infiniband/uverbs0" ]; do
+    n=$((n + 1)); [ $n -le 50 ] || fail "/dev/infiniband/uverbs0 did not appear"
+    sleep 0.2
+done
+in_host ibv_devices | grep -qw rxe0 || fail "ibv_devices does not list rxe0"
+n=0
+until in_host ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE; do
+    n=$((n + 1)); [ $n -le 50 ] || fail "rxe0 port did not become ACTIVE"
+    sleep 0.2
+done
+say "rxe0 ready"
+
+# Step 4: run the command; its output goes straight to the output folder.
+ulimit -l unlimited
+say "running command"
+: > "$ctl/started"
+chroot "$R" /usr/bin/env -i /bin/sh "$OUT_PATH/.rxe-vm/cmd.sh" \
+    </dev/null >/out/stdout 2>/out/stderr
+rc=$?
+echo "$rc" > /out/rc
+say "command exited with $rc"
+finish

@@ -1,0 +1,79 @@
+/* gsinfo: summary, every parameter with default/current/meaning, markdown. */
+#include "gs_test.h"
+#include "multirank.h"
+#include "spawn.h"
+#include "util/config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void run_gsinfo(gs_test_proc *p, const char *a1, const char *a2, const char *const *env)
+{
+    char *argv[] = {(char *)gs_test_tool("gsinfo"), (char *)a1, (char *)a2, NULL};
+    if (!a1)
+        argv[1] = NULL;
+    gs_test_spawn(p, argv, env);
+    gs_test_proc_wait(p, 20000);
+}
+
+GS_TEST(summary_names_version_and_transports)
+{
+    gs_test_proc p;
+    run_gsinfo(&p, NULL, NULL, NULL);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    GS_ASSERT_CONTAINS(p.out, "gradsync " GS_VERSION_STRING);
+    GS_ASSERT_CONTAINS(p.out, "transports: shm tcp");
+#ifdef GS_HAVE_VERBS
+    GS_ASSERT_CONTAINS(p.out, " verbs");
+#endif
+    GS_ASSERT_CONTAINS(p.out, "host id: ");
+    gs_test_proc_free(&p);
+}
+
+GS_TEST(params_lists_every_parameter_with_current_and_default)
+{
+    static const char *const env[] = {"GS_TIMEOUT_MS=4321", NULL};
+    gs_test_proc p;
+    char line[128];
+    run_gsinfo(&p, "--params", NULL, env);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    for (int i = 0; i < gs_param_count(); i++) {
+        const gs_param_info *info = gs_param_info_at(i);
+        GS_ASSERT_CONTAINS(p.out, info->var);
+        GS_ASSERT_CONTAINS(p.out, info->help);
+    }
+    GS_ASSERT_CONTAINS(p.out, "= 4321");
+    GS_ASSERT_CONTAINS(p.out, "(default 30000, set in the environment)");
+    snprintf(line, sizeof(line), "GS_STORE_EXTERNAL");
+    GS_ASSERT_CONTAINS(p.out, line);
+    gs_test_proc_free(&p);
+}
+
+GS_TEST(params_markdown_is_the_readme_table)
+{
+    gs_test_proc p;
+    run_gsinfo(&p, "--params", "--markdown", NULL);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    GS_ASSERT_EQ(strncmp(p.out, "| name | default | meaning |\n| --- | --- | --- |\n", 46), 0);
+    GS_ASSERT_CONTAINS(p.out, "| `GS_TRANSPORT` | `auto` |");
+    GS_ASSERT_CONTAINS(p.out, "(auto\\|shm\\|tcp\\|verbs)");
+    GS_ASSERT_EQ(gs_test_count(p.out, "\n| `GS_"), gs_param_count());
+    gs_test_proc_free(&p);
+}
+
+GS_TEST(bad_arguments_and_bad_config_are_reported)
+{
+    static const char *const bad_env[] = {"GS_TIMEOUT_MS=soon", NULL};
+    gs_test_proc p;
+    run_gsinfo(&p, "--frobnicate", NULL, NULL);
+    GS_ASSERT_RANK_EXIT(p.status, 2);
+    GS_ASSERT_CONTAINS(p.err, "usage: gsinfo");
+    gs_test_proc_free(&p);
+    run_gsinfo(&p, "--markdown", NULL, NULL);
+    GS_ASSERT_RANK_EXIT(p.status, 2);
+    gs_test_proc_free(&p);
+    run_gsinfo(&p, "--params", NULL, bad_env);
+    GS_ASSERT_RANK_EXIT(p.status, 1);
+    GS_ASSERT_CONTAINS(p.err, "GS_TIMEOUT_MS='soon'");
+    gs_test_proc_free(&p);
+}
