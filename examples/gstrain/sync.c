@@ -1,5 +1,4 @@
-/* Gradient synchronization. This build: one process (world size 1); the
- * gradient is already the global sum, every call is local. */
+/* Gradient synchronization through gradsync's communicator. */
 #include "sync.h"
 #include "util.h"
 
@@ -7,55 +6,82 @@
 #include <string.h>
 #include <unistd.h>
 
+#define MAX_PENDING 16
+
 struct gt_sync {
     gt_sync_params p;
+    gs_ctx *ctx;
+    gs_comm *comm; /* NULL with one rank */
     int rank, size;
     float *grads;
+    gs_req *pending[MAX_PENDING]; /* started this step, oldest first; NULL once complete */
+    size_t npending;
+    size_t announced; /* floats announced by gt_sync_ready this step */
+    double busy_s;
 };
 
-/* Rank count the launcher asked for (1 when started by hand). */
-static long launcher_world_size(void)
+static float *alloc_grads(size_t count)
 {
-    static const char *const vars[] = {"GS_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"};
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v)
-            return strtol(v, NULL, 10);
-    }
-    return 1;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (count * sizeof(float) + page - 1) / page * page;
+    float *grads = aligned_alloc(page, bytes ? bytes : page);
+    if (grads)
+        memset(grads, 0, bytes ? bytes : page); /* touch every page before the first step */
+    return grads;
 }
 
 gs_status gt_sync_create(const gt_sync_params *params, gt_sync **sync_p)
 {
-    gt_sync *sync;
-    long world = launcher_world_size();
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes;
-    if (world != 1)
-        return gt_fail(GS_ERR_UNSUPPORTED, "launched as %ld ranks, but this gstrain was built without "
-                       "gradsync's collectives; run it as one process", world);
-    if (params->method == GT_SYNC_PS)
-        return gt_fail(GS_ERR_UNSUPPORTED, "--sync ps needs gradsync's parameter server, not in this build");
-    sync = calloc(1, sizeof(*sync));
-    bytes = (params->count * sizeof(float) + page - 1) / page * page;
-    if (!sync || !(sync->grads = aligned_alloc(page, bytes ? bytes : page))) {
-        free(sync);
-        return gt_fail(GS_ERR_NOMEM, "no memory for a gradient of %zu floats", params->count);
-    }
-    memset(sync->grads, 0, bytes);
+    gt_sync *sync = calloc(1, sizeof(*sync));
+    gs_status st;
+    if (!sync)
+        return gt_fail(GS_ERR_NOMEM, "no memory for the sync state");
     sync->p = *params;
-    sync->rank = 0;
-    sync->size = 1;
+    st = gs_ctx_create(&sync->ctx);
+    if (st != GS_OK) {
+        gt_fail(st, "cannot join the job: %s", gs_last_error());
+        goto out_free;
+    }
+    sync->rank = gt_rank = gs_ctx_rank(sync->ctx);
+    sync->size = gs_ctx_size(sync->ctx);
+    if (params->method == GT_SYNC_PS) {
+        st = gt_fail(GS_ERR_UNSUPPORTED, "--sync ps: this build has no parameter server yet; use --sync allreduce");
+        goto out_ctx;
+    }
+    if (sync->size > 1 && (st = gs_comm_create(sync->ctx, NULL, &sync->comm)) != GS_OK) {
+        gt_fail(st, "cannot create the communicator over %d ranks: %s", sync->size, gs_last_error());
+        goto out_ctx;
+    }
+    if (!(sync->grads = alloc_grads(params->count))) {
+        st = gt_fail(GS_ERR_NOMEM, "no memory for a gradient of %zu floats", params->count);
+        goto out_comm;
+    }
     *sync_p = sync;
     return GS_OK;
+out_comm:
+    if (sync->comm)
+        gs_comm_destroy(sync->comm);
+out_ctx:
+    gs_ctx_destroy(sync->ctx);
+out_free:
+    free(sync);
+    return st;
 }
 
 gs_status gt_sync_destroy(gt_sync *sync)
 {
-    if (sync) {
-        free(sync->grads);
-        free(sync);
+    gs_status st = GS_OK, st2;
+    if (!sync)
+        return GS_OK;
+    if (sync->comm && (st = gs_comm_destroy(sync->comm)) != GS_OK)
+        gt_fail(st, "leaving the communicator failed: %s", gs_last_error());
+    if ((st2 = gs_ctx_destroy(sync->ctx)) != GS_OK) {
+        gt_fail(st2, "leaving the job failed: %s", gs_last_error());
+        st = st == GS_OK ? st2 : st;
     }
-    return GS_OK;
+    free(sync->grads);
+    free(sync);
+    return st;
 }
 
 int gt_sync_rank(const gt_sync *sync)
@@ -70,8 +96,7 @@ int gt_sync_size(const gt_sync *sync)
 
 const char *gt_sync_transport(const gt_sync *sync)
 {
-    (void)sync;
-    return "local";
+    return sync->comm ? gs_tp_name(gs_comm_tp(sync->comm)) : "local";
 }
 
 float *gt_sync_grads(gt_sync *sync)
@@ -79,33 +104,110 @@ float *gt_sync_grads(gt_sync *sync)
     return sync->grads;
 }
 
+double gt_sync_busy_s(const gt_sync *sync)
+{
+    return sync->busy_s;
+}
+
+/* Drives the pending reductions without blocking; drops completed ones. */
+static gs_status drive(gt_sync *sync)
+{
+    for (size_t i = 0; i < sync->npending; i++) {
+        if (!sync->pending[i])
+            continue;
+        gs_status st = gs_req_test(sync->pending[i]);
+        if (st == GS_INPROGRESS)
+            break; /* requests complete in order */
+        sync->pending[i] = NULL;
+        if (st != GS_OK)
+            return gt_fail(st, "gradient allreduce failed: %s", gs_last_error());
+    }
+    return GS_OK;
+}
+
 gs_status gt_sync_ready(gt_sync *sync, size_t offset, size_t count)
 {
-    (void)sync;
-    (void)offset;
-    (void)count;
-    return GS_OK;
+    double start = gt_now_s();
+    gs_status st = GS_OK;
+    sync->announced += count;
+    if (!sync->comm || !sync->p.overlap)
+        return GS_OK;
+    if (sync->npending == MAX_PENDING)
+        return gt_fail(GS_ERR_INVALID, "more than %d gradient segments in one step", MAX_PENDING);
+    st = drive(sync);
+    if (st == GS_OK) {
+        float *seg = sync->grads + offset;
+        st = gs_iallreduce(sync->comm, seg, seg, count, GS_F32, GS_SUM, &sync->pending[sync->npending]);
+        if (st != GS_OK)
+            gt_fail(st, "cannot start the allreduce of gradient segment [%zu, %zu): %s", offset, offset + count,
+                    gs_last_error());
+        else
+            sync->npending++;
+    }
+    sync->busy_s += gt_now_s() - start;
+    return st;
+}
+
+/* Waits for every pending reduction (all of them, even after a failure). */
+static gs_status wait_pending(gt_sync *sync)
+{
+    gs_status st = GS_OK;
+    for (size_t i = 0; i < sync->npending; i++) {
+        if (!sync->pending[i])
+            continue;
+        gs_status one = gs_req_wait(sync->pending[i]);
+        sync->pending[i] = NULL;
+        if (one != GS_OK && st == GS_OK)
+            st = gt_fail(one, "gradient allreduce failed: %s", gs_last_error());
+    }
+    sync->npending = 0;
+    return st;
 }
 
 gs_status gt_sync_finish(gt_sync *sync)
 {
-    (void)sync;
-    return GS_OK;
+    double start = gt_now_s();
+    gs_status st = GS_OK;
+    if (sync->comm && sync->p.overlap) {
+        st = wait_pending(sync);
+        if (st == GS_OK && sync->announced != sync->p.count)
+            st = gt_fail(GS_ERR_INVALID, "the backward pass announced %zu of %zu gradient floats", sync->announced,
+                         sync->p.count);
+    } else if (sync->comm) {
+        st = gs_allreduce(sync->comm, sync->grads, sync->grads, sync->p.count, GS_F32, GS_SUM);
+        if (st != GS_OK)
+            gt_fail(st, "gradient allreduce failed: %s", gs_last_error());
+    }
+    sync->announced = 0;
+    sync->busy_s += gt_now_s() - start;
+    return st;
 }
 
 gs_status gt_sync_sum(gt_sync *sync, double *values, size_t count)
 {
-    (void)sync;
-    (void)values;
-    (void)count;
-    return GS_OK;
+    gs_status st = GS_OK;
+    if (sync->comm && (st = gs_allreduce(sync->comm, values, values, count, GS_F64, GS_SUM)) != GS_OK)
+        gt_fail(st, "allreduce of %zu metrics failed: %s", count, gs_last_error());
+    return st;
 }
 
 gs_status gt_sync_same(gt_sync *sync, uint64_t hash, uint64_t *hashes_out, int *same_p)
 {
-    (void)sync;
-    if (hashes_out)
-        hashes_out[0] = hash;
-    *same_p = 1;
-    return GS_OK;
+    uint64_t *all = calloc((size_t)sync->size, sizeof(uint64_t));
+    gs_status st = GS_OK;
+    int same = 1;
+    if (!all)
+        return gt_fail(GS_ERR_NOMEM, "no memory for %d hashes", sync->size);
+    all[0] = hash;
+    if (sync->comm && (st = gs_allgather(sync->comm, &hash, all, 1, GS_I64)) != GS_OK)
+        gt_fail(st, "allgather of the weight hashes failed: %s", gs_last_error());
+    for (int r = 1; st == GS_OK && r < sync->size; r++)
+        same &= all[r] == all[0];
+    if (st == GS_OK) {
+        if (hashes_out)
+            memcpy(hashes_out, all, (size_t)sync->size * sizeof(uint64_t));
+        *same_p = same;
+    }
+    free(all);
+    return st;
 }

@@ -9,7 +9,13 @@
  *   gt_sync_finish()                    every segment now holds the sum over
  *                                       all ranks, bitwise the same on each
  * plus small reductions for metrics and the end-of-run weight check.
- * With one rank (no launcher) every call is local. */
+ * With one rank (no launcher) every call is local.
+ *
+ * allreduce: gradsync's gs_allreduce (sum, f32, in place). With overlap,
+ * each announced segment starts a gs_iallreduce at once and the pending
+ * ones are driven (gs_req_test) at every later announcement; finish waits
+ * for them in order. Without overlap, finish reduces the whole vector in one
+ * call. */
 #ifndef GT_SYNC_H
 #define GT_SYNC_H
 
@@ -51,6 +57,10 @@ gs_status gt_sync_finish(gt_sync *sync);
 
 /* Sums count doubles over all ranks, in place (metrics). */
 gs_status gt_sync_sum(gt_sync *sync, double *values, size_t count);
+/* Seconds spent inside this module's calls so far (starting, driving and
+ * waiting for reductions): the "sync" share of a step. */
+double gt_sync_busy_s(const gt_sync *sync);
+
 /* Compares a hash across ranks: *same_p = 1 when every rank passed the same
  * value; hashes_out (size entries, may be NULL) receives them in rank order. */
 gs_status gt_sync_same(gt_sync *sync, uint64_t hash, uint64_t *hashes_out, int *same_p);
