@@ -15,6 +15,7 @@ Needs Debian's python3-torch (apt-get install python3-torch) and
 dataset-fashion-mnist.
 """
 import argparse
+import datetime
 import gzip
 import json
 import os
@@ -170,7 +171,8 @@ def train_epoch(ddp, opt, x, y, args, epoch, rank, ranks):
 def worker(rank, args, port):
     torch.set_num_threads(args.threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks,
+                            timeout=datetime.timedelta(seconds=args.timeout))
     x, y = load(args.data, "train", args.limit)
     tx, ty = load(args.data, "t10k", args.test_limit)
     model = build_model(args.seed)
@@ -215,12 +217,20 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--data", default=DATA_DIR)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=int, default=600,
+                   help="seconds before a stuck collective or the whole run is given up")
     args = p.parse_args()
     if not args.json:
         print(f"train_ddp: {args.ranks} ranks, DDP over gloo (torch {torch.__version__}), "
               f"global batch {args.batch}, lr {args.lr}, momentum {args.momentum}, "
               f"{args.threads} thread(s) per rank", flush=True)
-    mp.spawn(worker, args=(args, free_port()), nprocs=args.ranks, join=True)
+    procs = mp.spawn(worker, args=(args, free_port()), nprocs=args.ranks, join=False)
+    deadline = time.monotonic() + args.timeout
+    while not procs.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in procs.processes:
+                proc.terminate()
+            sys.exit(f"train_ddp.py: gave up after {args.timeout} s (--timeout)")
 
 
 if __name__ == "__main__":
