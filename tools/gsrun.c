@@ -115,7 +115,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
     long n = 0;
     int i;
     *o = (run_opts){.grace_ms = 2000};
-    for (i = 1; i < argc; i++) {
+    for (i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--") == 0) {
             i++;
@@ -154,7 +154,6 @@ static int parse_args(int argc, char **argv, run_opts *o)
             usage(stderr);
             return 2;
         }
-        i++; /* every option takes a value */
     }
     if (n == 0 || i >= argc) {
         fprintf(stderr, "gsrun: %s\n", n == 0 ? "-n N is required" : "no program to run");

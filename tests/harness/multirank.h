@@ -32,6 +32,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/wait.h>
 
 #define GS_TEST_RANKS_MAX 64
 
@@ -79,7 +80,5 @@ int gs_test_free_port(void);
             gs_test_fail_here(__FILE__, __LINE__, "expected %s to be signal %d: %s", #status, (sig),         \
                               gs_test_status_text(gs_st_, gs_buf_, sizeof(gs_buf_)));                        \
     } while (0)
-
-#include <sys/wait.h>
 
 #endif
