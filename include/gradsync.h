@@ -284,9 +284,9 @@ typedef struct gs_req gs_req;
 /* Collective over the context's ranks. tp: a transport opened on ctx, or
  * NULL to open the default one (GS_TRANSPORT), closed with the communicator. */
 GS_API gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p);
-/* Collective: waits (GS_TIMEOUT_MS) until every rank has called it, unless
- * the communicator failed, then releases it (requests still in flight are
- * abandoned). */
+/* Collective: waits (GS_TIMEOUT_MS at most) until every rank has called it,
+ * then releases it (requests still in flight are abandoned). After a failed
+ * call the wait's outcome is not an error (a peer may be gone). */
 GS_API gs_status gs_comm_destroy(gs_comm *comm);
 GS_API int gs_comm_rank(const gs_comm *comm);
 GS_API int gs_comm_size(const gs_comm *comm);

@@ -34,7 +34,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define LAT_BATCH 16
+#define LAT_BATCH    16
+#define COMPARE_RUNS 5
 
 enum { OP_WRITE, OP_WRITE_IMM, OP_READ, OP_FETCH_ADD, OP_CMP_SWAP, OP_SEND, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {"write", "write_imm", "read", "fetch_add", "cmp_swap", "send"};
@@ -44,7 +45,7 @@ typedef struct perf_opts {
     bool lat, bw, pin, floor;
     size_t min, max;       /* latency sizes (default 8 B .. 4 MiB) */
     size_t bw_min, bw_max; /* bandwidth sizes (default 4 KiB .. 64 MiB) */
-    long iters; /* 0: by size */
+    long iters;            /* 0: by size */
     const char *transport;
 } perf_opts;
 
@@ -69,11 +70,11 @@ static void die(const char *what, gs_status st)
     exit(1);
 }
 
-#define CHECK(what, expr)                \
-    do {                                 \
-        gs_status st_ = (expr);          \
-        if (st_ != GS_OK)                \
-            die(what, st_);              \
+#define CHECK(what, expr)                                                                                    \
+    do {                                                                                                     \
+        gs_status st_ = (expr);                                                                              \
+        if (st_ != GS_OK)                                                                                    \
+            die(what, st_);                                                                                  \
     } while (0)
 
 static void barrier(perf *p)
@@ -112,16 +113,16 @@ static gs_wc wait_op(perf *p, gs_wc_opcode op)
 }
 
 /* Retries a post while the transport says GS_ERR_AGAIN (driving progress). */
-#define POST(p, what, call)                                                   \
-    do {                                                                      \
-        gs_status st_;                                                        \
-        while ((st_ = (call)) == GS_ERR_AGAIN) {                              \
-            gs_wc w_[8];                                                      \
-            int n_ = 0;                                                       \
-            CHECK("gs_tp_poll", gs_tp_poll((p)->tp, w_, 8, &n_));              \
-        }                                                                     \
-        if (st_ != GS_OK)                                                     \
-            die(what, st_);                                                   \
+#define POST(p, what, call)                                                                                  \
+    do {                                                                                                     \
+        gs_status st_;                                                                                       \
+        while ((st_ = (call)) == GS_ERR_AGAIN) {                                                             \
+            gs_wc w_[8];                                                                                     \
+            int n_ = 0;                                                                                      \
+            CHECK("gs_tp_poll", gs_tp_poll((p)->tp, w_, 8, &n_));                                            \
+        }                                                                                                    \
+        if (st_ != GS_OK)                                                                                    \
+            die(what, st_);                                                                                  \
     } while (0)
 
 /* Spins until the byte at b becomes value, driving progress; bounded. */
@@ -150,24 +151,24 @@ static void post_op(perf *p, int op, size_t len, uint64_t wr_id, unsigned flags)
         POST(p, "write", gs_ep_write(p->ep, p->send_area, p->mr, len, &p->peer_rmr, 0, wr_id, flags));
         break;
     case OP_WRITE_IMM:
-        POST(p, "write_imm",
-             gs_ep_write_imm(p->ep, p->send_area, p->mr, len, &p->peer_rmr, 0, (uint32_t)wr_id, wr_id, flags));
+        POST(
+            p, "write_imm",
+            gs_ep_write_imm(p->ep, p->send_area, p->mr, len, &p->peer_rmr, 0, (uint32_t)wr_id, wr_id, flags));
         break;
     case OP_READ:
         POST(p, "read", gs_ep_read(p->ep, p->recv_area, p->mr, len, &p->peer_rmr, 0, wr_id, flags));
         break;
     case OP_FETCH_ADD:
         POST(p, "fetch_add",
-             gs_ep_fetch_add(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, 1, wr_id, flags));
+             gs_ep_fetch_add(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, 1, wr_id,
+                             flags));
         break;
     case OP_CMP_SWAP:
         POST(p, "cmp_swap",
-             gs_ep_cmp_swap(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, wr_id, wr_id + 1, wr_id,
-                            flags));
+             gs_ep_cmp_swap(p->ep, (uint64_t *)(void *)p->recv_area, p->mr, &p->peer_rmr, 0, wr_id, wr_id + 1,
+                            wr_id, flags));
         break;
-    case OP_SEND:
-        POST(p, "send", gs_ep_send(p->ep, p->send_area, p->mr, len, wr_id, flags));
-        break;
+    case OP_SEND: POST(p, "send", gs_ep_send(p->ep, p->send_area, p->mr, len, wr_id, flags)); break;
     }
 }
 
@@ -218,12 +219,6 @@ static void serve_until_done(perf *p)
         wait_op(p, GS_WC_RECV_IMM);
 }
 
-static long lat_iters(const perf *p, size_t len)
-{
-    long n = p->o.iters ? p->o.iters : (long)(len <= 64 * 1024 ? 20000 : (64u << 20) / len);
-    return n < 20 ? 20 : n;
-}
-
 /* Rounds per timed batch: a clock read costs about a cache-line transfer
  * here, so small sizes are timed in batches (the floor is timed alike). */
 static long lat_batch(size_t len)
@@ -231,39 +226,54 @@ static long lat_batch(size_t len)
     return len <= 64 * 1024 ? LAT_BATCH : 1;
 }
 
-/* Times batches of rounds; returns median and p99 (ns per round, halved for
- * ping-pongs) of pair 0 and the worst pair's median. */
-static void lat_size(perf *p, int op, size_t len, uint64_t out[3])
+/* Timed rounds for a size: a whole number of batches, at least 20 rounds. */
+static long lat_iters(const perf *p, size_t len)
+{
+    long n = p->o.iters ? p->o.iters : (long)(len <= 64 * 1024 ? 20000 : (64u << 20) / len),
+         b = lat_batch(len);
+    n = n < 20 ? 20 : n;
+    return (n + b - 1) / b * b;
+}
+
+/* Times batches of rounds. out: [0] median and [1] p99 (ns per round,
+ * halved for ping-pongs) of pair 0, [2] the worst pair's median, [3] rounds
+ * per second summed over the pairs (wall clock of the whole loop). */
+static void lat_size(perf *p, int op, size_t len, uint64_t out[4])
 {
     long batch = lat_batch(len), nb = lat_iters(p, len) / batch, warm = nb / 10 + 2;
-    uint64_t *t = calloc((size_t)nb, sizeof(*t)), mine[2] = {0, 0}, *all;
+    uint64_t *t = calloc((size_t)nb, sizeof(*t)), mine[3] = {0, 0, 0}, *all, start = 0;
     bool one_sided = op == OP_READ || op == OP_FETCH_ADD || op == OP_CMP_SWAP;
     uint32_t round = 0;
 
-    all = calloc((size_t)p->size * 2, sizeof(*all));
+    all = calloc((size_t)p->size * 3, sizeof(*all));
     if (!t || !all)
         die("allocation", GS_ERR_NOMEM);
     memset(p->recv_area, 0, len);
     barrier(p);
     for (long b = -warm; b < nb; b++) {
         uint64_t t0 = gs_now_ns();
+        if (b == 0)
+            start = t0;
         for (long i = 0; i < batch; i++)
             lat_round(p, op, len, round++);
         if (b >= 0)
             t[b] = (gs_now_ns() - t0) / (uint64_t)batch / (one_sided ? 1u : 2u);
     }
-    if (one_sided)
-        serve_until_done(p);
     if (p->initiator) {
+        mine[2] = (uint64_t)((double)(nb * batch) * 1e9 / (double)(gs_now_ns() - start));
         mine[0] = quantile(t, (size_t)nb, 0.5);
         mine[1] = quantile(t, (size_t)nb, 0.99);
     }
+    if (one_sided)
+        serve_until_done(p);
     CHECK("allgather", gs_store_allgather(p->ctx, "gsperf.lat", mine, sizeof(mine), all));
     out[0] = all[0];
     out[1] = all[1];
-    out[2] = 0;
-    for (int r = 0; r < p->size; r += 2)
-        out[2] = all[2 * r] > out[2] ? all[2 * r] : out[2];
+    out[2] = out[3] = 0;
+    for (int r = 0; r < p->size; r += 2) {
+        out[2] = all[3 * r] > out[2] ? all[3 * r] : out[2];
+        out[3] += all[3 * r + 2];
+    }
     free(all);
     free(t);
 }
@@ -272,7 +282,7 @@ static void lat_size(perf *p, int op, size_t len, uint64_t out[3])
 
 static long bw_iters(const perf *p, size_t len)
 {
-    long n = p->o.iters ? p->o.iters : (long)((512u << 20) / len);
+    long n = p->o.iters ? p->o.iters : (long)((1u << 30) / len);
     if (!p->o.iters && n > 20000)
         n = 20000;
     return n < 4 ? 4 : n;
@@ -401,34 +411,30 @@ static double floor_pingpong_ns(perf *p)
     return (double)med;
 }
 
-/* Single-thread memcpy of 64 MiB between private pre-touched buffers, median GB/s. */
+/* Single-thread memcpy between private pre-touched 64 MiB buffers: GB/s over
+ * 16 copies after one warm-up copy (the same bytes as a 64 MiB WRITE run). */
 static double memcpy_gbps(void)
 {
     const size_t len = 64u << 20;
     uint8_t *a = malloc(len), *b = malloc(len);
-    double best[7];
+    uint64_t t0;
+    double gbps;
     if (!a || !b) {
         fprintf(stderr, "gsperf: out of memory for the memcpy limit\n");
         exit(1);
     }
     memset(a, 1, len);
     memset(b, 2, len);
-    for (int r = 0; r < 7; r++) {
-        uint64_t t0 = gs_now_ns();
+    memcpy(b, a, len);
+    t0 = gs_now_ns();
+    for (int r = 0; r < 16; r++) {
         memcpy(b, a, len);
-        best[r] = (double)len / (double)(gs_now_ns() - t0);
         __asm__ __volatile__("" : : "r"(b) : "memory");
     }
-    for (int i = 0; i < 7; i++) /* median of 7 */
-        for (int j = i + 1; j < 7; j++)
-            if (best[j] < best[i]) {
-                double x = best[i];
-                best[i] = best[j];
-                best[j] = x;
-            }
+    gbps = 16.0 * (double)len / (double)(gs_now_ns() - t0);
     free(a);
     free(b);
-    return best[3];
+    return gbps;
 }
 
 /* ---- driver ------------------------------------------------------------------------------ */
@@ -442,36 +448,76 @@ static bool op_fits(int op, size_t len)
     return len >= 1;
 }
 
+static bool is_shm(const perf *p)
+{
+    return strcmp(gs_tp_name(p->tp), "shm") == 0;
+}
+
 static void run_lat(perf *p, int op, double floor_ns, double *imm8_p)
 {
     if (p->rank == 0) {
         printf("\n# %s latency (%s), transport %s, %d ranks\n", op_names[op],
                op == OP_READ || op == OP_FETCH_ADD || op == OP_CMP_SWAP ? "one op, post to completion"
-                                                                         : "half round trip",
+                                                                        : "half round trip",
                gs_tp_name(p->tp), p->size);
         printf("# median and p99 over batches of %d rounds (single rounds above 64 KiB)\n", LAT_BATCH);
-        printf("%10s %8s %11s %11s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us");
+        printf("%10s %8s %11s %11s %14s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us",
+               "rounds/s_all");
     }
     for (size_t len = p->o.min; len <= p->o.max; len *= 2) {
-        uint64_t r[3];
+        uint64_t r[4];
         if (!op_fits(op, len))
             continue;
         lat_size(p, op, len, r);
         if (p->rank == 0)
-            printf("%10zu %8ld %11.3f %11.3f %14.3f\n", len, lat_iters(p, len), (double)r[0] / 1e3,
-                   (double)r[1] / 1e3, (double)r[2] / 1e3);
+            printf("%10zu %8ld %11.3f %11.3f %14.3f %14llu\n", len, lat_iters(p, len), (double)r[0] / 1e3,
+                   (double)r[1] / 1e3, (double)r[2] / 1e3, (unsigned long long)r[3]);
         if (op == OP_WRITE_IMM && len == 8)
             *imm8_p = (double)r[0];
     }
     if (p->rank == 0 && op == OP_WRITE_IMM && *imm8_p > 0 && floor_ns > 0)
-        printf("# write_imm 8 B half round trip / cache-line one-way = %.0f / %.0f ns = %.2fx (shm target <= 2x)\n",
-               *imm8_p, floor_ns, *imm8_p / floor_ns);
+        printf("# write_imm 8 B half round trip / cache-line one-way = %.0f / %.0f ns = %.2fx%s\n", *imm8_p,
+               floor_ns, *imm8_p / floor_ns, is_shm(p) ? " (shm target <= 2x)" : "");
 }
 
-static void run_bw(perf *p, int op, double memcpy_bw)
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 64 MiB WRITE against single-thread memcpy, alternated COMPARE_RUNS times
+ * (memory bandwidth here drifts with what else runs): prints the median
+ * WRITE row and the median of the per-pair ratios. */
+static void compare_memcpy(perf *p, double r[2], long *iters_p)
+{
+    const size_t len = 64u << 20;
+    double w[COMPARE_RUNS], m[COMPARE_RUNS], ratio[COMPARE_RUNS], all[COMPARE_RUNS];
+    for (int k = 0; k < COMPARE_RUNS; k++) {
+        m[k] = p->rank == 0 ? memcpy_gbps() : 0; /* the target waits in bw_size's barrier */
+        bw_size(p, OP_WRITE, len, r, iters_p);
+        w[k] = r[0];
+        all[k] = r[1];
+        ratio[k] = m[k] > 0 ? w[k] / m[k] : 0;
+    }
+    qsort(w, COMPARE_RUNS, sizeof(double), cmp_double);
+    qsort(m, COMPARE_RUNS, sizeof(double), cmp_double);
+    qsort(ratio, COMPARE_RUNS, sizeof(double), cmp_double);
+    qsort(all, COMPARE_RUNS, sizeof(double), cmp_double);
+    if (p->rank != 0)
+        return;
+    printf("%10zu %8ld %10.3f %10.3f %14.3f   (median of %d runs)\n", len, *iters_p, w[COMPARE_RUNS / 2],
+           w[COMPARE_RUNS / 2] * 1e3 / (double)len, all[COMPARE_RUNS / 2], COMPARE_RUNS);
+    printf("# write 64 MiB / single-thread memcpy, %d alternated runs: median ratio %.2f (range %.2f-%.2f; "
+           "memcpy "
+           "median %.2f GB/s)%s\n",
+           COMPARE_RUNS, ratio[COMPARE_RUNS / 2], ratio[0], ratio[COMPARE_RUNS - 1], m[COMPARE_RUNS / 2],
+           is_shm(p) ? " (shm target >= 0.80)" : "");
+}
+
+static void run_bw(perf *p, int op)
 {
     size_t lo = p->o.bw_min, hi = p->o.bw_max;
-    double last = 0;
     if (op == OP_FETCH_ADD || op == OP_CMP_SWAP)
         lo = hi = 8;
     if (op == OP_SEND)
@@ -485,34 +531,41 @@ static void run_bw(perf *p, int op, double memcpy_bw)
         long iters = 0;
         if (!op_fits(op, len))
             continue;
+        if (p->o.floor && op == OP_WRITE && len == (64u << 20)) {
+            compare_memcpy(p, r, &iters);
+            break;
+        }
         bw_size(p, op, len, r, &iters);
         if (p->rank == 0)
             printf("%10zu %8ld %10.3f %10.3f %14.3f\n", len, iters, r[0], r[0] * 1e3 / (double)len, r[1]);
-        last = r[0];
         if (hi == lo)
             break;
     }
-    if (p->rank == 0 && op == OP_WRITE && hi == (64u << 20) && memcpy_bw > 0 && last > 0)
-        printf("# write 64 MiB / single-thread memcpy = %.2f / %.2f GB/s = %.2f (shm target >= 0.80)\n", last,
-               memcpy_bw, last / memcpy_bw);
 }
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: gsperf [--op write|write_imm|read|fetch_add|cmp_swap|send|all] [--lat|--bw]\n"
-                    "              [--min BYTES] [--max BYTES] [--iters N] [--transport auto|shm|tcp|verbs]\n"
-                    "              [--no-pin] [--no-floor]\n"
-                    "run under gsrun (or with GS_RANK, GS_WORLD_SIZE, GS_STORE set), an even number of ranks\n");
+    fprintf(stderr,
+            "usage: gsperf [--op write|write_imm|read|fetch_add|cmp_swap|send|all] [--lat|--bw]\n"
+            "              [--min BYTES] [--max BYTES] [--iters N] [--transport auto|shm|tcp|verbs]\n"
+            "              [--no-pin] [--no-floor]\n"
+            "run under gsrun (or with GS_RANK, GS_WORLD_SIZE, GS_STORE set), an even number of ranks\n");
     exit(2);
 }
 
 static void parse(int argc, char **argv, perf_opts *o)
 {
-    static const struct option longs[] = {
-        {"op", required_argument, 0, 'o'},    {"lat", no_argument, 0, 'l'},        {"bw", no_argument, 0, 'b'},
-        {"min", required_argument, 0, 'm'},   {"max", required_argument, 0, 'M'},  {"iters", required_argument, 0, 'n'},
-        {"transport", required_argument, 0, 't'}, {"no-pin", no_argument, 0, 'P'}, {"no-floor", no_argument, 0, 'F'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    static const struct option longs[] = {{"op", required_argument, 0, 'o'},
+                                          {"lat", no_argument, 0, 'l'},
+                                          {"bw", no_argument, 0, 'b'},
+                                          {"min", required_argument, 0, 'm'},
+                                          {"max", required_argument, 0, 'M'},
+                                          {"iters", required_argument, 0, 'n'},
+                                          {"transport", required_argument, 0, 't'},
+                                          {"no-pin", no_argument, 0, 'P'},
+                                          {"no-floor", no_argument, 0, 'F'},
+                                          {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
     int c;
     bool min_set = false, max_set = false;
     *o = (perf_opts){.op = -1, .pin = true, .floor = true, .min = 8, .max = 4u << 20};
@@ -546,6 +599,8 @@ static void parse(int argc, char **argv, perf_opts *o)
     o->bw_max = max_set ? o->max : 64u << 20;
     if (o->bw_min > o->bw_max)
         o->bw_min = o->bw_max;
+    if (o->max < o->min && !max_set)
+        o->max = o->min;
     if (o->min < 1 || o->max < o->min)
         usage();
 }
@@ -596,6 +651,7 @@ int main(int argc, char **argv)
     p.size = gs_ctx_size(p.ctx);
     if (p.size < 2 || p.size % 2) {
         fprintf(stderr, "gsperf: needs an even number of ranks (got %d)\n", p.size);
+        gs_ctx_destroy(p.ctx);
         return 2;
     }
     p.initiator = p.rank % 2 == 0;
@@ -608,7 +664,8 @@ int main(int argc, char **argv)
         if (p.rank == 0)
             memcpy_bw = memcpy_gbps();
         if (p.rank == 0)
-            printf("# limits: cache-line ping-pong one-way %.0f ns (median); single-thread memcpy 64 MiB %.2f GB/s\n",
+            printf("# limits: cache-line ping-pong one-way %.0f ns (median); single-thread memcpy 64 MiB "
+                   "%.2f GB/s\n",
                    floor_ns, memcpy_bw);
     }
     for (int op = 0; op < OP_COUNT; op++) {
@@ -617,7 +674,7 @@ int main(int argc, char **argv)
         if (p.o.lat)
             run_lat(&p, op, floor_ns, &imm8);
         if (p.o.bw)
-            run_bw(&p, op, memcpy_bw);
+            run_bw(&p, op);
         fflush(stdout);
     }
     barrier(&p);

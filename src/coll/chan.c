@@ -8,7 +8,6 @@
  */
 #include "coll/coll.h"
 
-#include "util/clock.h"
 #include "util/log.h"
 
 #include <stdio.h>
@@ -27,7 +26,7 @@ static void advance_released(gs_comm *comm, gs_chan *ch)
     if (ch->rx_released != before) {
         gs_status st = gs_chan_credit(comm, ch);
         if (st != GS_OK)
-            gs_engine_fail(comm, st, gs_last_error(), true);
+            gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
     }
 }
 
@@ -35,7 +34,7 @@ void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold)
 {
     ch->rx_held[ch->rx_next % GS_COLL_SLOTS] = hold;
     ch->rx_next++;
-    comm->progress_ns = gs_now_ns();
+    comm->progress_count++;
     advance_released(comm, ch);
 }
 
@@ -130,8 +129,8 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
         char text[sizeof(a->text)];
         memcpy(text, a->text, len);
         text[len] = '\0';
-        gs_engine_fail(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, text, false);
-        return comm->failed;
+        gs_engine_fail(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, a->seq, text, false);
+        return GS_OK; /* recorded: calls before a->seq go on */
     }
     if (kind != GS_COLL_IMM_DATA || ch->rx_arrived - ch->rx_next >= GS_COLL_SLOTS)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
@@ -139,7 +138,7 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
                        comm->rank, wc->imm, wc->peer, (unsigned long long)(ch->rx_arrived - ch->rx_next));
     uint8_t *slot = ch->slots + (size_t)(ch->rx_arrived % GS_COLL_SLOTS) * comm->slot_stride;
     ch->rx_arrived++;
-    comm->progress_ns = gs_now_ns();
+    comm->progress_count++;
     take_ack(ch, GS_COLL_IMM_LOW(wc->imm));
     return check_arrival(comm, ch, gs_coll_hdr_of(slot));
 }

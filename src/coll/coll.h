@@ -11,6 +11,7 @@
  *   ring.c      pipelined ring (reduce-scatter + all-gather, chains)
  *   rd.c        recursive doubling (butterfly, any rank count)
  *   direct.c    every rank to every rank in one step (small messages)
+ *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   api.c       the public calls: argument checks, requests, fusion
  *   reduce.c    reduction kernels
  *
@@ -33,6 +34,7 @@
 #include <stdint.h>
 
 typedef struct gs_coll_op gs_coll_op;
+typedef struct gs_box gs_box;
 
 /* ------------------------------------------------------------------------ */
 /* Channels: one per peer, both directions                                  */
@@ -136,6 +138,8 @@ struct gs_coll_op {
     gs_prim prim;
     bool have_prim;
     bool started;      /* reached the head of the queue */
+    bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
+    uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
     const gs_tensor *tensors;
@@ -163,7 +167,9 @@ struct gs_comm {
     const gs_config *cfg;
     int rank;
     int size;
-    unsigned id; /* creation number in this process: names store keys */
+    unsigned id;         /* creation number in this process: names store keys */
+    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
+    bool all_local;      /* every rank on this host */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
     size_t slot_stride; /* header + chunk, rounded to cache lines */
@@ -182,9 +188,13 @@ struct gs_comm {
     uint64_t seq_done;   /* calls finished */
     gs_req *head, *tail; /* started, not finished, in order */
     gs_req *free_reqs;
-    gs_req sync_req;      /* the blocking calls' request */
-    uint64_t progress_ns; /* last time anything moved (for the deadline) */
-    gs_status failed;     /* GS_OK, or the error every later call returns */
+    gs_req sync_req;         /* the blocking calls' request */
+    uint64_t progress_count; /* bumped whenever anything moves */
+    uint64_t progress_seen;  /* its value when progress_ns was taken */
+    uint64_t progress_ns;    /* when it last changed, as far as the waiter saw (for the deadline) */
+    gs_box *box;             /* shared-memory boxes of the direct algorithm, or NULL */
+    gs_status failed;        /* GS_OK, or the error every later call returns */
+    uint64_t failed_seq;     /* the first call the failure concerns */
     char failed_text[GS_COLL_CTRL_BYTES];
     /* progress thread (GS_PROGRESS_THREAD) */
     bool threaded;
@@ -274,11 +284,29 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req);
 gs_status gs_engine_test(gs_comm *comm, gs_req *req);
 /* Polls once and runs the queue; never blocks. Caller holds the lock. */
 gs_status gs_engine_progress(gs_comm *comm);
-/* Fails the communicator: every queued request ends with status; unless
- * quiet (the news came from a peer), every peer is told. */
-void gs_engine_fail(gs_comm *comm, gs_status status, const char *text, bool tell_peers);
+/* Fails the communicator from call seq on: queued requests from seq on end
+ * with status (earlier ones still finish), later calls return it; with
+ * tell_peers every peer is told (not when the news came from a peer). */
+void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell_peers);
+/* The call a failure now concerns: the head request's, else the next one. */
+uint64_t gs_engine_current_seq(const gs_comm *comm);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
+
+/* ---- box.c */
+/* Maps every rank's box when all ranks share this host and the transport
+ * is shm; all ranks end with boxes or none. */
+gs_status gs_box_open(gs_comm *comm);
+void gs_box_close(gs_comm *comm);
+/* SEND_ALL and RECV_ALL through the boxes. */
+gs_status gs_box_post(gs_coll_op *op, gs_prim *prim);
+gs_status gs_box_gather(gs_coll_op *op, gs_prim *prim);
+/* Whether every peer made the post op waits for. */
+bool gs_box_ready(const gs_coll_op *op);
+/* One turn of waiting for it, idle_ns after the last progress: spin, yield
+ * or sleep on the doorbell. */
+void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns);
+void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);
@@ -289,6 +317,8 @@ size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes);
 /* Sets ncols and col_elems for segments of at most max_seg elements and
  * puts the cursor at the start. */
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);
+/* The same when `pieces` segment chunks travel in one slot. */
+void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces);
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

@@ -13,10 +13,12 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GS_COLL_REQ_POOL 8
 
@@ -85,16 +87,63 @@ static gs_status alloc_staging(gs_comm *comm)
     return GS_OK;
 }
 
-/* Every rank's inbox descriptor, through the store. */
+/* What each rank tells the others at creation. */
+typedef struct comm_hello {
+    gs_rmr inbox;   /* where to write to it */
+    uint64_t host;  /* hash of its host id: ranks sharing this machine */
+    uint32_t cores; /* CPUs it may run on */
+    uint32_t pad;
+} comm_hello;
+
+static uint64_t host_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *id; id++)
+        h = (h ^ (uint8_t)*id) * 1099511628211ull;
+    return h;
+}
+
+/* More ranks on this host than CPUs to run them: waiting ranks must yield. */
+static void note_oversubscription(gs_comm *comm, const comm_hello *all)
+{
+    const comm_hello *me = &all[comm->rank];
+    int local = 0;
+    for (int p = 0; p < comm->size; p++)
+        local += all[p].host == me->host;
+    comm->oversubscribed = local > (int)me->cores;
+    comm->all_local = local == comm->size;
+}
+
+static uint32_t usable_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1;
+}
+
+/* Every rank's inbox descriptor and host, through the store. */
 static gs_status exchange_descriptors(gs_comm *comm)
 {
     char tag[64];
-    gs_rmr mine;
-    gs_mr_pack(comm->inbox, &mine);
-    snprintf(tag, sizeof(tag), "coll/%u/inbox", comm->id);
+    comm_hello mine = {.host = host_hash(comm->ctx->host_id), .cores = usable_cores()};
+    comm_hello *all = gs_calloc((size_t)comm->size, sizeof(*all));
+    gs_status st;
+    if (!all)
+        return GS_ERR_NOMEM;
+    gs_mr_pack(comm->inbox, &mine.inbox);
+    snprintf(tag, sizeof(tag), "coll/%u/hello", comm->id);
     /* each rank registered before contributing: when this returns, every
      * inbox can be written into */
-    return gs_store_allgather(comm->ctx, tag, &mine, sizeof(mine), comm->peer_inbox);
+    st = gs_store_allgather(comm->ctx, tag, &mine, sizeof(mine), all);
+    if (st == GS_OK) {
+        for (int p = 0; p < comm->size; p++)
+            comm->peer_inbox[p] = all[p].inbox;
+        note_oversubscription(comm, all);
+    }
+    free(all);
+    return st;
 }
 
 static gs_status alloc_requests(gs_comm *comm)
@@ -127,6 +176,7 @@ static void release(gs_comm *comm)
 {
     if (comm->threaded)
         gs_engine_thread_stop(comm);
+    gs_box_close(comm);
     free_request_list(comm->free_reqs);
     free_request_list(comm->head);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
@@ -177,12 +227,15 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
         st = alloc_requests(comm);
     if (st == GS_OK)
         st = exchange_descriptors(comm);
+    if (st == GS_OK && comm->size > 1 && comm->all_local && strcmp(gs_tp_name(comm->tp), "shm") == 0)
+        st = gs_box_open(comm);
     if (st == GS_OK && comm->cfg->progress_thread)
         st = gs_engine_thread_start(comm);
     if (st != GS_OK)
         goto err_release;
-    gs_log_debug(COLL, "rank %d: communicator %u up over %s, %d ranks, chunk %zu bytes", comm->rank, comm->id,
-                 gs_tp_name(comm->tp), comm->size, comm->chunk);
+    gs_log_debug(COLL, "rank %d: communicator %u up over %s, %d ranks, chunk %zu bytes%s", comm->rank,
+                 comm->id, gs_tp_name(comm->tp), comm->size, comm->chunk,
+                 comm->oversubscribed ? ", more local ranks than cores: waits yield" : "");
     *comm_p = comm;
     return GS_OK;
 
@@ -197,17 +250,20 @@ gs_status gs_comm_destroy(gs_comm *comm)
     char tag[64];
     if (!comm)
         return GS_OK;
-    if (comm->head)
+    if (comm->head && comm->failed == GS_OK)
         gs_log_warn(COLL, "rank %d: destroying a communicator with requests in flight (call #%llu on)",
                     comm->rank, (unsigned long long)comm->head->op.seq);
-    /* no peer may still be writing a credit into our inbox when it goes:
-     * wait for every rank (a failed communicator does not wait) */
-    if (comm->failed == GS_OK && comm->size > 1) {
+    /* no peer may still be writing into our inbox when it goes: wait for
+     * every rank. After a failure the wait is only a courtesy (a peer may
+     * be gone): its outcome is not an error. */
+    if (comm->size > 1) {
         snprintf(tag, sizeof(tag), "coll/%u/destroy", comm->id);
         st = gs_store_barrier(comm->ctx, tag);
-        if (st != GS_OK)
+        if (st != GS_OK && comm->failed == GS_OK)
             gs_log_warn(COLL, "rank %d: the other ranks did not all reach gs_comm_destroy: %s", comm->rank,
                         gs_last_error());
+        if (comm->failed != GS_OK)
+            st = GS_OK;
     }
     release(comm);
     return st;

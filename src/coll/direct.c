@@ -12,12 +12,19 @@
  *   broadcast       root sends its data, the others an empty message (their
  *                   agreement); later columns: root to all
  *   barrier         empty messages to all, from all
+ *
+ * On one host over shm the sends and receives go through shared-memory
+ * boxes instead of messages (box.c): a post instead of n-1 writes, and the
+ * data read in place.
  */
 #include "coll/coll.h"
 
 static void direct_start(gs_coll_op *op)
 {
-    gs_coll_layout(op, op->kind == GS_COLL_BARRIER ? 0 : op->count);
+    op->box = op->comm->box != NULL;
+    /* through the boxes, a reduce_scatter column holds a piece for every rank */
+    size_t pieces = op->box && op->kind == GS_COLL_REDUCE_SCATTER ? (size_t)op->comm->size : 1;
+    gs_coll_layout_pieces(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, pieces);
     op->nsteps = 2; /* send, receive */
 }
 
@@ -48,7 +55,7 @@ static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes,
     bool root = op->comm->rank == op->root;
     const uint8_t *in = gs_coll_at(op->send, first * op->es);
     uint8_t *out = gs_coll_at(op->recv, first * op->es);
-    if (op->col == 0) {
+    if (op->col == 0 || op->box) { /* boxes: every rank posts every column */
         *p = step == 0 ? send_all(root ? in : NULL, root ? bytes : 0, 0)
                        : recv_all(GS_PRIM_BCAST, root ? in : NULL, out, bytes);
         p->root = op->root;
@@ -77,9 +84,12 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
 
     switch (op->kind) {
     case GS_COLL_REDUCE_SCATTER:
+        /* my own piece: in place it is also out, so the boxes use their copy */
         *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, op->count * es)
-                       : recv_all(GS_PRIM_REDUCE, gs_coll_at(op->send, ((size_t)r * op->count + first) * es),
+                       : recv_all(GS_PRIM_REDUCE,
+                                  op->box ? NULL : gs_coll_at(op->send, ((size_t)r * op->count + first) * es),
                                   gs_coll_at(op->recv, first * es), bytes);
+        p->stride = op->count * es; /* the boxes find my piece of every rank's post with it */
         p->finish = avg && step == 1;
         break;
     case GS_COLL_ALLGATHER:

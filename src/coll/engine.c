@@ -33,7 +33,7 @@ static void unlock(gs_comm *comm)
 
 /* Tells every peer, best effort: they fail their call at once instead of
  * waiting for their deadline. */
-static void tell_peers(gs_comm *comm, gs_status status, const char *text)
+static void tell_peers(gs_comm *comm, gs_status status, uint64_t seq, const char *text)
 {
     gs_coll_abort *a = (gs_coll_abort *)comm->abort_src;
     size_t len = strlen(text);
@@ -44,7 +44,7 @@ static void tell_peers(gs_comm *comm, gs_status status, const char *text)
     a->status = (int32_t)status;
     a->rank = (uint32_t)comm->rank;
     a->len = (uint32_t)len;
-    a->seq = comm->head ? comm->head->op.seq : comm->seq_done;
+    a->seq = seq;
     memcpy(a->text, text, len);
     a->text[len] = '\0';
     for (int p = 0; p < comm->size; p++) {
@@ -85,16 +85,44 @@ static void finish_head(gs_comm *comm, gs_status status)
         pthread_cond_broadcast(&comm->cond);
 }
 
-void gs_engine_fail(gs_comm *comm, gs_status status, const char *text, bool tell)
+uint64_t gs_engine_current_seq(const gs_comm *comm)
 {
-    if (comm->failed != GS_OK)
-        return;
+    return comm->head ? comm->head->op.seq : comm->seq_done + 1;
+}
+
+void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell)
+{
+    gs_req **link = &comm->head;
+    if (comm->failed != GS_OK && seq >= comm->failed_seq)
+        return; /* already failed from an earlier call on */
     comm->failed = status;
+    comm->failed_seq = seq;
     snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
     if (tell)
-        tell_peers(comm, status, comm->failed_text);
-    while (comm->head)
-        finish_head(comm, status);
+        tell_peers(comm, status, seq, comm->failed_text);
+    /* calls before the failed one still finish: their messages were all
+     * sent before any rank entered the failed call */
+    while (*link && (*link)->op.seq < seq)
+        link = &(*link)->next;
+    while (*link) {
+        gs_req *req = *link;
+        *link = req->next;
+        req->next = NULL;
+        req->status = status;
+    }
+    if (!comm->head)
+        comm->tail = NULL;
+    else
+        for (comm->tail = comm->head; comm->tail->next;)
+            comm->tail = comm->tail->next;
+    if (comm->threaded)
+        pthread_cond_broadcast(&comm->cond);
+}
+
+/* Whether the failure stops the head request (or any new one). */
+static bool blocked(const gs_comm *comm)
+{
+    return comm->failed != GS_OK && (!comm->head || comm->head->op.seq >= comm->failed_seq);
 }
 
 /* Runs one op's steps until one has to wait: GS_OK when the op is done. */
@@ -122,7 +150,7 @@ static gs_status run_queue(gs_comm *comm)
         gs_status st = GS_OK;
         if (!op->started) {
             op->started = true;
-            comm->progress_ns = gs_now_ns();
+            comm->progress_count++;
             st = gs_chan_check_queued(comm, op);
         }
         if (st == GS_OK)
@@ -130,7 +158,7 @@ static gs_status run_queue(gs_comm *comm)
         if (st == GS_INPROGRESS)
             return GS_OK;
         if (st != GS_OK) {
-            gs_engine_fail(comm, st, gs_last_error(), true);
+            gs_engine_fail(comm, st, op->seq, gs_last_error(), true);
             return st;
         }
         finish_head(comm, GS_OK);
@@ -138,28 +166,32 @@ static gs_status run_queue(gs_comm *comm)
     return GS_OK;
 }
 
+/* Handles every completion polled (all of them: calls before a failed one
+ * may still need the later ones). */
 static gs_status dispatch(gs_comm *comm, int n)
 {
+    gs_status first = GS_OK;
     for (int i = 0; i < n; i++) {
         gs_status st = gs_chan_complete(comm, &comm->wcs[i]);
-        if (st != GS_OK) {
-            gs_engine_fail(comm, st, gs_last_error(), st != GS_ERR_PEER_LOST || comm->size > 2);
-            return st;
+        if (st != GS_OK && first == GS_OK) {
+            first = st;
+            gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(),
+                           st != GS_ERR_PEER_LOST || comm->size > 2);
         }
     }
-    return GS_OK;
+    return first;
 }
 
 gs_status gs_engine_progress(gs_comm *comm)
 {
     int n, max = (int)(sizeof(comm->wcs) / sizeof(comm->wcs[0]));
     gs_status st;
-    if (comm->failed != GS_OK)
+    if (blocked(comm))
         return comm->failed;
     do {
         st = gs_tp_poll(comm->tp, comm->wcs, max, &n);
         if (st != GS_OK) {
-            gs_engine_fail(comm, st, gs_last_error(), true);
+            gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
             return st;
         }
         st = dispatch(comm, n);
@@ -182,13 +214,37 @@ static void time_out(gs_comm *comm)
     snprintf(text, sizeof(text), "rank %d: %s made no progress for %lld ms (GS_TIMEOUT_MS): %s", comm->rank,
              call, (long long)comm->cfg->timeout_ms, wait);
     gs_fail(GS_SUBSYS_COLL, GS_ERR_TIMEOUT, "%s", text);
-    gs_engine_fail(comm, GS_ERR_TIMEOUT, text, true);
+    gs_engine_fail(comm, GS_ERR_TIMEOUT, op->seq, text, true);
 }
 
-static bool overdue(const gs_comm *comm)
+/* Whether the head request made no progress for GS_TIMEOUT_MS. Reads the
+ * clock: callers on a fast path call it now and then. */
+static bool overdue(gs_comm *comm)
 {
+    uint64_t now = gs_now_ns();
+    if (comm->progress_count != comm->progress_seen) {
+        comm->progress_seen = comm->progress_count;
+        comm->progress_ns = now;
+    }
     return comm->head && comm->cfg->timeout_ms >= 0 &&
-           gs_now_ns() - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+           now - comm->progress_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
+}
+
+/* Whether the head request waits on peers' shared-memory posts. */
+static const gs_coll_op *box_waiter(const gs_comm *comm)
+{
+    const gs_coll_op *op = comm->head ? &comm->head->op : NULL;
+    return op && op->box && op->have_prim && op->prim.kind == GS_PRIM_RECV_ALL ? op : NULL;
+}
+
+/* How long a waiting rank polls (yielding) before it blocks. */
+static uint64_t spin_ns(const gs_comm *comm)
+{
+    if (comm->cfg->poll == GS_POLL_SPIN)
+        return UINT64_MAX;
+    return comm->cfg->poll == GS_POLL_EVENT
+               ? 0
+               : (uint64_t)(comm->cfg->spin_us > 0 ? comm->cfg->spin_us : 0) * 1000u;
 }
 
 /* Blocks in the transport until a completion comes, at most until the
@@ -201,7 +257,7 @@ static gs_status wait_completions(gs_comm *comm)
     if (st == GS_ERR_TIMEOUT)
         return GS_OK; /* the caller sees the deadline passed */
     if (st != GS_OK) {
-        gs_engine_fail(comm, st, gs_last_error(), true);
+        gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
         return st;
     }
     return dispatch(comm, n);
@@ -211,7 +267,7 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 {
     gs_status st;
     lock(comm);
-    if (comm->failed != GS_OK) {
+    if (comm->failed != GS_OK && comm->seq_issued + 1 >= comm->failed_seq) {
         st = comm->failed;
         gs_error_restore(comm->failed_text);
         unlock(comm);
@@ -236,8 +292,9 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
 {
     gs_status st;
+    uint64_t idle_ns = 0;
     lock(comm);
-    while (req->status == GS_INPROGRESS) {
+    for (unsigned turn = 1; req->status == GS_INPROGRESS; turn++) {
         if (comm->threaded) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -249,13 +306,29 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
             pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
             continue;
         }
-        if (gs_engine_progress(comm) != GS_OK || req->status != GS_INPROGRESS)
+        /* waiting on shared memory: look at the transport only now and then */
+        if (box_waiter(comm) && (turn & 63) != 0)
+            run_queue(comm);
+        else
+            gs_engine_progress(comm);
+        if (req->status != GS_INPROGRESS)
             break;
-        if (overdue(comm)) {
-            time_out(comm);
-            break;
+        if ((turn & 63) == 0) {
+            if (overdue(comm)) {
+                time_out(comm);
+                break;
+            }
+            idle_ns = gs_now_ns() - comm->progress_ns;
         }
-        wait_completions(comm);
+        const gs_coll_op *boxed = box_waiter(comm);
+        if (boxed) {
+            gs_box_idle(comm, boxed, idle_ns);
+        } else if (comm->oversubscribed && idle_ns < spin_ns(comm)) {
+            sched_yield(); /* the rank we wait for may need this CPU */
+        } else {
+            overdue(comm);
+            wait_completions(comm);
+        }
     }
     st = req->status;
     if (st != GS_OK)
@@ -300,16 +373,16 @@ static void *progress_main(void *arg)
     unsigned idle = 0;
     pthread_mutex_lock(&comm->lock);
     while (!comm->stop) {
-        if (!comm->head || comm->failed != GS_OK) {
+        if (!comm->head || blocked(comm)) {
             pthread_cond_wait(&comm->cond, &comm->lock);
             continue;
         }
-        uint64_t before = comm->progress_ns;
+        uint64_t before = comm->progress_count;
         gs_req *head = comm->head;
         gs_engine_progress(comm);
         if (overdue(comm))
             time_out(comm);
-        if (comm->progress_ns != before || comm->head != head) {
+        if (comm->progress_count != before || comm->head != head) {
             idle = 0;
             continue;
         }

@@ -14,7 +14,12 @@ size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes)
 
 void gs_coll_layout(gs_coll_op *op, size_t max_seg)
 {
-    op->ncols = gs_coll_columns(op->comm, max_seg * op->es);
+    gs_coll_layout_pieces(op, max_seg, 1);
+}
+
+void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces)
+{
+    op->ncols = gs_coll_columns(op->comm, max_seg * op->es * pieces);
     op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
     op->col = 0;
     op->step = 0;

@@ -223,8 +223,8 @@ gs_status gs_prim_run(gs_coll_op *op, gs_prim *prim)
 {
     switch (prim->kind) {
     case GS_PRIM_PAIR: return run_pair(op, prim);
-    case GS_PRIM_SEND_ALL: return run_send_all(op, prim);
-    case GS_PRIM_RECV_ALL: return run_recv_all(op, prim);
+    case GS_PRIM_SEND_ALL: return op->box ? gs_box_post(op, prim) : run_send_all(op, prim);
+    case GS_PRIM_RECV_ALL: return op->box ? gs_box_gather(op, prim) : run_recv_all(op, prim);
     }
     return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "unknown step kind %d", (int)prim->kind);
 }
@@ -234,6 +234,10 @@ void gs_prim_describe_wait(const gs_coll_op *op, const gs_prim *p, char *buf, si
     const gs_comm *c = op->comm;
     size_t used = 0;
     buf[0] = '\0';
+    if (op->box && p->kind == GS_PRIM_RECV_ALL) {
+        gs_box_describe_wait(op, buf, cap);
+        return;
+    }
     if (p->kind == GS_PRIM_PAIR) {
         if (p->recv_from >= 0 && !gs_chan_has_msg(&c->chans[p->recv_from]))
             used += (size_t)snprintf(buf + used, cap - used, "waiting for step 0x%x from rank %d",

@@ -109,10 +109,11 @@ static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
         return GS_OK;
     }
     builtin_list(built, sizeof(built));
-    return gs_fail(GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
-                   "rank %d: GS_TRANSPORT=auto found no transport every rank can use (built: %s; ranks %s one "
-                   "host); build tcp or run all ranks on one host",
-                   ctx->rank, built, one_host ? "share" : "do not share");
+    return gs_fail(
+        GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
+        "rank %d: GS_TRANSPORT=auto found no transport every rank can use (built: %s; ranks %s one "
+        "host); build tcp or run all ranks on one host",
+        ctx->rank, built, one_host ? "share" : "do not share");
 }
 
 static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
@@ -134,10 +135,10 @@ static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
     for (size_t i = 1; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
             return gs_fail(GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
-                           "rank %d: transport '%s' is not built into this library (built: %s)", ctx->rank, name,
-                           built);
-    return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: unknown transport '%s' (use auto, shm, tcp or verbs)",
-                   ctx->rank, name);
+                           "rank %d: transport '%s' is not built into this library (built: %s)", ctx->rank,
+                           name, built);
+    return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                   "rank %d: unknown transport '%s' (use auto, shm, tcp or verbs)", ctx->rank, name);
 }
 
 /* ---- instance ------------------------------------------------------------------ */
@@ -185,7 +186,8 @@ static gs_status check_access(const gs_tp *tp, unsigned access, const char *fn)
     if (!tp)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: transport is NULL", fn);
     if (access & ~(unsigned)GS_ACCESS_ALL)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s: unknown access bits 0x%x", tp->rank, fn, access);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s: unknown access bits 0x%x", tp->rank, fn,
+                       access);
     return GS_OK;
 }
 
@@ -208,7 +210,8 @@ gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **
 
 gs_status gs_mr_dereg(gs_mr *mr)
 {
-    return mr ? mr->tp->ops->mr_dereg(mr) : gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_mr_dereg: region is NULL");
+    return mr ? mr->tp->ops->mr_dereg(mr)
+              : gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_mr_dereg: region is NULL");
 }
 
 void *gs_mr_addr(const gs_mr *mr)
@@ -240,9 +243,10 @@ void gs_mr_pack(const gs_mr *mr, gs_rmr *rmr_p)
 static gs_status check_ep(const gs_ep *ep, const char *op)
 {
     if (!ep)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "%s: endpoint is NULL (gs_tp_ep gives none for the caller's own rank or a rank out of range)",
-                       op);
+        return gs_fail(
+            GS_SUBSYS_TP, GS_ERR_INVALID,
+            "%s: endpoint is NULL (gs_tp_ep gives none for the caller's own rank or a rank out of range)",
+            op);
     return GS_OK;
 }
 
@@ -255,21 +259,22 @@ static gs_status check_local(const gs_ep *ep, const void *buf, const gs_mr *lmr,
     if (len == 0)
         return GS_OK;
     if (!lmr || !buf)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: NULL %s for %zu bytes", ep->tp->rank,
-                       op, ep->peer, buf ? "local region" : "local buffer", len);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s to rank %d: NULL %s for %zu bytes",
+                       ep->tp->rank, op, ep->peer, buf ? "local region" : "local buffer", len);
     if (lmr->tp != ep->tp)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s to rank %d: the local region belongs to another transport instance", ep->tp->rank,
-                       op, ep->peer);
+                       "rank %d: %s to rank %d: the local region belongs to another transport instance",
+                       ep->tp->rank, op, ep->peer);
     a = (uintptr_t)lmr->addr;
     if (b < a || len > lmr->len || b - a > lmr->len - len)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s to rank %d: local buffer %p + %zu bytes is not inside its region %p + %zu bytes",
-                       ep->tp->rank, op, ep->peer, buf, len, lmr->addr, lmr->len);
+        return gs_fail(
+            GS_SUBSYS_TP, GS_ERR_INVALID,
+            "rank %d: %s to rank %d: local buffer %p + %zu bytes is not inside its region %p + %zu bytes",
+            ep->tp->rank, op, ep->peer, buf, len, lmr->addr, lmr->len);
     if (writable && !(lmr->access & GS_ACCESS_LOCAL_WRITE))
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s from rank %d: the local region lacks GS_ACCESS_LOCAL_WRITE", ep->tp->rank, op,
-                       ep->peer);
+                       "rank %d: %s from rank %d: the local region lacks GS_ACCESS_LOCAL_WRITE", ep->tp->rank,
+                       op, ep->peer);
     return GS_OK;
 }
 
@@ -286,28 +291,31 @@ static gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, 
     int rank = ep->tp->rank, peer = ep->peer;
     const char *dir = need == GS_ACCESS_REMOTE_READ ? "from" : "to";
     if (!rmr)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: descriptor is NULL", rank, op, dir,
-                       peer);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: descriptor is NULL", rank, op,
+                       dir, peer);
     memcpy(head, rmr->bytes, sizeof(*head));
     if (head->version != GS_RMR_VERSION)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s %s rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)", rank,
-                       op, dir, peer, head->version, GS_RMR_VERSION);
+                       "rank %d: %s %s rank %d: descriptor version %u, expected %u (not made by gs_mr_pack?)",
+                       rank, op, dir, peer, head->version, GS_RMR_VERSION);
     if (head->transport != ep->tp->ops->id)
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: %s %s rank %d: a %s descriptor used on the %s transport",
-                       rank, op, dir, peer, transport_name(head->transport), ep->tp->ops->name);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                       "rank %d: %s %s rank %d: a %s descriptor used on the %s transport", rank, op, dir,
+                       peer, transport_name(head->transport), ep->tp->ops->name);
     if (head->owner != (uint32_t)peer)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                       "rank %d: %s %s rank %d: the descriptor is of a region of rank %u", rank, op, dir, peer,
-                       head->owner);
+                       "rank %d: %s %s rank %d: the descriptor is of a region of rank %u", rank, op, dir,
+                       peer, head->owner);
     if (!gs_tp_in_bounds(off, len, head->len))
         return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s %s rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
-                       dir, peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)head->len);
+                       "rank %d: %s %s rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region",
+                       rank, op, dir, peer, (unsigned long long)off, (unsigned long long)len,
+                       (unsigned long long)head->len);
     if ((head->access & need) != need)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s %s rank %d: the region was registered without %s access", rank, op, dir, peer,
-                       need == GS_ACCESS_REMOTE_READ ? "remote read"
+                       "rank %d: %s %s rank %d: the region was registered without %s access", rank, op, dir,
+                       peer,
+                       need == GS_ACCESS_REMOTE_READ     ? "remote read"
                        : need == GS_ACCESS_REMOTE_ATOMIC ? "remote atomic"
                                                          : "remote write");
     return GS_OK;
@@ -327,8 +335,8 @@ static gs_status check_atomic(const gs_ep *ep, const uint64_t *result, const gs_
         st = check_remote(ep, rmr, off, 8, GS_ACCESS_REMOTE_ATOMIC, op, head);
     if (st == GS_OK && ((head->addr + off) & 7u))
         st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
-                     "rank %d: %s to rank %d: remote offset %llu is not 8-byte aligned", ep->tp->rank, op, ep->peer,
-                     (unsigned long long)off);
+                     "rank %d: %s to rank %d: remote offset %llu is not 8-byte aligned", ep->tp->rank, op,
+                     ep->peer, (unsigned long long)off);
     return st;
 }
 
@@ -346,14 +354,15 @@ gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const 
     return st == GS_OK ? ep->tp->ops->write(ep, src, lmr, len, &head, dst_off, wr_id, flags) : st;
 }
 
-gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst, uint64_t dst_off,
-                          uint32_t imm, uint64_t wr_id, unsigned flags)
+gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst,
+                          uint64_t dst_off, uint32_t imm, uint64_t wr_id, unsigned flags)
 {
     gs_rmr_head head;
     gs_status st = check_ep(ep, "write_imm");
     if (st == GS_OK && len > UINT32_MAX)
-        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: write_imm to rank %d: %zu bytes is more than 4 GiB - 1",
-                     ep->tp->rank, ep->peer, len);
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                     "rank %d: write_imm to rank %d: %zu bytes is more than 4 GiB - 1", ep->tp->rank,
+                     ep->peer, len);
     if (st == GS_OK)
         st = check_local(ep, src, lmr, len, false, "write_imm");
     if (st == GS_OK)
@@ -373,8 +382,8 @@ gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr 
     return st == GS_OK ? ep->tp->ops->read(ep, dst, lmr, len, &head, src_off, wr_id, flags) : st;
 }
 
-gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off, uint64_t add,
-                          uint64_t wr_id, unsigned flags)
+gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
+                          uint64_t add, uint64_t wr_id, unsigned flags)
 {
     gs_rmr_head head;
     gs_status st = check_atomic(ep, result, lmr, dst, dst_off, "fetch_add", &head);
@@ -386,15 +395,17 @@ gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *
 {
     gs_rmr_head head;
     gs_status st = check_atomic(ep, result, lmr, dst, dst_off, "cmp_swap", &head);
-    return st == GS_OK ? ep->tp->ops->cmp_swap(ep, result, lmr, &head, dst_off, compare, swap, wr_id, flags) : st;
+    return st == GS_OK ? ep->tp->ops->cmp_swap(ep, result, lmr, &head, dst_off, compare, swap, wr_id, flags)
+                       : st;
 }
 
 gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags)
 {
     gs_status st = check_ep(ep, "send");
     if (st == GS_OK && len > GS_SEND_MAX)
-        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: send to rank %d: %zu bytes is more than GS_SEND_MAX (%d)",
-                     ep->tp->rank, ep->peer, len, GS_SEND_MAX);
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
+                     "rank %d: send to rank %d: %zu bytes is more than GS_SEND_MAX (%d)", ep->tp->rank,
+                     ep->peer, len, GS_SEND_MAX);
     if (st == GS_OK)
         st = check_local(ep, src, lmr, len, false, "send");
     return st == GS_OK ? ep->tp->ops->send(ep, src, lmr, len, wr_id, flags) : st;
@@ -413,7 +424,8 @@ gs_status gs_ep_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_i
 static gs_status check_poll(const gs_tp *tp, const gs_wc *wcs, int max, const int *n_p, const char *fn)
 {
     if (!tp || !n_p || max < 0 || (max > 0 && !wcs))
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: NULL transport, wcs or n_p, or max %d < 0", fn, max);
+        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: NULL transport, wcs or n_p, or max %d < 0", fn,
+                       max);
     return GS_OK;
 }
 
@@ -441,5 +453,6 @@ gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms)
         st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "rank %d: gs_tp_wait: max must be at least 1", tp->rank);
     if (st != GS_OK)
         return st;
-    return tp->ops->wait(tp, wcs, max, n_p, coarse_deadline(timeout_ms < 0 ? tp->cfg->timeout_ms : timeout_ms));
+    return tp->ops->wait(tp, wcs, max, n_p,
+                         coarse_deadline(timeout_ms < 0 ? tp->cfg->timeout_ms : timeout_ms));
 }

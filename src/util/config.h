@@ -35,6 +35,8 @@
     X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "7", NULL, "verbs QP retry count")                      \
     X(ib_fork_safe, "GS_IB_FORK_SAFE", BOOL, "0", NULL, "call ibv_fork_init so the process may fork") \
     X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL, "network interface for the tcp transport (default: the store's route)") \
+    X(tcp_netns, "GS_TCP_NETNS", STR, "", NULL,                                                     \
+      "network namespaces for the tcp transport's sockets: names under /run/netns, comma separated, rank r uses entry r mod n (default: the process's own; for multi-host tests on one machine)") \
     X(cpu_affinity, "GS_CPU_AFFINITY", STR, "", NULL, "pin each local rank to a core: empty = no pinning, 'auto' = local rank modulo cores, or a list 0,1,...") \
     X(progress_thread, "GS_PROGRESS_THREAD", BOOL, "0", NULL,                                       \
       "run a progress thread so remote READs and non-blocking collectives advance while the caller computes") \

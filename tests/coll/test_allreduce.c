@@ -175,6 +175,15 @@ static void repeat_body(gs_ctx *ctx, int rank, void *argp)
         GS_ASSERT(memcmp(out[0], out[1], count * sizeof(float)) == 0);
         h = cc_hash(h, out[0], count * sizeof(float));
     }
+    /* +0 and -0 compare equal: which one min returns depends on the operand
+     * order, so this shows whether all ranks combined in the same order */
+    for (size_t i = 0; i < count; i++)
+        in[i] = (rank + i) % 3 ? 0.0f : -0.0f;
+    for (size_t a = 0; a < sizeof(cc_algos) / sizeof(cc_algos[0]); a++) {
+        cc_set_algo(ctx, cc_algos[a]);
+        GS_ASSERT_OK(gs_allreduce(comm, in, out[0], count, GS_F32, GS_MIN));
+        h = cc_hash(h, out[0], count * sizeof(float));
+    }
     cc_same_everywhere(ctx, "allreduce-repeat", h);
     cc_close(comm, tp);
     free(in);

@@ -136,11 +136,11 @@ static inline int tcp_pair_next_wc(tcp_pair *p, int side, gs_wc *wc_p)
 }
 
 /* The next completion of side, which must exist and have this opcode and status. */
-#define TCP_EXPECT_WC(p, side, wc, op, st)                                   \
-    do {                                                                     \
-        GS_ASSERT(tcp_pair_next_wc((p), (side), &(wc)));                     \
-        GS_ASSERT_STR_EQ(gs_status_name((wc).status), gs_status_name(st));   \
-        GS_ASSERT_EQ((wc).opcode, (op));                                     \
+#define TCP_EXPECT_WC(p, side, wc, op, st)                                                                   \
+    do {                                                                                                     \
+        GS_ASSERT(tcp_pair_next_wc((p), (side), &(wc)));                                                     \
+        GS_ASSERT_STR_EQ(gs_status_name((wc).status), gs_status_name(st));                                   \
+        GS_ASSERT_EQ((wc).opcode, (op));                                                                     \
     } while (0)
 
 static inline gs_rmr_head tcp_rmr(gs_mr *mr)

@@ -68,9 +68,10 @@ GS_TEST(tcp_read_returns_the_remote_bytes)
     GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, 3 << 20, GS_ACCESS_ALL, &remote));
     gs_rmr_head rrem = tcp_rmr(remote);
     fill(remote->addr, 3 << 20, 11);
-    GS_ASSERT_OK(gs_tcp_read(tcp_pair_ep(&p, 0), (uint8_t *)local->addr + 8, local, 5, &rrem, 100, 1, GS_OP_SIGNALED));
-    GS_ASSERT_OK(gs_tcp_read(tcp_pair_ep(&p, 0), (uint8_t *)local->addr + 4096, local, (3 << 20) - 4096, &rrem, 0, 2,
-                             GS_OP_SIGNALED));
+    GS_ASSERT_OK(
+        gs_tcp_read(tcp_pair_ep(&p, 0), (uint8_t *)local->addr + 8, local, 5, &rrem, 100, 1, GS_OP_SIGNALED));
+    GS_ASSERT_OK(gs_tcp_read(tcp_pair_ep(&p, 0), (uint8_t *)local->addr + 4096, local, (3 << 20) - 4096,
+                             &rrem, 0, 2, GS_OP_SIGNALED));
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_READ, GS_OK);
     GS_ASSERT_U64_EQ(wc.wr_id, 1);
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_READ, GS_OK);
@@ -123,7 +124,8 @@ GS_TEST(tcp_send_meets_receives_posted_before_and_after)
     GS_ASSERT(memcmp(dst->addr, src->addr, 100) == 0);
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_SEND, GS_OK);
     /* sent first: waits for the receive */
-    GS_ASSERT_OK(gs_tcp_send(tcp_pair_ep(&p, 0), (uint8_t *)src->addr + 100, src, GS_SEND_MAX, 2, GS_OP_SIGNALED));
+    GS_ASSERT_OK(
+        gs_tcp_send(tcp_pair_ep(&p, 0), (uint8_t *)src->addr + 100, src, GS_SEND_MAX, 2, GS_OP_SIGNALED));
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_SEND, GS_OK);
     GS_ASSERT_OK(gs_tcp_recv(tcp_pair_ep(&p, 1), (uint8_t *)dst->addr + 4096, dst, 4096, 78));
     TCP_EXPECT_WC(&p, 1, wc, GS_WC_RECV, GS_OK);
@@ -147,7 +149,8 @@ GS_TEST(tcp_full_queue_says_again_and_drains)
     gs_rmr_head rdst = tcp_rmr(dst);
     /* the target does not poll: the socket buffers fill, then the queue */
     while (st == GS_OK && posted < 100000) {
-        st = gs_tcp_write(tcp_pair_ep(&p, 0), src->addr, src, 1 << 20, &rdst, 0, (uint64_t)posted, GS_OP_SIGNALED);
+        st = gs_tcp_write(tcp_pair_ep(&p, 0), src->addr, src, 1 << 20, &rdst, 0, (uint64_t)posted,
+                          GS_OP_SIGNALED);
         posted += st == GS_OK;
     }
     GS_ASSERT_STATUS(st, GS_ERR_AGAIN);
@@ -170,7 +173,8 @@ GS_TEST(tcp_unsignaled_ops_complete_silently_in_order)
     gs_rmr_head rdst = tcp_rmr(dst);
     for (int i = 0; i < 1000; i++) {
         ((uint32_t *)src->addr)[i] = (uint32_t)i * 3;
-        GS_ASSERT_OK(gs_tcp_write(tcp_pair_ep(&p, 0), (uint32_t *)src->addr + i, src, 4, &rdst, (uint64_t)i * 4, 0, 0));
+        GS_ASSERT_OK(gs_tcp_write(tcp_pair_ep(&p, 0), (uint32_t *)src->addr + i, src, 4, &rdst,
+                                  (uint64_t)i * 4, 0, 0));
     }
     GS_ASSERT_OK(gs_tcp_write(tcp_pair_ep(&p, 0), src->addr, src, 0, &rdst, 0, 5, GS_OP_SIGNALED));
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_WRITE, GS_OK);
@@ -209,7 +213,10 @@ static void expect_refused(int op)
     default: GS_ASSERT_OK(gs_tcp_read(ep, src->addr, src, 4097, &rdst, 0, 1, GS_OP_SIGNALED)); break;
     }
     GS_ASSERT_OK(gs_tcp_write(ep, src->addr, src, 8, &rdst, 0, 2, GS_OP_SIGNALED));
-    TCP_EXPECT_WC(&p, 0, wc, op == 3 || op == 6 ? GS_WC_READ : op >= 4 ? GS_WC_FETCH_ADD : GS_WC_WRITE,
+    TCP_EXPECT_WC(&p, 0, wc,
+                  op == 3 || op == 6 ? GS_WC_READ
+                  : op >= 4          ? GS_WC_FETCH_ADD
+                                     : GS_WC_WRITE,
                   GS_ERR_REMOTE_ACCESS);
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_WRITE, GS_ERR_FLUSHED);
     GS_ASSERT_U64_EQ(wc.wr_id, 2);
@@ -283,7 +290,8 @@ GS_TEST(tcp_peer_lost_fails_outstanding_ops)
     GS_ASSERT_U64_EQ(wc.wr_id, 1);
     TCP_EXPECT_WC(&p, 0, wc, GS_WC_READ, GS_ERR_FLUSHED);
     GS_ASSERT_CONTAINS(gs_tcp_ep_at(p.tp[0], 1)->why, "rank 1");
-    GS_ASSERT_STATUS(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, 64, &rrem, 0, 3, 0), GS_ERR_PEER_LOST);
+    GS_ASSERT_STATUS(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, 64, &rrem, 0, 3, 0),
+                     GS_ERR_PEER_LOST);
     GS_ASSERT_STATUS(tcp_pair_poll_until(&p, 0, GS_ERR_PEER_LOST), GS_ERR_PEER_LOST);
     tcp_pair_close(&p);
 }
@@ -328,9 +336,9 @@ GS_TEST(tcp_orderly_close_is_not_an_error)
     GS_ASSERT_EQ(((uint8_t *)dst->addr)[4095], 9);
     for (int i = 0; i < 20; i++)
         tcp_pair_drive(&p);
-    GS_ASSERT_EQ(p.ngot[1], 0); /* nothing to report: no error completion */
+    GS_ASSERT_EQ(p.ngot[1], 0);     /* nothing to report: no error completion */
     GS_ASSERT_EQ(p.last[1], GS_OK); /* a peer that closed in order is not lost */
-    rdst.owner = 0; /* as if rank 0 had a region there */
+    rdst.owner = 0;                 /* as if rank 0 had a region there */
     GS_ASSERT_STATUS(gs_tcp_write(tcp_pair_ep(&p, 1), dst->addr, dst, 8, &rdst, 0, 1, 0), GS_ERR_PEER_LOST);
     tcp_pair_close(&p);
 }
@@ -384,7 +392,8 @@ static void served_while_computing(const char *mode)
     gs_rmr_head rrem = tcp_rmr(remote);
     fill(remote->addr, 1 << 20, 1);
     for (int i = 0; i < 20; i++) {
-        GS_ASSERT_OK(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, 1 << 20, &rrem, 0, 1, GS_OP_SIGNALED));
+        GS_ASSERT_OK(
+            gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, 1 << 20, &rrem, 0, 1, GS_OP_SIGNALED));
         GS_ASSERT_OK(gs_tcp_wait(&p.tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
         GS_ASSERT_EQ(wc.status, GS_OK);
         GS_ASSERT_EQ(wc.opcode, GS_WC_READ);
@@ -392,7 +401,8 @@ static void served_while_computing(const char *mode)
                                       GS_OP_SIGNALED));
         GS_ASSERT_OK(gs_tcp_wait(&p.tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
         GS_ASSERT_EQ(wc.status, GS_OK);
-        GS_ASSERT_OK(gs_tcp_write(tcp_pair_ep(&p, 0), local->addr, local, 4096, &rrem, 4096, 3, GS_OP_SIGNALED));
+        GS_ASSERT_OK(
+            gs_tcp_write(tcp_pair_ep(&p, 0), local->addr, local, 4096, &rrem, 4096, 3, GS_OP_SIGNALED));
         GS_ASSERT_OK(gs_tcp_wait(&p.tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
         GS_ASSERT_EQ(wc.status, GS_OK);
         GS_ASSERT_EQ(wc.opcode, GS_WC_WRITE);
@@ -429,7 +439,8 @@ static void *adder_main(void *arg)
     uint64_t *res = (uint64_t *)a->local->addr + a->index;
     for (int i = 0; i < 200; i++) {
         gs_status st;
-        while ((st = gs_tcp_fetch_add(tcp_pair_ep(a->p, 0), res, a->local, &a->rrem, 0, 1, 0, 0)) == GS_ERR_AGAIN)
+        while ((st = gs_tcp_fetch_add(tcp_pair_ep(a->p, 0), res, a->local, &a->rrem, 0, 1, 0, 0)) ==
+               GS_ERR_AGAIN)
             ;
         if (st != GS_OK)
             return (void *)1;
@@ -464,5 +475,39 @@ GS_TEST(tcp_concurrent_posters_and_progress_thread)
     GS_ASSERT_EQ(wc.status, GS_OK);
     GS_ASSERT_U64_EQ(*(uint64_t *)local->addr, 800);
     GS_ASSERT_U64_EQ(*(uint64_t *)remote->addr, 800);
+    tcp_pair_close(&p);
+}
+
+/* A region deregistered while a READ reply from it is still going out: the
+ * reply finishes first (the reader gets the bytes), then the region goes. */
+GS_TEST(tcp_dereg_lets_queued_read_replies_finish)
+{
+    const size_t len = 32u << 20;
+    tcp_pair p;
+    gs_mr *local, *remote;
+    gs_wc wc;
+    int n = 0;
+    tcp_pair_open(&p);
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[0]->base, len, GS_ACCESS_ALL, &local));
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, len, GS_ACCESS_ALL, &remote));
+    gs_rmr_head rrem = tcp_rmr(remote);
+    fill(remote->addr, len, 21);
+    GS_ASSERT_OK(gs_tcp_read(tcp_pair_ep(&p, 0), local->addr, local, len, &rrem, 0, 1, GS_OP_SIGNALED));
+    /* side 1 takes the request and queues the 32 MiB reply; side 0 does not
+     * read yet, so more of it stays queued than the sockets hold */
+    for (uint64_t deadline = gs_deadline_after_ms(3000); ((gs_tcp_mr *)remote)->tx_refs == 0;) {
+        GS_ASSERT(!gs_deadline_passed(deadline));
+        GS_ASSERT_OK(gs_tcp_poll(&p.tp[1]->base, &wc, 1, &n));
+    }
+    /* now side 0 reads (its progress thread), while side 1 deregisters */
+    p.cfg[0].progress_thread = true;
+    GS_ASSERT_OK(gs_tcp_thread_start(p.tp[0]));
+    GS_ASSERT_OK(gs_tcp_mr_dereg(remote));
+    GS_ASSERT(!gs_tcp_ep_at(p.tp[1], 0)->dead);
+    GS_ASSERT_OK(gs_tcp_wait(&p.tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
+    GS_ASSERT_EQ(wc.status, GS_OK);
+    GS_ASSERT_EQ(wc.opcode, GS_WC_READ);
+    for (size_t i = 0; i < len; i += 4093)
+        GS_ASSERT_EQ(((uint8_t *)local->addr)[i], (uint8_t)(21 + i * 131 + (i >> 8)));
     tcp_pair_close(&p);
 }

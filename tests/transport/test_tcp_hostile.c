@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#define PAGE 4096
+#define PAGE   4096
 #define FILLER 0x5c
 
 /* A transport (rank 0 of 2) whose peer 1 is a raw socket, with one region:
@@ -48,7 +48,8 @@ static void raw_send(hostile *h, const void *buf, size_t len)
 
 static gs_tcp_hdr request(int op, uint64_t key, uint64_t off, uint64_t len)
 {
-    return (gs_tcp_hdr){.version = GS_TCP_PROTO_VERSION, .op = (uint8_t)op, .key = key, .off = off, .len = len};
+    return (gs_tcp_hdr){
+        .version = GS_TCP_PROTO_VERSION, .op = (uint8_t)op, .key = key, .off = off, .len = len};
 }
 
 /* Polls the transport until it drops the raw peer; returns its reason. */
@@ -186,7 +187,8 @@ GS_TEST(tcp_unused_field_set_is_dropped)
 
 GS_TEST(tcp_oversized_send_is_dropped)
 {
-    expect_dropped(request(GS_TCP_OP_SEND, 0, 0, GS_SEND_MAX + 1), 64, "longer than GS_SEND_MAX", GS_ERR_PROTOCOL);
+    expect_dropped(request(GS_TCP_OP_SEND, 0, 0, GS_SEND_MAX + 1), 64, "longer than GS_SEND_MAX",
+                   GS_ERR_PROTOCOL);
 }
 
 GS_TEST(tcp_reply_to_nothing_is_dropped)
@@ -340,7 +342,11 @@ GS_TEST(tcp_setup_drops_strangers_and_accepts_the_real_peer)
     GS_ASSERT_OK(gs_tcp_listen(&addr, 8, 0, &a.lfd, &bound));
     gs_tcp_blob_pack(&bound, (const uint8_t *)"nonce-of-rank-0!", &a.blobs[0]);
     gs_tcp_blob_pack(&bound, (const uint8_t *)"nonce-of-rank-1!", &a.blobs[1]);
-    a.setup = (gs_tcp_setup){.cfg = &a.cfg, .rank = 0, .size = 2, .instance = 3, .blobs = a.blobs,
+    a.setup = (gs_tcp_setup){.cfg = &a.cfg,
+                             .rank = 0,
+                             .size = 2,
+                             .instance = 3,
+                             .blobs = a.blobs,
                              .deadline_ns = gs_deadline_after_ms(5000)};
     GS_ASSERT_EQ(pthread_create(&th, NULL, acceptor_main, &a), 0);
 
@@ -366,7 +372,8 @@ GS_TEST(tcp_setup_drops_strangers_and_accepts_the_real_peer)
     GS_ASSERT_EQ(recv(fd, &answer, sizeof(answer), MSG_WAITALL), (long long)sizeof(answer));
     {
         const char *why = "";
-        GS_ASSERT_OK(gs_tcp_hello_check(&answer, GS_TCP_HELLO_ACK, 2, 3, a.blobs[1].nonce, "s3cret-token", &why));
+        GS_ASSERT_OK(
+            gs_tcp_hello_check(&answer, GS_TCP_HELLO_ACK, 2, 3, a.blobs[1].nonce, "s3cret-token", &why));
         GS_ASSERT_EQ(answer.rank, 0);
     }
     pthread_join(th, NULL);
@@ -414,7 +421,11 @@ GS_TEST(tcp_setup_refuses_an_impostor_peer)
     GS_ASSERT_OK(gs_tcp_listen(&addr, 8, 1, &d.lfd, &mine));
     gs_tcp_blob_pack(&fake, (const uint8_t *)"nonce-of-rank-0!", &d.blobs[0]);
     gs_tcp_blob_pack(&mine, (const uint8_t *)"nonce-of-rank-1!", &d.blobs[1]);
-    d.setup = (gs_tcp_setup){.cfg = &d.cfg, .rank = 1, .size = 2, .instance = 0, .blobs = d.blobs,
+    d.setup = (gs_tcp_setup){.cfg = &d.cfg,
+                             .rank = 1,
+                             .size = 2,
+                             .instance = 0,
+                             .blobs = d.blobs,
                              .deadline_ns = gs_deadline_after_ms(5000)};
     GS_ASSERT_EQ(pthread_create(&th, NULL, dialer_main, &d), 0);
     fd = -1;

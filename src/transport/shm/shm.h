@@ -62,14 +62,14 @@ typedef struct gs_shm_ep {
     gs_shm_tp *tp;
     gs_shm_ep_state state;
     pid_t pid;
-    int pidfd;         /* readable once the peer process has exited */
-    void *ctrl;        /* the peer's control segment, mapped */
+    int pidfd;  /* readable once the peer process has exited */
+    void *ctrl; /* the peer's control segment, mapped */
     size_t ctrl_len;
-    gs_shm_ring *tx;   /* in the peer's segment: my notifications to it */
-    gs_shm_ring *rx;   /* in my segment: its notifications to me */
-    uint32_t tx_tail;  /* slots I have produced into tx */
-    uint32_t tx_head;  /* the peer's consumption, last read */
-    uint32_t rx_head;  /* slots I have consumed from rx */
+    gs_shm_ring *tx;  /* in the peer's segment: my notifications to it */
+    gs_shm_ring *rx;  /* in my segment: its notifications to me */
+    uint32_t tx_tail; /* slots I have produced into tx */
+    uint32_t tx_head; /* the peer's consumption, last read */
+    uint32_t rx_head; /* slots I have consumed from rx */
     uint32_t rx_published;
     gs_shm_map_cache maps;
     /* posted receives and buffered sends: FIFO rings that grow */
@@ -77,8 +77,8 @@ typedef struct gs_shm_ep {
     size_t recv_cap, recv_first, recv_count;
     gs_shm_unexp unexp[GS_SHM_UNEXP_MAX];
     size_t unexp_first, unexp_count;
-    bool stalled;      /* a SEND waits in rx for a receive (unexpected queue full) */
-    bool lost_logged;  /* the loss was logged once; later reports stay quiet */
+    bool stalled;     /* a SEND waits in rx for a receive (unexpected queue full) */
+    bool lost_logged; /* the loss was logged once; later reports stay quiet */
     char lost_why[160];
 } gs_shm_ep;
 
@@ -161,7 +161,8 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies);
 gs_status gs_shm_close(gs_tp *tp);
 /* Opens memfd number fd of process pid (rank peer) through /proc and checks
  * its inode; what names it in errors. */
-gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what, int *fd_p);
+gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what,
+                              int *fd_p);
 
 /* ---- shm_mr.c */
 gs_status gs_shm_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
@@ -184,8 +185,8 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
                             const char *op, gs_shm_target *t_p);
 
 /* ---- shm_rma.c */
-gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst, uint64_t off,
-                       uint64_t wr_id, unsigned flags);
+gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                       uint64_t off, uint64_t wr_id, unsigned flags);
 gs_status gs_shm_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                            uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
 gs_status gs_shm_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
@@ -222,8 +223,13 @@ gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t l
 bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots);
 /* GS_ERR_AGAIN with gs_last_error() saying which ring is full (not logged: flow control). */
 gs_status gs_shm_ring_full(const gs_shm_ep *ep);
-/* The endpoint's state for a post; GS_ERR_PEER_LOST names the peer. */
-gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op);
+/* GS_ERR_PEER_LOST for a post on an endpoint that is not up, naming the peer. */
+gs_status gs_shm_ep_down(gs_shm_ep *ep, const char *op);
+/* The endpoint's state for a post (inline: on every op's path). */
+static inline gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op)
+{
+    return __builtin_expect(ep->state == GS_SHM_EP_UP, 1) ? GS_OK : gs_shm_ep_down(ep, op);
+}
 gs_status gs_shm_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
 gs_status gs_shm_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 /* Checks every peer's process now; marks the lost and closed ones. */

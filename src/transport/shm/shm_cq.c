@@ -85,8 +85,8 @@ static void recv_from_unexp(gs_shm_ep *ep, void *dst, size_t cap, uint64_t wr_id
 
     if (u->len > cap)
         wc.status = gs_fail(GS_SUBSYS_SHM, GS_ERR_OVERFLOW,
-                            "rank %d: a %u-byte SEND from rank %d does not fit the %zu-byte receive", ep->tp->base.rank,
-                            u->len, ep->base.peer, cap);
+                            "rank %d: a %u-byte SEND from rank %d does not fit the %zu-byte receive",
+                            ep->tp->base.rank, u->len, ep->base.peer, cap);
     else if (u->len > 0)
         memcpy(dst, u->data, u->len);
     free(u->data);

@@ -82,17 +82,17 @@ static gs_status memfd_map(int rank, size_t map_len, int *fd_p, void **addr_p, u
     int fd = memfd_create("gradsync-shm-buf", MFD_CLOEXEC);
 
     if (fd < 0)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: memfd_create for a %zu-byte buffer failed: %s", rank,
-                       map_len, strerror(errno));
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: memfd_create for a %zu-byte buffer failed: %s",
+                       rank, map_len, strerror(errno));
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)map_len) != 0 || fstat(fd, &sb) != 0) {
-        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: sizing a %zu-byte buffer failed: %s", rank, map_len,
-                     strerror(errno));
+        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: sizing a %zu-byte buffer failed: %s", rank,
+                     map_len, strerror(errno));
         goto close_fd;
     }
     addr = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED) {
-        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: mapping a %zu-byte buffer failed: %s", rank, map_len,
-                     strerror(errno));
+        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: mapping a %zu-byte buffer failed: %s", rank,
+                     map_len, strerror(errno));
         goto close_fd;
     }
     gs_pages_touch(addr, map_len);
@@ -303,12 +303,13 @@ static gs_status region_map(gs_shm_ep *ep, const gs_shm_region *snap, const gs_s
     m.base = mmap(NULL, m.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (m.base == MAP_FAILED)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: mapping a %zu-byte buffer of rank %d failed: %s", rank,
-                       m.len, ep->base.peer, strerror(errno));
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM,
+                       "rank %d: mapping a %zu-byte buffer of rank %d failed: %s", rank, m.len, ep->base.peer,
+                       strerror(errno));
     if (__atomic_load_n(&rec->key, __ATOMIC_ACQUIRE) != snap->key) {
         munmap(m.base, m.len);
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS, "rank %d: %s to rank %d: the region was deregistered",
-                       rank, op, ep->base.peer);
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: %s to rank %d: the region was deregistered", rank, op, ep->base.peer);
     }
     st = cache_insert(ep, &m, m_p);
     if (st != GS_OK)
@@ -325,12 +326,71 @@ static const char *access_name(unsigned need)
                                           : "remote write";
 }
 
+/* Reads record slot of the owner's table as one consistent snapshot: the
+ * key before and after the fields must agree (and match want). */
+static bool record_snapshot(gs_shm_ep *ep, uint32_t slot, uint64_t want, gs_shm_region *snap)
+{
+    gs_shm_region *rec = &gs_shm_regions_of(ep->ctrl)[slot];
+    snap->key = __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE);
+    snap->len = rec->len;
+    snap->access = rec->access;
+    snap->kind = rec->kind;
+    snap->addr = rec->addr;
+    snap->fd = rec->fd;
+    snap->ino = rec->ino;
+    return snap->key != 0 && snap->key == want && __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE) == snap->key;
+}
+
+/* The checks against the owner's record, for a region not mapped yet (or a failing access). */
+static gs_status target_slow(gs_shm_ep *ep, const gs_rmr_head *d, uint32_t slot, uint64_t off, uint64_t len,
+                             unsigned need, const char *op, gs_shm_target *t_p)
+{
+    int rank = ep->tp->base.rank, peer = ep->base.peer;
+    gs_shm_region snap;
+    gs_shm_map *m;
+    gs_status st;
+
+    if (slot >= GS_SHM_MAX_REGIONS)
+        return gs_fail(
+            GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+            "rank %d: %s to rank %d: the descriptor names region %u, beyond the table (corrupt descriptor)",
+            rank, op, peer, slot);
+    if (!record_snapshot(ep, slot, d->key, &snap)) {
+        if (ep->maps.cap && cache_find(&ep->maps, d->key))
+            cache_rebuild(ep, ep->maps.cap); /* the owner dropped it: unmap our view */
+        return gs_fail(
+            GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+            "rank %d: %s to rank %d: bad key 0x%llx (the region was deregistered, or the descriptor is "
+            "not one rank %d packed)",
+            rank, op, peer, (unsigned long long)d->key, peer);
+    }
+    if (!gs_tp_in_bounds(off, len, snap.len))
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: %s to rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region",
+                       rank, op, peer, (unsigned long long)off, (unsigned long long)len,
+                       (unsigned long long)snap.len);
+    if ((snap.access & need) != need)
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: %s to rank %d: the region was registered without %s access", rank, op, peer,
+                       access_name(need));
+    if (snap.kind == GS_SHM_REGION_USER) {
+        *t_p = (gs_shm_target){.kind = GS_SHM_REGION_USER, .remote_addr = snap.addr + off};
+        return GS_OK;
+    }
+    m = cache_find(&ep->maps, snap.key);
+    if (!m) {
+        st = region_map(ep, &snap, &gs_shm_regions_of(ep->ctrl)[slot], slot, op, &m);
+        if (st != GS_OK)
+            return st;
+    }
+    *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
+    return GS_OK;
+}
+
 gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
                             const char *op, gs_shm_target *t_p)
 {
-    int rank = ep->tp->base.rank, peer = ep->base.peer;
     gs_shm_rmr_tail tail;
-    gs_shm_region *rec, snap;
     gs_shm_map *m;
     gs_status st = gs_shm_ep_check(ep, op);
 
@@ -345,43 +405,5 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
         *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
         return GS_OK;
     }
-    if (tail.slot >= GS_SHM_MAX_REGIONS)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: the descriptor names region %u, beyond the table (corrupt descriptor)",
-                       rank, op, peer, tail.slot);
-    rec = &gs_shm_regions_of(ep->ctrl)[tail.slot];
-    snap.key = __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE);
-    snap.len = rec->len;
-    snap.access = rec->access;
-    snap.kind = rec->kind;
-    snap.addr = rec->addr;
-    snap.fd = rec->fd;
-    snap.ino = rec->ino;
-    if (snap.key == 0 || snap.key != d->key || __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE) != snap.key) {
-        if (ep->maps.cap && cache_find(&ep->maps, d->key))
-            cache_rebuild(ep, ep->maps.cap); /* the owner dropped it: unmap our view */
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: bad key 0x%llx (the region was deregistered, or the descriptor is "
-                       "not one rank %d packed)",
-                       rank, op, peer, (unsigned long long)d->key, peer);
-    }
-    if (!gs_tp_in_bounds(off, len, snap.len))
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: bytes [%llu, +%llu) out of bounds of a %llu-byte region", rank, op,
-                       peer, (unsigned long long)off, (unsigned long long)len, (unsigned long long)snap.len);
-    if ((snap.access & need) != need)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d: the region was registered without %s access", rank, op, peer,
-                       access_name(need));
-    if (snap.kind == GS_SHM_REGION_USER) {
-        *t_p = (gs_shm_target){.kind = GS_SHM_REGION_USER, .remote_addr = snap.addr + off};
-        return GS_OK;
-    }
-    if (!m || m->key != snap.key) {
-        st = region_map(ep, &snap, rec, tail.slot, op, &m);
-        if (st != GS_OK)
-            return st;
-    }
-    *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
-    return GS_OK;
+    return target_slow(ep, d, tail.slot, off, len, need, op, t_p);
 }

@@ -25,28 +25,29 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define RING_MASK (GS_SHM_RING_SLOTS - 1u)
+#define RING_MASK         (GS_SHM_RING_SLOTS - 1u)
 #define CHECK_EVERY_POLLS 1024u
-#define CHECK_PERIOD_NS 10000000ull /* 10 ms */
-#define SLEEP_SLICE_NS 20000000ull  /* a sleeper wakes this often to check its peers */
+#define CHECK_PERIOD_NS   10000000ull /* 10 ms */
+#define SLEEP_SLICE_NS    20000000ull /* a sleeper wakes this often to check its peers */
+#define YIELD_AFTER_NS    2000ull     /* hybrid: spin this long before yielding the core now and then */
 
 static const char *const poll_mode_names[] = {"spin", "event", "hybrid"};
 
 /* ---- endpoint state --------------------------------------------------------- */
 
-gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op)
+gs_status gs_shm_ep_down(gs_shm_ep *ep, const char *op)
 {
-    if (__builtin_expect(ep->state == GS_SHM_EP_UP, 1))
-        return GS_OK;
     if (ep->state == GS_SHM_EP_CLOSED)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: %s to rank %d: that rank closed its transport",
-                       ep->tp->base.rank, op, ep->base.peer);
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST,
+                       "rank %d: %s to rank %d: that rank closed its transport", ep->tp->base.rank, op,
+                       ep->base.peer);
     return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: %s to rank %d: %s", ep->tp->base.rank, op,
                    ep->base.peer, ep->lost_why);
 }
@@ -67,14 +68,20 @@ void gs_shm_check_peers(gs_shm_tp *tp)
         char why[160];
         if (p == tp->base.rank || ep->state != GS_SHM_EP_UP)
             continue;
-        if (poll(&pfd, 1, 0) == 0)
-            continue;
-        /* It exited: cleanly if it closed its transport first. */
+        /* Closed cleanly (whether or not it has exited since) ... */
         if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
             ep->state = GS_SHM_EP_CLOSED;
             continue;
         }
-        snprintf(why, sizeof(why), "peer rank %d (pid %d) exited without closing its transport", p, (int)ep->pid);
+        /* ... or exited without closing; closing may have raced with the poll. */
+        if (poll(&pfd, 1, 0) == 0)
+            continue;
+        if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
+            ep->state = GS_SHM_EP_CLOSED;
+            continue;
+        }
+        snprintf(why, sizeof(why), "peer rank %d (pid %d) exited without closing its transport", p,
+                 (int)ep->pid);
         ep_mark_lost(ep, why);
     }
     tp->next_check_ns = gs_now_ns() + CHECK_PERIOD_NS;
@@ -113,8 +120,8 @@ gs_status gs_shm_ring_full(const gs_shm_ep *ep)
 {
     char text[200];
     snprintf(text, sizeof(text),
-             "GS_ERR_AGAIN: rank %d: the notification ring to rank %d is full (%u slots); it must poll", ep->tp->base.rank,
-             ep->base.peer, GS_SHM_RING_SLOTS);
+             "GS_ERR_AGAIN: rank %d: the notification ring to rank %d is full (%u slots); it must poll",
+             ep->tp->base.rank, ep->base.peer, GS_SHM_RING_SLOTS);
     gs_error_restore(text);
     gs_log_debug(SHM, "%s", text);
     return GS_ERR_AGAIN;
@@ -194,7 +201,11 @@ static int take_send(gs_shm_ep *ep, const gs_shm_slot *head, gs_wc *wc)
     uint8_t *copy;
 
     if (r) {
-        *wc = (gs_wc){.wr_id = r->wr_id, .status = GS_OK, .opcode = GS_WC_RECV, .len = head->len, .peer = ep->base.peer};
+        *wc = (gs_wc){.wr_id = r->wr_id,
+                      .status = GS_OK,
+                      .opcode = GS_WC_RECV,
+                      .len = head->len,
+                      .peer = ep->base.peer};
         if (head->len > r->cap)
             wc->status = gs_fail(GS_SUBSYS_SHM, GS_ERR_OVERFLOW,
                                  "rank %d: a %u-byte SEND from rank %d does not fit the %zu-byte receive",
@@ -227,15 +238,19 @@ static int ring_drain(gs_shm_ep *ep, gs_wc *wcs, int max)
         const gs_shm_slot *s = &ep->rx->slots[ep->rx_head & RING_MASK];
         int took = 1;
         if (!slot_valid(s)) {
-            gs_log_error(SHM, "rank %d: malformed notification from rank %d (type %u, %u slots, %u bytes); "
-                              "dropping the endpoint",
+            gs_log_error(SHM,
+                         "rank %d: malformed notification from rank %d (type %u, %u slots, %u bytes); "
+                         "dropping the endpoint",
                          ep->tp->base.rank, ep->base.peer, s->type, s->nslots, s->len);
             ep_mark_lost(ep, "it sent a malformed notification");
             ep->stalled = true; /* read nothing more from this ring */
             break;
         }
         if (s->type == GS_SHM_MSG_WRITE_IMM)
-            wcs[n] = (gs_wc){.status = GS_OK, .opcode = GS_WC_RECV_IMM, .imm = s->imm, .len = s->len,
+            wcs[n] = (gs_wc){.status = GS_OK,
+                             .opcode = GS_WC_RECV_IMM,
+                             .imm = s->imm,
+                             .len = s->len,
                              .peer = ep->base.peer};
         else
             took = take_send(ep, s, &wcs[n]);
@@ -328,9 +343,10 @@ gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
     gs_shm_tp *tp = gs_shm_tp_of(base);
     int mode = base->cfg->poll;
     uint64_t start = 0; /* read lazily: a clock read costs as much as a cache-line transfer */
-    uint64_t spin_ns = mode == GS_POLL_SPIN    ? UINT64_MAX
-                       : mode == GS_POLL_EVENT ? 0
-                                               : (uint64_t)(base->cfg->spin_us > 0 ? base->cfg->spin_us : 0) * 1000u;
+    uint64_t spin_ns = mode == GS_POLL_SPIN ? UINT64_MAX
+                       : mode == GS_POLL_EVENT
+                           ? 0
+                           : (uint64_t)(base->cfg->spin_us > 0 ? base->cfg->spin_us : 0) * 1000u;
 
     for (;;) {
         int n = 0;
@@ -361,6 +377,11 @@ gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
                 sleep_until_rung(tp, deadline_ns);
                 break;
             }
+            /* Hybrid, past the first microseconds: let a rank that shares
+             * this core run (with more ranks than cores, the one we wait
+             * for may be it); returns at once when nobody else is ready. */
+            if (mode == GS_POLL_HYBRID && now - start >= YIELD_AFTER_NS)
+                sched_yield();
         }
     }
 }

@@ -22,8 +22,8 @@
 #include <stdint.h>
 
 #define GS_SHM_PROTO_VERSION 1
-#define GS_SHM_MAGIC 0x6773686d63746c31ull /* "gshmctl1" */
-#define GS_SHM_LINE 64
+#define GS_SHM_MAGIC         0x6773686d63746c31ull /* "gshmctl1" */
+#define GS_SHM_LINE          64
 
 /* ------------------------------------------------------------------------ */
 /* Control segment head                                                      */
@@ -35,8 +35,8 @@ typedef struct gs_shm_ctrl_head {
     uint32_t rank;
     uint32_t size; /* ranks in the job = number of rings */
     int32_t pid;
-    uint64_t magic;      /* GS_SHM_MAGIC: checked on map and by the cross-memory probe */
-    uint64_t ring_off;   /* offset of ring 0 */
+    uint64_t magic;    /* GS_SHM_MAGIC: checked on map and by the cross-memory probe */
+    uint64_t ring_off; /* offset of ring 0 */
     uint64_t ring_stride;
     uint64_t region_off; /* offset of the region table */
     uint64_t total_len;  /* bytes of the whole segment */
@@ -63,9 +63,9 @@ _Static_assert(offsetof(gs_shm_ctrl_head, version) == 0, "version byte first");
 _Static_assert(sizeof(gs_shm_wake) == GS_SHM_LINE, "wake is one cache line");
 _Static_assert(sizeof(gs_shm_state) == GS_SHM_LINE, "state is one cache line");
 
-#define GS_SHM_WAKE_OFF ((uint64_t)GS_SHM_LINE)
+#define GS_SHM_WAKE_OFF  ((uint64_t)GS_SHM_LINE)
 #define GS_SHM_STATE_OFF ((uint64_t)(2 * GS_SHM_LINE))
-#define GS_SHM_RING_OFF ((uint64_t)(4 * GS_SHM_LINE))
+#define GS_SHM_RING_OFF  ((uint64_t)(4 * GS_SHM_LINE))
 
 /* ------------------------------------------------------------------------ */
 /* Notification rings: one writer (the source rank), one reader (the owner)  */
@@ -73,7 +73,7 @@ _Static_assert(sizeof(gs_shm_state) == GS_SHM_LINE, "state is one cache line");
 
 /* Slots per ring (a power of two). A message takes 1 head slot plus
  * continuation slots for SEND payload beyond the inline bytes. */
-#define GS_SHM_RING_SLOTS 2048u
+#define GS_SHM_RING_SLOTS  2048u
 #define GS_SHM_HEAD_INLINE 48u
 #define GS_SHM_CONT_INLINE 60u
 
@@ -88,7 +88,7 @@ enum {
  * is stored last (release), after its continuation slots. */
 typedef struct gs_shm_slot {
     uint32_t seq;
-    uint8_t type;   /* GS_SHM_MSG_* */
+    uint8_t type; /* GS_SHM_MSG_* */
     uint8_t pad;
     uint16_t nslots; /* slots of this message, head included */
     uint32_t imm;
@@ -121,9 +121,10 @@ _Static_assert((GS_SHM_RING_SLOTS & (GS_SHM_RING_SLOTS - 1)) == 0, "ring slots: 
 _Static_assert(sizeof(gs_shm_ring) % 4096 == GS_SHM_LINE, "ring = one line + whole pages of slots");
 
 /* The most slots one message takes: a SEND of GS_SEND_MAX bytes. */
-#define GS_SHM_MSG_SLOTS(len)                                                                     \
-    (1u + ((len) > GS_SHM_HEAD_INLINE ? ((len)-GS_SHM_HEAD_INLINE + GS_SHM_CONT_INLINE - 1) / GS_SHM_CONT_INLINE \
-                                      : 0u))
+#define GS_SHM_MSG_SLOTS(len)                                                                                \
+    (1u + ((len) > GS_SHM_HEAD_INLINE                                                                        \
+               ? ((len)-GS_SHM_HEAD_INLINE + GS_SHM_CONT_INLINE - 1) / GS_SHM_CONT_INLINE                    \
+               : 0u))
 
 /* ------------------------------------------------------------------------ */
 /* Region table: what the owner registered; the truth peers check against    */
@@ -142,8 +143,8 @@ typedef struct gs_shm_region {
     uint64_t key;
     uint64_t addr; /* owner's virtual address of byte 0 */
     uint64_t len;
-    uint64_t ino;  /* MEMFD: inode of the memfd, checked after opening it */
-    int32_t fd;    /* MEMFD: the owner's descriptor number */
+    uint64_t ino; /* MEMFD: inode of the memfd, checked after opening it */
+    int32_t fd;   /* MEMFD: the owner's descriptor number */
     uint32_t access;
     uint32_t kind; /* GS_SHM_REGION_* */
     uint8_t pad[GS_SHM_LINE - 44];
@@ -156,8 +157,8 @@ _Static_assert(sizeof(gs_shm_region) == GS_SHM_LINE, "a region record is one cac
 /* ------------------------------------------------------------------------ */
 
 typedef struct gs_shm_rmr_tail {
-    uint32_t slot;  /* index into the owner's region table */
-    uint32_t kind;  /* GS_SHM_REGION_*, informative: the table is the truth */
+    uint32_t slot; /* index into the owner's region table */
+    uint32_t kind; /* GS_SHM_REGION_*, informative: the table is the truth */
     uint8_t pad[24];
 } gs_shm_rmr_tail;
 

@@ -35,34 +35,60 @@ static inline void copy_fenced(void *dst, const void *src, size_t len)
 }
 
 /* One process_vm_writev/readv, repeated until every byte moved. */
-static gs_status cma_copy(gs_shm_ep *ep, bool to_peer, void *local, uint64_t remote, size_t len, const char *op)
+static gs_status cma_copy(gs_shm_ep *ep, bool to_peer, void *local, uint64_t remote, size_t len,
+                          const char *op)
 {
     size_t done = 0;
     while (done < len) {
         struct iovec l = {(uint8_t *)local + done, len - done};
         struct iovec r = {(void *)(uintptr_t)(remote + done), len - done};
-        ssize_t n = to_peer ? process_vm_writev(ep->pid, &l, 1, &r, 1, 0) : process_vm_readv(ep->pid, &l, 1, &r, 1, 0);
+        ssize_t n = to_peer ? process_vm_writev(ep->pid, &l, 1, &r, 1, 0)
+                            : process_vm_readv(ep->pid, &l, 1, &r, 1, 0);
         if (n <= 0) {
             int err = n < 0 ? errno : EFAULT;
             if (err == ESRCH)
-                return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: %s to rank %d (pid %d): the process is gone",
-                               ep->tp->base.rank, op, ep->base.peer, (int)ep->pid);
+                return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST,
+                               "rank %d: %s to rank %d (pid %d): the process is gone", ep->tp->base.rank, op,
+                               ep->base.peer, (int)ep->pid);
             return gs_fail(GS_SUBSYS_SHM, err == EFAULT ? GS_ERR_REMOTE_ACCESS : GS_ERR_SYSTEM,
-                           "rank %d: %s of %zu bytes to rank %d through %s failed: %s", ep->tp->base.rank, op, len,
-                           ep->base.peer, to_peer ? "process_vm_writev" : "process_vm_readv", strerror(err));
+                           "rank %d: %s of %zu bytes to rank %d through %s failed: %s", ep->tp->base.rank, op,
+                           len, ep->base.peer, to_peer ? "process_vm_writev" : "process_vm_readv",
+                           strerror(err));
         }
         done += (size_t)n;
     }
     return GS_OK;
 }
 
+/* Up to 16 bytes without a call: two overlapping fixed-size moves. */
+static inline void copy_small(uint8_t *dst, const uint8_t *src, size_t len)
+{
+    if (len >= 8) {
+        uint64_t a, b;
+        memcpy(&a, src, 8);
+        memcpy(&b, src + len - 8, 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + len - 8, &b, 8);
+    } else if (len >= 4) {
+        uint32_t a, b;
+        memcpy(&a, src, 4);
+        memcpy(&b, src + len - 4, 4);
+        memcpy(dst, &a, 4);
+        memcpy(dst + len - 4, &b, 4);
+    } else {
+        for (size_t i = 0; i < len; i++)
+            dst[i] = src[i];
+    }
+}
+
 static gs_status put_bytes(gs_shm_ep *ep, const gs_shm_target *t, const void *src, size_t len, const char *op)
 {
-    if (len == 0)
-        return GS_OK;
     if (t->kind == GS_SHM_REGION_USER)
-        return cma_copy(ep, true, (void *)src, t->remote_addr, len, op);
-    copy_fenced(t->ptr, src, len);
+        return len ? cma_copy(ep, true, (void *)src, t->remote_addr, len, op) : GS_OK;
+    if (len <= 16)
+        copy_small(t->ptr, src, len);
+    else
+        copy_fenced(t->ptr, src, len);
     return GS_OK;
 }
 
@@ -75,11 +101,12 @@ static gs_status reserve(gs_shm_ep *ep, unsigned flags)
 static void complete(gs_shm_ep *ep, uint64_t wr_id, unsigned flags, gs_wc_opcode opcode)
 {
     if (flags & GS_OP_SIGNALED)
-        gs_shm_cq_push(ep->tp, &(gs_wc){.wr_id = wr_id, .status = GS_OK, .opcode = opcode, .peer = ep->base.peer});
+        gs_shm_cq_push(ep->tp,
+                       &(gs_wc){.wr_id = wr_id, .status = GS_OK, .opcode = opcode, .peer = ep->base.peer});
 }
 
-gs_status gs_shm_write(gs_ep *base, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst, uint64_t off,
-                       uint64_t wr_id, unsigned flags)
+gs_status gs_shm_write(gs_ep *base, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                       uint64_t off, uint64_t wr_id, unsigned flags)
 {
     gs_shm_ep *ep = gs_shm_ep_of(base);
     gs_shm_target t;
@@ -108,7 +135,8 @@ gs_status gs_shm_write_imm(gs_ep *base, const void *src, gs_mr *lmr, size_t len,
     if (st == GS_OK)
         st = put_bytes(ep, &t, src, len, "write_imm");
     if (st == GS_OK)
-        st = gs_shm_ring_post(ep, GS_SHM_MSG_WRITE_IMM, imm, (uint32_t)(len > UINT32_MAX ? UINT32_MAX : len), NULL);
+        st = gs_shm_ring_post(ep, GS_SHM_MSG_WRITE_IMM, imm, (uint32_t)(len > UINT32_MAX ? UINT32_MAX : len),
+                              NULL);
     if (st == GS_OK)
         complete(ep, wr_id, flags, GS_WC_WRITE_IMM);
     return st;
@@ -135,16 +163,18 @@ gs_status gs_shm_read(gs_ep *base, void *dst, gs_mr *lmr, size_t len, const gs_r
 }
 
 /* The 8-byte word an atomic acts on, in our mapping of the peer's buffer. */
-static gs_status atomic_word(gs_shm_ep *ep, const gs_rmr_head *dst, uint64_t off, const char *op, uint64_t **word_p)
+static gs_status atomic_word(gs_shm_ep *ep, const gs_rmr_head *dst, uint64_t off, const char *op,
+                             uint64_t **word_p)
 {
     gs_shm_target t;
     gs_status st = gs_shm_target_get(ep, dst, off, 8, GS_ACCESS_REMOTE_ATOMIC, op, &t);
     if (st != GS_OK)
         return st;
     if (t.kind != GS_SHM_REGION_MEMFD || ((uintptr_t)t.ptr & 7u) != 0)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s to rank %d at offset %llu: needs an 8-byte aligned word of a gs_buf_alloc buffer",
-                       ep->tp->base.rank, op, ep->base.peer, (unsigned long long)off);
+        return gs_fail(
+            GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+            "rank %d: %s to rank %d at offset %llu: needs an 8-byte aligned word of a gs_buf_alloc buffer",
+            ep->tp->base.rank, op, ep->base.peer, (unsigned long long)off);
     *word_p = (uint64_t *)(void *)t.ptr;
     return GS_OK;
 }

@@ -29,6 +29,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#define PRETOUCH_MAX_RANKS 16
+
 size_t gs_shm_ctrl_bytes(int size)
 {
     size_t rings = GS_SHM_RING_OFF + (size_t)size * sizeof(gs_shm_ring);
@@ -52,19 +54,19 @@ static gs_status ctrl_create(gs_shm_tp *tp, int rank, int size)
     void *ctrl = MAP_FAILED;
 
     if (fd < 0) {
-        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: memfd_create of the control segment failed: %s", rank,
-                     strerror(errno));
+        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: memfd_create of the control segment failed: %s",
+                     rank, strerror(errno));
         goto out;
     }
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)len) != 0) {
-        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: sizing the %zu-byte control segment failed: %s", rank,
-                     len, strerror(errno));
+        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: sizing the %zu-byte control segment failed: %s",
+                     rank, len, strerror(errno));
         goto close_fd;
     }
     ctrl = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ctrl == MAP_FAILED) {
-        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: mapping the %zu-byte control segment failed: %s", rank,
-                     len, strerror(errno));
+        st = gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: mapping the %zu-byte control segment failed: %s",
+                     rank, len, strerror(errno));
         goto close_fd;
     }
     *gs_shm_head(ctrl) = (gs_shm_ctrl_head){
@@ -78,7 +80,9 @@ static gs_status ctrl_create(gs_shm_tp *tp, int rank, int size)
         .region_off = gs_round_up(GS_SHM_RING_OFF + (size_t)size * sizeof(gs_shm_ring), 4096),
         .total_len = len,
     };
-    for (int src = 0; src < size; src++)
+    /* Small jobs take the rings' first-touch faults now, not on the first
+     * lap; large ones leave the rings of peers that never talk untouched. */
+    for (int src = 0; src < size && size <= PRETOUCH_MAX_RANKS; src++)
         if (src != rank)
             gs_pages_touch(gs_shm_ring_of(ctrl, src), sizeof(gs_shm_ring));
     tp->ctrl_fd = fd;
@@ -142,7 +146,8 @@ void gs_shm_tp_addr(const gs_shm_tp *tp, const char *host_id, gs_shm_addr *addr_
 }
 
 /* Opens another process's memfd through /proc and checks it is the one meant. */
-gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what, int *fd_p)
+gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what,
+                              int *fd_p)
 {
     char path[64];
     struct stat sb;
@@ -153,8 +158,9 @@ gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t in
     if (local < 0) {
         int err = errno;
         if (err == ENOENT && kill(pid, 0) != 0)
-            return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: peer rank %d (pid %d) is gone (opening its %s)",
-                           rank, peer, (int)pid, what);
+            return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST,
+                           "rank %d: peer rank %d (pid %d) is gone (opening its %s)", rank, peer, (int)pid,
+                           what);
         return gs_fail(GS_SUBSYS_SHM, err == ENOENT ? GS_ERR_REMOTE_ACCESS : GS_ERR_UNSUPPORTED,
                        "rank %d: cannot open %s of peer rank %d (%s): %s; ranks must run as the same user in "
                        "one pid namespace with /proc visible",
@@ -163,8 +169,8 @@ gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t in
     if (fstat(local, &sb) != 0 || (uint64_t)sb.st_ino != ino) {
         close(local);
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-                       "rank %d: %s of peer rank %d (%s) is not the segment it announced (inode differs)", rank, what,
-                       peer, path);
+                       "rank %d: %s of peer rank %d (%s) is not the segment it announced (inode differs)",
+                       rank, what, peer, path);
     }
     *fd_p = local;
     return GS_OK;
@@ -175,7 +181,8 @@ static bool cma_probe(gs_shm_tp *tp, const gs_shm_addr *a)
 {
     uint64_t magic = 0;
     struct iovec local = {&magic, sizeof(magic)};
-    struct iovec remote = {(void *)(uintptr_t)(a->ctrl_addr + offsetof(gs_shm_ctrl_head, magic)), sizeof(magic)};
+    struct iovec remote = {(void *)(uintptr_t)(a->ctrl_addr + offsetof(gs_shm_ctrl_head, magic)),
+                           sizeof(magic)};
     ssize_t n = process_vm_readv(a->pid, &local, 1, &remote, 1, 0);
 
     if (n == (ssize_t)sizeof(magic) && magic == GS_SHM_MAGIC)
@@ -196,34 +203,36 @@ static gs_status connect_peer(gs_shm_tp *tp, int p, const gs_shm_addr *a, const 
 
     if (a->version != GS_SHM_PROTO_VERSION || a->rank != (uint32_t)p)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_PROTOCOL,
-                       "rank %d: address of rank %d has version %u (want %u) or names rank %u", rank, p, a->version,
-                       GS_SHM_PROTO_VERSION, a->rank);
+                       "rank %d: address of rank %d has version %u (want %u) or names rank %u", rank, p,
+                       a->version, GS_SHM_PROTO_VERSION, a->rank);
     if (strncmp(a->host_id, my_host, GS_SHM_HOST_ID_MAX) != 0)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_UNSUPPORTED,
-                       "rank %d: the shm transport needs every rank on one host, but rank %d is on '%.60s' and "
-                       "rank %d on '%.60s'; use GS_TRANSPORT=tcp or verbs",
-                       rank, p, a->host_id, rank, my_host);
+        return gs_fail(
+            GS_SUBSYS_SHM, GS_ERR_UNSUPPORTED,
+            "rank %d: the shm transport needs every rank on one host, but rank %d is on '%.60s' and "
+            "rank %d on '%.60s'; use GS_TRANSPORT=tcp or verbs",
+            rank, p, a->host_id, rank, my_host);
     st = gs_shm_open_peer_fd(rank, p, a->pid, a->ctrl_fd, a->ctrl_ino, "control segment", &fd);
     if (st != GS_OK)
         return st;
     ctrl = mmap(NULL, a->ctrl_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (ctrl == MAP_FAILED)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM, "rank %d: mapping the control segment of rank %d failed: %s",
-                       rank, p, strerror(errno));
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM,
+                       "rank %d: mapping the control segment of rank %d failed: %s", rank, p,
+                       strerror(errno));
     ep->ctrl = ctrl;
     ep->ctrl_len = a->ctrl_len;
     if (gs_shm_head(ctrl)->version != GS_SHM_PROTO_VERSION || gs_shm_head(ctrl)->magic != GS_SHM_MAGIC ||
         gs_shm_head(ctrl)->rank != (uint32_t)p || gs_shm_head(ctrl)->size != (uint32_t)tp->base.size ||
         gs_shm_head(ctrl)->total_len != a->ctrl_len)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_PROTOCOL,
-                       "rank %d: control segment of rank %d has a different layout (version %u, size %u)", rank, p,
-                       gs_shm_head(ctrl)->version, gs_shm_head(ctrl)->size);
+                       "rank %d: control segment of rank %d has a different layout (version %u, size %u)",
+                       rank, p, gs_shm_head(ctrl)->version, gs_shm_head(ctrl)->size);
     ep->pid = a->pid;
     ep->pidfd = (int)syscall(SYS_pidfd_open, a->pid, 0);
     if (ep->pidfd < 0)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: pidfd_open of rank %d (pid %d) failed: %s", rank, p,
-                       (int)a->pid, strerror(errno));
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: pidfd_open of rank %d (pid %d) failed: %s",
+                       rank, p, (int)a->pid, strerror(errno));
     ep->tx = gs_shm_ring_of(ctrl, rank);
     ep->rx = gs_shm_ring_of(tp->ctrl, p);
     return GS_OK;
@@ -266,7 +275,8 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies)
             tp->cma_ok = false;
     }
     if (!tp->cma_ok && !tp->cma_why[0])
-        snprintf(tp->cma_why, sizeof(tp->cma_why), "another rank cannot use process_vm_writev/readv towards its peers");
+        snprintf(tp->cma_why, sizeof(tp->cma_why),
+                 "another rank cannot use process_vm_writev/readv towards its peers");
     if (!tp->cma_ok)
         gs_log_info(SHM, "rank %d: caller memory cannot be registered for remote access: %s", tp->base.rank,
                     tp->cma_why);

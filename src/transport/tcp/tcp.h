@@ -16,7 +16,8 @@
  * transport object and its endpoints, without the store), tcp_conn.c
  * (addresses, listening, socket options), tcp_setup.c (dialling, accepting
  * and the hello exchange), tcp_mr.c (regions), tcp_rma.c (posting
- * ops), tcp_progress.c (sending and receiving frames, serving requests),
+ * ops), tcp_tx.c (sending frames), tcp_progress.c (receiving frames,
+ * endpoint errors, deadlines), tcp_serve.c (acting on what arrived),
  * tcp_cq.c (completions, poll and wait), tcp_thread.c (the progress thread),
  * tcp_frame.c (checks of what arrives), tcp_proto.h (the wire format).
  */
@@ -27,20 +28,21 @@
 #include "transport/tp.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
 /* Limits per endpoint. */
-#define GS_TCP_SQ_DEPTH 1024   /* operations the user may have queued or outstanding */
-#define GS_TCP_MAX_RD 64       /* outstanding READs and atomics (responder resources) */
-#define GS_TCP_TX_CAP (GS_TCP_SQ_DEPTH + GS_TCP_MAX_RD + 8) /* + replies and control frames */
-#define GS_TCP_PEND_CAP (GS_TCP_SQ_DEPTH + GS_TCP_MAX_RD)
-#define GS_TCP_RECV_CAP 256    /* posted receives */
+#define GS_TCP_SQ_DEPTH  1024 /* operations the user may have queued or outstanding */
+#define GS_TCP_MAX_RD    64   /* outstanding READs and atomics (responder resources) */
+#define GS_TCP_TX_CAP    (GS_TCP_SQ_DEPTH + GS_TCP_MAX_RD + 8) /* + replies and control frames */
+#define GS_TCP_PEND_CAP  (GS_TCP_SQ_DEPTH + GS_TCP_MAX_RD)
+#define GS_TCP_RECV_CAP  256   /* posted receives */
 #define GS_TCP_UNEXP_CAP 64    /* SENDs that arrived before their receive was posted */
-#define GS_TCP_RBUF 16384      /* receive prefetch: headers and the start of small payloads */
-#define GS_TCP_CQ_CAP 8192     /* target-side completions waiting to be polled */
+#define GS_TCP_RBUF      16384 /* receive prefetch: headers and the start of small payloads */
+#define GS_TCP_CQ_CAP    8192  /* target-side completions waiting to be polled */
 
 typedef struct gs_tcp_mr {
     gs_mr base;
@@ -53,10 +55,10 @@ typedef struct gs_tcp_mr {
 typedef struct gs_tcp_tx {
     gs_tcp_hdr hdr;
     const uint8_t *payload;
-    uint64_t total;   /* header + payload bytes */
-    uint64_t done;    /* bytes already handed to the kernel */
-    gs_tcp_mr *ref;   /* region the payload reads from (READ reply), else NULL */
-    bool user;        /* counts against GS_TCP_SQ_DEPTH */
+    uint64_t total; /* header + payload bytes */
+    uint64_t done;  /* bytes already handed to the kernel */
+    gs_tcp_mr *ref; /* region the payload reads from (READ reply), else NULL */
+    bool user;      /* counts against GS_TCP_SQ_DEPTH */
 } gs_tcp_tx;
 
 /* An initiator operation waiting for its acknowledgement or reply. */
@@ -64,11 +66,11 @@ typedef struct gs_tcp_pend {
     uint64_t seq;
     uint64_t wr_id;
     uint64_t posted_ns;
-    void *local;      /* READ destination / atomic result */
+    void *local; /* READ destination / atomic result */
     uint64_t len;
     gs_wc_opcode opcode;
     bool signaled;
-    bool replied;     /* READ / atomic: the reply arrived */
+    bool replied; /* READ / atomic: the reply arrived */
 } gs_tcp_pend;
 
 typedef struct gs_tcp_posted {
@@ -86,12 +88,13 @@ enum { GS_TCP_RX_HDR, GS_TCP_RX_PAYLOAD };
 
 typedef struct gs_tcp_rx {
     int state;
-    gs_tcp_hdr hdr;   /* the frame being received */
-    uint8_t *dst;     /* where the rest of its payload goes */
-    uint64_t left;    /* payload bytes still to come */
-    int unexp;        /* SEND into the unexpected slot, -1 if none */
-    bool reserved;    /* holds a completion queue slot for this frame */
-    bool stalled;     /* the last header waits for room (queue, completions) */
+    gs_tcp_hdr hdr;    /* the frame being received */
+    uint8_t *dst;      /* where the rest of its payload goes */
+    uint64_t left;     /* payload bytes still to come */
+    int unexp;         /* SEND into the unexpected slot, -1 if none */
+    bool reserved;     /* holds a completion queue slot for this frame */
+    bool stalled;      /* the last header waits for room (queue, completions) */
+    bool drained;      /* this pass's last read came back short: the socket is empty */
     uint64_t last_len; /* payload length of the last frame */
     uint32_t rpos, rlen;
     uint8_t buf[GS_TCP_RBUF];
@@ -100,31 +103,32 @@ typedef struct gs_tcp_rx {
 typedef struct gs_tcp_ep {
     gs_ep base;
     int fd;
-    bool dead;          /* no more traffic: error or orderly close */
-    bool lost;          /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
-    bool bye_rcvd;      /* the peer closed in order */
-    bool err_reported;  /* a completion or return value has carried err */
-    gs_status err;      /* why the endpoint died */
+    bool dead;         /* no more traffic: error or orderly close */
+    bool lost;         /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
+    bool bye_rcvd;     /* the peer closed in order */
+    bool err_reported; /* a completion or return value has carried err */
+    bool err_logged;   /* later reports of the dead endpoint go to gs_last_error() only */
+    gs_status err;     /* why the endpoint died */
     char why[256];
 
     /* sending */
-    gs_tcp_tx *tx;      /* ring [GS_TCP_TX_CAP] */
+    gs_tcp_tx *tx; /* ring [GS_TCP_TX_CAP] */
     uint32_t tx_head, tx_count, tx_user;
-    bool tx_blocked;    /* the last write hit a full socket buffer */
+    bool tx_blocked;         /* the last write hit a full socket buffer */
     uint64_t tx_stuck_since; /* when the queue last moved (for the timeout) */
-    uint64_t next_seq;  /* number of our next request */
-    bool ack_owed;      /* the peer asked for an ack we have not sent */
-    uint64_t ack_sent;  /* highest ack put on the wire */
+    uint64_t next_seq;       /* number of our next request */
+    bool ack_owed;           /* the peer asked for an ack we have not sent */
+    uint64_t ack_sent;       /* highest ack put on the wire */
 
     /* our outstanding operations */
-    gs_tcp_pend *pend;  /* ring [GS_TCP_PEND_CAP] */
+    gs_tcp_pend *pend; /* ring [GS_TCP_PEND_CAP] */
     uint32_t pend_head, pend_count;
-    uint32_t rd_out;    /* READs and atomics awaiting a reply */
-    uint64_t acked;     /* the peer has served our requests < acked */
+    uint32_t rd_out; /* READs and atomics awaiting a reply */
+    uint64_t acked;  /* the peer has served our requests < acked */
 
     /* receiving */
     gs_tcp_rx rx;
-    uint64_t rx_seq;    /* number of the peer's next request */
+    uint64_t rx_seq; /* number of the peer's next request */
     gs_tcp_posted recvs[GS_TCP_RECV_CAP];
     uint32_t recv_head, recv_count;
     gs_tcp_unexp unexp[GS_TCP_UNEXP_CAP];
@@ -135,9 +139,10 @@ typedef struct gs_tcp_tp {
     gs_tp base;
     pthread_mutex_t lock;
     uint32_t instance;
-    int wake_fd;        /* eventfd: wakes a blocked waiter or the progress thread */
-    int waiters;        /* threads blocked in poll() waiting for completions */
-    uint64_t user_ns;   /* when the caller last polled (the progress thread stays out of its way) */
+    int wake_fd;             /* eventfd: wakes a blocked waiter or the progress thread */
+    int waiters;             /* threads blocked in poll() waiting for completions */
+    struct pollfd *wait_fds; /* [size + 1], for the (one) caller thread's waits */
+    uint64_t user_ns;        /* when the caller last polled (the progress thread stays out of its way) */
 
     /* regions */
     gs_tcp_mr **regions;
@@ -147,9 +152,9 @@ typedef struct gs_tcp_tp {
     gs_wc *cq;
     uint32_t cq_head, cq_count;
     uint32_t cq_reserved; /* slots promised to frames still arriving */
-    uint32_t ep_cursor; /* where the next harvest starts (fairness) */
-    bool progressed;    /* something became ready to poll since the last wake */
-    bool rx_bytes;      /* the current pass read bytes from the current endpoint */
+    uint32_t ep_cursor;   /* where the next harvest starts (fairness) */
+    bool progressed;      /* something became ready to poll since the last wake */
+    bool rx_bytes;        /* the current pass read bytes from the current endpoint */
 
     /* the progress thread */
     int thread_wake_fd; /* eventfd: wakes the progress thread */
@@ -186,8 +191,13 @@ gs_status gs_tcp_addr_choose(const gs_config *cfg, const char *store_host, int s
                              gs_tcp_addr *addr_p);
 void gs_tcp_addr_format(const gs_tcp_addr *addr, char *buf, size_t cap);
 gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_p, gs_tcp_addr *bound_p);
-void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES], gs_tcp_addr_blob *blob);
+void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES],
+                      gs_tcp_addr_blob *blob);
 gs_status gs_tcp_blob_unpack(const gs_tcp_addr_blob *blob, int peer, gs_tcp_addr *addr_p);
+/* Enters the network namespace GS_TCP_NETNS names for rank (the thread's
+ * sockets are made there until leave); *saved_p is -1 if there is none. */
+gs_status gs_tcp_netns_enter(const gs_config *cfg, int rank, int *saved_p);
+void gs_tcp_netns_leave(int saved, int rank);
 /* Socket options of a data connection: non-blocking, TCP_NODELAY, user timeout. */
 gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer);
 /* What both ends of setup need to know. */
@@ -212,7 +222,8 @@ void gs_tcp_mr_pack(const gs_mr *mr, gs_rmr_head *head);
 gs_tcp_mr *gs_tcp_mr_find(gs_tcp_tp *tp, uint64_t key);
 /* GS_OK if [off, off+len) lies in mr and it grants access; else
  * GS_ERR_REMOTE_ACCESS with *why_p a static reason. */
-gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsigned access, const char **why_p);
+gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsigned access,
+                          const char **why_p);
 
 /* tcp_rma.c: the posting ops of the table. */
 gs_status gs_tcp_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
@@ -228,20 +239,41 @@ gs_status gs_tcp_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_
 gs_status gs_tcp_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
 gs_status gs_tcp_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
 
-/* tcp_progress.c (callers hold tp->lock). */
-/* One pass over every endpoint: reads and serves what arrived, writes what
- * is queued, checks deadlines. */
-void gs_tcp_progress(gs_tcp_tp *tp);
+/* tcp_tx.c (callers hold tp->lock). */
 /* Writes as much of ep's queue as the socket takes. */
 void gs_tcp_tx_flush(gs_tcp_ep *ep);
 /* Queues a frame (payload sent from its own memory); NULL if the ring is full. */
 gs_tcp_tx *gs_tcp_tx_push(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, const void *payload, bool user);
+/* Drops every queued frame that has not started (all of them if all). */
+void gs_tcp_tx_drop(gs_tcp_ep *ep, bool all);
+/* Sends the acknowledgement ep owes, alone unless a queued frame will carry it. */
+void gs_tcp_ack_send(gs_tcp_ep *ep);
 /* Sends any acknowledgement a peer asked for and is still owed. */
 void gs_tcp_ack_flush(gs_tcp_tp *tp);
+
+/* tcp_serve.c (callers hold tp->lock). */
+/* Acts on a checked header: 1 taken, 0 stall (retry later: no room), -1 the
+ * endpoint failed. */
+int gs_tcp_frame_start(gs_tcp_tp *tp, gs_tcp_ep *ep, const gs_tcp_hdr *hdr);
+/* The frame's whole payload has landed. */
+void gs_tcp_frame_finish(gs_tcp_tp *tp, gs_tcp_ep *ep);
+/* The peer broke the protocol or asked for memory it may not touch: tells it
+ * why (a NAK, best effort, when no frame of ours is half written) and drops it. */
+void gs_tcp_refuse(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, gs_status status, const char *why);
+
+/* tcp_progress.c (callers hold tp->lock). */
+/* One pass over every endpoint: reads and serves what arrived, writes what
+ * is queued, checks deadlines. */
+void gs_tcp_progress(gs_tcp_tp *tp);
 /* Puts ep in error (idempotent): logs why, shuts the socket down, drops its
  * queue, and marks the peer lost; the outstanding operations complete with
  * status when polled. */
-void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Returns status for the dead ep with gs_last_error() set to the message;
+ * logs it only the first time (polls and posts repeat it). */
+gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Drops an orderly closed endpoint without an error to report. */
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why);
 /* Whether an outstanding operation is answered (acknowledged or replied). */

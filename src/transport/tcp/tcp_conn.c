@@ -14,6 +14,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,14 +99,16 @@ static gs_status addr_routing_to(const char *host, int port, int rank, gs_tcp_ad
     snprintf(port_text, sizeof(port_text), "%d", port > 0 ? port : 9);
     rc = getaddrinfo(host, port_text, &hints, &res);
     if (rc != 0)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG, "rank %d: cannot resolve the store host '%s': %s; set GS_TCP_IFNAME",
-                       rank, host, gai_strerror(rc));
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
+                       "rank %d: cannot resolve the store host '%s': %s; set GS_TCP_IFNAME", rank, host,
+                       gai_strerror(rc));
     fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     local.len = sizeof(local.sa);
     if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0 ||
         getsockname(fd, (struct sockaddr *)&local.sa, &local.len) != 0) {
-        status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: no route to the store host '%s': %s; set GS_TCP_IFNAME",
-                         rank, host, strerror(errno));
+        status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                         "rank %d: no route to the store host '%s': %s; set GS_TCP_IFNAME", rank, host,
+                         strerror(errno));
         goto out;
     }
     addr_set(addr_p, (const struct sockaddr *)&local.sa);
@@ -135,7 +138,8 @@ gs_status gs_tcp_addr_choose(const gs_config *cfg, const char *store_host, int s
     if (cfg->tcp_ifname[0])
         status = addr_of_interface(cfg->tcp_ifname, family_of_host(store_host), rank, &addr);
     else
-        status = addr_routing_to(store_host && *store_host ? store_host : "127.0.0.1", store_port, rank, &addr);
+        status =
+            addr_routing_to(store_host && *store_host ? store_host : "127.0.0.1", store_port, rank, &addr);
     if (status != GS_OK)
         return status;
     if (addr.sa.ss_family == AF_INET)
@@ -156,8 +160,8 @@ gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_
     bound.len = sizeof(bound.sa);
     if (fd < 0 || bind(fd, (const struct sockaddr *)&addr->sa, addr->len) != 0 || listen(fd, backlog) != 0 ||
         getsockname(fd, (struct sockaddr *)&bound.sa, &bound.len) != 0) {
-        gs_status status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot listen on %s: %s", rank, text,
-                                   strerror(errno));
+        gs_status status = gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot listen on %s: %s", rank,
+                                   text, strerror(errno));
         if (fd >= 0)
             close(fd);
         return status;
@@ -167,7 +171,8 @@ gs_status gs_tcp_listen(const gs_tcp_addr *addr, int backlog, int rank, int *fd_
     return GS_OK;
 }
 
-void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES], gs_tcp_addr_blob *blob)
+void gs_tcp_blob_pack(const gs_tcp_addr *addr, const uint8_t nonce[GS_TCP_NONCE_BYTES],
+                      gs_tcp_addr_blob *blob)
 {
     memset(blob, 0, sizeof(*blob));
     blob->version = GS_TCP_PROTO_VERSION;
@@ -214,6 +219,35 @@ gs_status gs_tcp_blob_unpack(const gs_tcp_addr_blob *blob, int peer, gs_tcp_addr
     return GS_OK;
 }
 
+/* The last number in a /proc/sys file (0 if unreadable). */
+static long proc_sys_last(const char *path)
+{
+    long value = 0, v;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fscanf(f, "%ld", &v) == 1)
+        value = v;
+    fclose(f);
+    return value;
+}
+
+/* The send buffer a connection starts with: the kernel's autotuning ceiling
+ * (tcp_wmem's maximum) when wmem_max allows it, so that posted frames reach
+ * the kernel at once instead of waiting in our queue while a new
+ * connection's buffer grows (and are still delivered if this process dies
+ * right after posting). 0: leave the kernel's autotuning alone. */
+static int sndbuf_bytes(void)
+{
+    static int bytes = -1;
+    if (bytes < 0) {
+        long ceiling = proc_sys_last("/proc/sys/net/ipv4/tcp_wmem");
+        long allowed = proc_sys_last("/proc/sys/net/core/wmem_max");
+        bytes = ceiling > 0 && allowed >= ceiling && ceiling <= (1l << 30) ? (int)ceiling : 0;
+    }
+    return bytes;
+}
+
 gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer)
 {
     int one = 1, flags = fcntl(fd, F_GETFL);
@@ -222,12 +256,16 @@ gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer)
     int keep_cnt = 3;
 
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: cannot make the socket to rank %d non-blocking: %s",
-                       rank, peer, strerror(errno));
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                       "rank %d: cannot make the socket to rank %d non-blocking: %s", rank, peer,
+                       strerror(errno));
     /* latency first; a socket that is not TCP (tests use socketpairs) keeps its defaults */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 && errno != EOPNOTSUPP)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: TCP_NODELAY on the socket to rank %d failed: %s", rank,
-                       peer, strerror(errno));
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                       "rank %d: TCP_NODELAY on the socket to rank %d failed: %s", rank, peer,
+                       strerror(errno));
+    if (sndbuf_bytes() > 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){sndbuf_bytes()}, sizeof(int));
     /* a peer that stops acknowledging is declared lost after GS_TIMEOUT_MS */
     if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout)) == 0) {
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
@@ -236,4 +274,62 @@ gs_status gs_tcp_sock_tune(int fd, const gs_config *cfg, int rank, int peer)
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &keep_cnt, sizeof(keep_cnt));
     }
     return GS_OK;
+}
+
+/* The namespace GS_TCP_NETNS gives rank (entry rank mod n), as a path. */
+static bool netns_path(const char *list, int rank, char *path, size_t cap)
+{
+    int n = 1, want;
+    const char *p = list;
+    for (const char *c = list; *c; c++)
+        n += *c == ',';
+    want = rank % n;
+    for (int i = 0; i < want; i++)
+        p = strchr(p, ',') + 1;
+    size_t len = strcspn(p, ",");
+    if (len == 0)
+        return false;
+    snprintf(path, cap, "%s%.*s", memchr(p, '/', len) ? "" : "/run/netns/", (int)len, p);
+    return true;
+}
+
+gs_status gs_tcp_netns_enter(const gs_config *cfg, int rank, int *saved_p)
+{
+    char path[GS_CONFIG_STR_MAX + 16];
+    int target, saved;
+    *saved_p = -1;
+    if (!cfg->tcp_netns[0])
+        return GS_OK;
+    if (!netns_path(cfg->tcp_netns, rank, path, sizeof(path)))
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
+                       "rank %d: GS_TCP_NETNS='%s' has an empty entry for this rank", rank, cfg->tcp_netns);
+    saved = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    target = open(path, O_RDONLY | O_CLOEXEC);
+    if (saved < 0 || target < 0 || setns(target, CLONE_NEWNET) != 0) {
+        gs_status status =
+            gs_fail(GS_SUBSYS_TCP, GS_ERR_CONFIG,
+                    "rank %d: GS_TCP_NETNS: cannot enter the network namespace %s: %s "
+                    "(it must exist, e.g. `ip netns add`, and entering it needs CAP_SYS_ADMIN)",
+                    rank, path, strerror(errno));
+        if (saved >= 0)
+            close(saved);
+        if (target >= 0)
+            close(target);
+        return status;
+    }
+    close(target);
+    gs_log_info(TCP, "rank %d: tcp sockets in the network namespace %s", rank, path);
+    *saved_p = saved;
+    return GS_OK;
+}
+
+void gs_tcp_netns_leave(int saved, int rank)
+{
+    if (saved < 0)
+        return;
+    if (setns(saved, CLONE_NEWNET) != 0)
+        gs_log_error(TCP,
+                     "rank %d: returning from GS_TCP_NETNS to the process's network namespace failed: %s",
+                     rank, strerror(errno));
+    close(saved);
 }

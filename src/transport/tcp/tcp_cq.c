@@ -72,7 +72,8 @@ static int harvest_pending(gs_tcp_ep *ep, gs_wc *wcs, int max)
         if (!done && e->opcode != GS_WC_WRITE && e->opcode != GS_WC_WRITE_IMM && e->opcode != GS_WC_SEND)
             ep->rd_out--;
         if (e->signaled)
-            wcs[n++] = (gs_wc){.wr_id = e->wr_id, .status = status, .opcode = e->opcode, .peer = ep->base.peer};
+            wcs[n++] =
+                (gs_wc){.wr_id = e->wr_id, .status = status, .opcode = e->opcode, .peer = ep->base.peer};
     }
     return n;
 }
@@ -83,7 +84,8 @@ static int harvest_failed(gs_tcp_ep *ep, gs_wc *wcs, int max)
     int n = 0;
     while (n < max && ep->recv_count) {
         gs_tcp_posted *r = &ep->recvs[ep->recv_head];
-        wcs[n++] = (gs_wc){.wr_id = r->wr_id, .status = GS_ERR_FLUSHED, .opcode = GS_WC_RECV, .peer = ep->base.peer};
+        wcs[n++] =
+            (gs_wc){.wr_id = r->wr_id, .status = GS_ERR_FLUSHED, .opcode = GS_WC_RECV, .peer = ep->base.peer};
         ep->recv_head = (ep->recv_head + 1) % GS_TCP_RECV_CAP;
         ep->recv_count--;
     }
@@ -96,8 +98,8 @@ static gs_status lost_status(gs_tcp_tp *tp)
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
         if (ep && ep->dead && ep->lost)
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: rank %d is lost: %s", tp->base.rank, p,
-                           ep->why);
+            return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "rank %d: rank %d is lost: %s", tp->base.rank, p,
+                                    ep->why);
     }
     return GS_OK;
 }
@@ -156,11 +158,9 @@ static int waiter_fds(gs_tcp_tp *tp, struct pollfd *pfds)
  * (at most 100 ms, so that operation deadlines are checked). */
 static gs_status block_once(gs_tcp_tp *tp, uint64_t deadline_ns)
 {
-    struct pollfd *pfds = malloc(((size_t)tp->base.size + 1) * sizeof(*pfds));
+    struct pollfd *pfds = tp->wait_fds;
     int n, left = gs_deadline_left_ms(deadline_ns);
     uint64_t drain;
-    if (!pfds)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_NOMEM, "rank %d: no memory to wait", tp->base.rank);
     pthread_mutex_lock(&tp->lock);
     gs_tcp_ack_flush(tp); /* a peer may be waiting for it while we sleep */
     n = waiter_fds(tp, pfds);
@@ -172,7 +172,6 @@ static gs_status block_once(gs_tcp_tp *tp, uint64_t deadline_ns)
     pthread_mutex_lock(&tp->lock);
     tp->waiters--;
     pthread_mutex_unlock(&tp->lock);
-    free(pfds);
     return GS_OK;
 }
 

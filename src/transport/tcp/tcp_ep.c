@@ -31,10 +31,11 @@ gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp *
     pthread_mutex_init(&tp->lock, NULL);
     tp->base.eps = gs_calloc((size_t)size, sizeof(gs_ep *));
     tp->cq = gs_calloc(GS_TCP_CQ_CAP, sizeof(gs_wc));
+    tp->wait_fds = gs_calloc((size_t)size + 1, sizeof(struct pollfd));
     tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!tp->base.eps || !tp->cq || tp->wake_fd < 0) {
-        gs_status status = tp->wake_fd < 0 ? gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM, "rank %d: eventfd failed: %s",
-                                                     rank, strerror(errno))
+    if (!tp->base.eps || !tp->cq || !tp->wait_fds || tp->wake_fd < 0) {
+        gs_status status = tp->wake_fd < 0 ? gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
+                                                     "rank %d: eventfd failed: %s", rank, strerror(errno))
                                            : GS_ERR_NOMEM;
         gs_tcp_tp_destroy(tp);
         return status;
@@ -73,11 +74,15 @@ gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd)
 static void goodbye_send(gs_tcp_ep *ep, uint64_t deadline)
 {
     gs_tcp_hdr bye = {.version = GS_TCP_PROTO_VERSION, .op = GS_TCP_OP_BYE};
-    gs_tcp_tx_push(ep, &bye, NULL, false);
-    while (ep->tx_count && !ep->dead && !gs_deadline_passed(deadline)) {
+    bool bye_queued = false;
+    while (!ep->dead && !gs_deadline_passed(deadline)) {
         struct pollfd pfd = {.fd = ep->fd, .events = POLLOUT};
+        if (!bye_queued)
+            bye_queued = gs_tcp_tx_push(ep, &bye, NULL, false) != NULL; /* after what is queued */
         gs_tcp_tx_flush(ep);
-        if (ep->tx_count && !ep->dead)
+        if (bye_queued && ep->tx_count == 0)
+            break;
+        if (!ep->dead)
             poll(&pfd, 1, 10);
     }
     if (!ep->dead)
@@ -120,9 +125,9 @@ static void ep_free(gs_tcp_ep *ep)
 
 static void goodbye_all(gs_tcp_tp *tp)
 {
-    uint64_t deadline = gs_deadline_after_ms(tp->base.cfg->timeout_ms < GOODBYE_MS && tp->base.cfg->timeout_ms >= 0
-                                                 ? tp->base.cfg->timeout_ms
-                                                 : GOODBYE_MS);
+    uint64_t deadline = gs_deadline_after_ms(
+        tp->base.cfg->timeout_ms < GOODBYE_MS && tp->base.cfg->timeout_ms >= 0 ? tp->base.cfg->timeout_ms
+                                                                               : GOODBYE_MS);
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
         if (ep && !ep->dead)
@@ -159,6 +164,7 @@ void gs_tcp_tp_destroy(gs_tcp_tp *tp)
     pthread_mutex_destroy(&tp->lock);
     free(tp->regions);
     free(tp->cq);
+    free(tp->wait_fds);
     free(tp->base.eps);
     free(tp);
 }

@@ -54,10 +54,8 @@ static const char *check_len(const gs_tcp_hdr *hdr)
     case GS_TCP_OP_WRITE_IMM:
     case GS_TCP_OP_READ_RESP:
         return hdr->len <= GS_TCP_MAX_PAYLOAD ? NULL : "payload length beyond the protocol's bound";
-    case GS_TCP_OP_SEND:
-        return hdr->len <= GS_SEND_MAX ? NULL : "SEND longer than GS_SEND_MAX";
-    default:
-        return hdr->len == 0 ? NULL : "payload on an op that carries none";
+    case GS_TCP_OP_SEND: return hdr->len <= GS_SEND_MAX ? NULL : "SEND longer than GS_SEND_MAX";
+    default: return hdr->len == 0 ? NULL : "payload on an op that carries none";
     }
 }
 
@@ -156,8 +154,7 @@ void gs_tcp_hello_fill(gs_tcp_hello *hello, int kind, int rank, int size, uint32
 }
 
 gs_status gs_tcp_hello_check(const gs_tcp_hello *hello, int kind, int size, uint32_t instance,
-                             const uint8_t nonce[GS_TCP_NONCE_BYTES], const char *token,
-                             const char **why_p)
+                             const uint8_t nonce[GS_TCP_NONCE_BYTES], const char *token, const char **why_p)
 {
     gs_tcp_hello expected;
     int token_ok, nonce_ok;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 static uint32_t random_u32(void)
 {
@@ -31,7 +32,8 @@ static gs_status region_add(gs_tcp_tp *tp, gs_tcp_mr *mr)
         uint32_t cap = tp->region_cap ? tp->region_cap * 2 : 64;
         gs_tcp_mr **grown = realloc(tp->regions, cap * sizeof(*grown));
         if (!grown)
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_NOMEM, "rank %d: no memory for %u region slots", tp->base.rank, cap);
+            return gs_fail(GS_SUBSYS_TCP, GS_ERR_NOMEM, "rank %d: no memory for %u region slots",
+                           tp->base.rank, cap);
         memset(grown + tp->region_cap, 0, (cap - tp->region_cap) * sizeof(*grown));
         tp->regions = grown;
         tp->region_cap = cap;
@@ -41,7 +43,8 @@ static gs_status region_add(gs_tcp_tp *tp, gs_tcp_mr *mr)
     return GS_OK;
 }
 
-static gs_status region_register(gs_tp *base, void *addr, size_t len, unsigned access, bool owned, gs_mr **mr_p)
+static gs_status region_register(gs_tp *base, void *addr, size_t len, unsigned access, bool owned,
+                                 gs_mr **mr_p)
 {
     gs_tcp_tp *tp = gs_tcp_tp_of(base);
     gs_tcp_mr *mr = gs_calloc(1, sizeof(*mr));
@@ -98,8 +101,11 @@ static bool ep_uses(const gs_tcp_ep *ep, const gs_tcp_mr *mr)
 static void region_quiesce(gs_tcp_tp *tp, gs_tcp_mr *mr)
 {
     uint64_t deadline = gs_deadline_after_ms(tp->base.cfg->timeout_ms);
-    while (mr->tx_refs > 0 && !gs_deadline_passed(deadline))
+    while (mr->tx_refs > 0 && !gs_deadline_passed(deadline)) {
         gs_tcp_progress(tp);
+        if (mr->tx_refs > 0)
+            usleep(100); /* the peer is reading the replies */
+    }
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = tp->base.eps ? gs_tcp_ep_at(tp, p) : NULL;
         if (ep && ep_uses(ep, mr))
@@ -148,7 +154,8 @@ gs_tcp_mr *gs_tcp_mr_find(gs_tcp_tp *tp, uint64_t key)
     return tp->regions[slot];
 }
 
-gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsigned access, const char **why_p)
+gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsigned access,
+                          const char **why_p)
 {
     const char *why = NULL;
     if (!mr)

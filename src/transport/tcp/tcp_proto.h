@@ -32,9 +32,9 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the tcp wire format is little-endian host order");
 
 #define GS_TCP_PROTO_VERSION 1
-#define GS_TCP_HELLO_MAGIC 0x43545347u /* "GSTC" */
-#define GS_TCP_NONCE_BYTES 16
-#define GS_TCP_TOKEN_BYTES 256
+#define GS_TCP_HELLO_MAGIC   0x43545347u /* "GSTC" */
+#define GS_TCP_NONCE_BYTES   16
+#define GS_TCP_TOKEN_BYTES   256
 /* Largest payload of one WRITE / WRITE_IMM / READ (a sanity bound: the
  * target's region bounds are checked separately). */
 #define GS_TCP_MAX_PAYLOAD (1ull << 40)
@@ -63,14 +63,14 @@ _Static_assert(offsetof(gs_tcp_addr_blob, nonce) == 24, "address blob layout");
 enum { GS_TCP_HELLO = 1, GS_TCP_HELLO_ACK = 2 };
 
 typedef struct gs_tcp_hello {
-    uint8_t version;    /* GS_TCP_PROTO_VERSION */
-    uint8_t kind;       /* GS_TCP_HELLO (connector) / GS_TCP_HELLO_ACK (acceptor) */
-    uint16_t token_len; /* bytes of token used; the rest is zero */
-    uint32_t magic;     /* GS_TCP_HELLO_MAGIC */
-    uint32_t rank;      /* sender's rank */
-    uint32_t size;      /* world size as the sender sees it */
-    uint32_t instance;  /* which tcp transport of the job (open order) */
-    uint32_t reserved;  /* zero */
+    uint8_t version;                   /* GS_TCP_PROTO_VERSION */
+    uint8_t kind;                      /* GS_TCP_HELLO (connector) / GS_TCP_HELLO_ACK (acceptor) */
+    uint16_t token_len;                /* bytes of token used; the rest is zero */
+    uint32_t magic;                    /* GS_TCP_HELLO_MAGIC */
+    uint32_t rank;                     /* sender's rank */
+    uint32_t size;                     /* world size as the sender sees it */
+    uint32_t instance;                 /* which tcp transport of the job (open order) */
+    uint32_t reserved;                 /* zero */
     uint8_t nonce[GS_TCP_NONCE_BYTES]; /* the receiver's listener nonce, from the store */
     uint8_t token[GS_TCP_TOKEN_BYTES]; /* GS_JOB_TOKEN, zero padded */
 } gs_tcp_hello;
@@ -83,12 +83,12 @@ _Static_assert(offsetof(gs_tcp_hello, nonce) == 24, "hello layout");
 
 typedef enum gs_tcp_op {
     /* requests: numbered, served in order by the target */
-    GS_TCP_OP_WRITE = 1,  /* len payload bytes into region key at off */
-    GS_TCP_OP_WRITE_IMM,  /* same, then a GS_WC_RECV_IMM carrying imm at the target */
-    GS_TCP_OP_READ_REQ,   /* reply READ_RESP with arg0 bytes of region key at off */
-    GS_TCP_OP_FETCH_ADD,  /* *(u64 *)(key+off) += arg0; reply ATOMIC_RESP(old) */
-    GS_TCP_OP_CMP_SWAP,   /* if *(key+off) == arg0 then = arg1; reply ATOMIC_RESP(old) */
-    GS_TCP_OP_SEND,       /* len <= GS_SEND_MAX bytes into the peer's next posted receive */
+    GS_TCP_OP_WRITE = 1, /* len payload bytes into region key at off */
+    GS_TCP_OP_WRITE_IMM, /* same, then a GS_WC_RECV_IMM carrying imm at the target */
+    GS_TCP_OP_READ_REQ,  /* reply READ_RESP with arg0 bytes of region key at off */
+    GS_TCP_OP_FETCH_ADD, /* *(u64 *)(key+off) += arg0; reply ATOMIC_RESP(old) */
+    GS_TCP_OP_CMP_SWAP,  /* if *(key+off) == arg0 then = arg1; reply ATOMIC_RESP(old) */
+    GS_TCP_OP_SEND,      /* len <= GS_SEND_MAX bytes into the peer's next posted receive */
     /* replies and control: not numbered */
     GS_TCP_OP_READ_RESP = 16, /* seq: the READ_REQ; payload: the bytes read */
     GS_TCP_OP_ATOMIC_RESP,    /* seq: the atomic request; arg0: the old value */
@@ -145,8 +145,7 @@ gs_status gs_tcp_hdr_check(const gs_tcp_hdr *hdr, const gs_tcp_rx_expect *expect
  * hello of this version) or GS_ERR_AUTH (wrong job, token or nonce), with
  * *why_p a static reason. Token and nonce compare in constant time. */
 gs_status gs_tcp_hello_check(const gs_tcp_hello *hello, int kind, int size, uint32_t instance,
-                             const uint8_t nonce[GS_TCP_NONCE_BYTES], const char *token,
-                             const char **why_p);
+                             const uint8_t nonce[GS_TCP_NONCE_BYTES], const char *token, const char **why_p);
 /* Fills a hello of kind from rank to the owner of nonce. */
 void gs_tcp_hello_fill(gs_tcp_hello *hello, int kind, int rank, int size, uint32_t instance,
                        const uint8_t nonce[GS_TCP_NONCE_BYTES], const char *token);

@@ -32,12 +32,12 @@ static gs_status dead_status(gs_tcp_ep *ep)
 {
     gs_status status;
     if (ep->lost || ep->bye_rcvd)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: no connection to rank %d: %s", ep->base.tp->rank,
-                       ep->base.peer, ep->why);
+        return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "rank %d: no connection to rank %d: %s",
+                                ep->base.tp->rank, ep->base.peer, ep->why);
     status = ep->err_reported ? GS_ERR_FLUSHED : ep->err;
     ep->err_reported = true;
-    return gs_fail(GS_SUBSYS_TCP, status, "rank %d: the endpoint to rank %d is in error: %s", ep->base.tp->rank,
-                   ep->base.peer, ep->why);
+    return gs_tcp_ep_report(ep, status, "rank %d: the endpoint to rank %d is in error: %s", ep->base.tp->rank,
+                            ep->base.peer, ep->why);
 }
 
 static gs_status post_room(const gs_tcp_ep *ep, const post_args *a)
@@ -95,16 +95,17 @@ static gs_status check_target(const gs_ep *ep, const gs_rmr_head *rmr, uint64_t 
 {
     if (rmr->owner != (uint32_t)ep->peer)
         return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID,
-                       "rank %d: a region of rank %u used on the endpoint to rank %d", ep->tp->rank, rmr->owner,
-                       ep->peer);
+                       "rank %d: a region of rank %u used on the endpoint to rank %d", ep->tp->rank,
+                       rmr->owner, ep->peer);
     if (len > GS_TCP_MAX_PAYLOAD)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID, "rank %d: %llu bytes to rank %d exceed one tcp operation",
-                       ep->tp->rank, (unsigned long long)len, ep->peer);
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID,
+                       "rank %d: %llu bytes to rank %d exceed one tcp operation", ep->tp->rank,
+                       (unsigned long long)len, ep->peer);
     return GS_OK;
 }
 
-gs_status gs_tcp_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst, uint64_t off,
-                       uint64_t wr_id, unsigned flags)
+gs_status gs_tcp_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                       uint64_t off, uint64_t wr_id, unsigned flags)
 {
     gs_tcp_hdr hdr = {.op = GS_TCP_OP_WRITE, .len = len, .key = dst->key, .off = off};
     post_args a = {.opcode = GS_WC_WRITE, .wr_id = wr_id, .flags = flags};
@@ -159,8 +160,9 @@ gs_status gs_tcp_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64
     post_args a = {.opcode = GS_WC_SEND, .wr_id = wr_id, .flags = flags};
     (void)lmr;
     if (len > GS_SEND_MAX)
-        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID, "rank %d: SEND of %zu bytes to rank %d exceeds GS_SEND_MAX (%d)",
-                       ep->tp->rank, len, ep->peer, GS_SEND_MAX);
+        return gs_fail(GS_SUBSYS_TCP, GS_ERR_INVALID,
+                       "rank %d: SEND of %zu bytes to rank %d exceeds GS_SEND_MAX (%d)", ep->tp->rank, len,
+                       ep->peer, GS_SEND_MAX);
     return post(ep, &hdr, src, &a);
 }
 
@@ -169,17 +171,22 @@ void gs_tcp_ep_match_unexp(gs_tcp_tp *tp, gs_tcp_ep *ep)
     while (ep->recv_count && ep->unexp_count && !gs_tcp_cq_full(tp)) {
         gs_tcp_posted *r = &ep->recvs[ep->recv_head];
         gs_tcp_unexp *u = &ep->unexp[ep->unexp_head];
-        gs_wc wc = {.wr_id = r->wr_id, .status = GS_OK, .opcode = GS_WC_RECV, .len = (uint32_t)u->len,
+        gs_wc wc = {.wr_id = r->wr_id,
+                    .status = GS_OK,
+                    .opcode = GS_WC_RECV,
+                    .len = (uint32_t)u->len,
                     .peer = ep->base.peer};
         if (u->len <= r->cap) {
             if (u->len)
                 memcpy(r->buf, u->buf, u->len);
         } else {
             wc.status = GS_ERR_INVALID;
-            gs_log_error(TCP, "rank %d: a SEND of %llu bytes from rank %d does not fit the posted receive of %llu bytes "
-                         "(wr_id %llu); message dropped",
-                         tp->base.rank, (unsigned long long)u->len, ep->base.peer, (unsigned long long)r->cap,
-                         (unsigned long long)r->wr_id);
+            gs_log_error(
+                TCP,
+                "rank %d: a SEND of %llu bytes from rank %d does not fit the posted receive of %llu bytes "
+                "(wr_id %llu); message dropped",
+                tp->base.rank, (unsigned long long)u->len, ep->base.peer, (unsigned long long)r->cap,
+                (unsigned long long)r->wr_id);
         }
         free(u->buf);
         u->buf = NULL;

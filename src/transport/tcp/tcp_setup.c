@@ -20,7 +20,7 @@ enum { C_FREE, C_CONNECTING, C_RETRY, C_WAIT_ACK, C_WAIT_HELLO };
 
 typedef struct setup_conn {
     int fd;
-    int peer;   /* dialled peer, or -1 for an accepted, unidentified connection */
+    int peer; /* dialled peer, or -1 for an accepted, unidentified connection */
     int phase;
     uint64_t retry_at;
     size_t got;
@@ -64,11 +64,13 @@ static gs_status send_hello(const setup_state *st, int fd, int kind, int to_peer
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EINTR)
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST, "rank %d: sending the tcp hello to rank %d failed: %s",
-                           st->s->rank, to_peer, strerror(errno));
-        if (gs_deadline_passed(st->s->deadline_ns) || poll(&pfd, 1, gs_deadline_left_ms(st->s->deadline_ns)) < 0)
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT, "rank %d: sending the tcp hello to rank %d timed out",
-                           st->s->rank, to_peer);
+            return gs_fail(GS_SUBSYS_TCP, GS_ERR_PEER_LOST,
+                           "rank %d: sending the tcp hello to rank %d failed: %s", st->s->rank, to_peer,
+                           strerror(errno));
+        if (gs_deadline_passed(st->s->deadline_ns) ||
+            poll(&pfd, 1, gs_deadline_left_ms(st->s->deadline_ns)) < 0)
+            return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT,
+                           "rank %d: sending the tcp hello to rank %d timed out", st->s->rank, to_peer);
     }
     return GS_OK;
 }
@@ -78,12 +80,13 @@ static void dial(setup_state *st, setup_conn *c)
     const gs_tcp_addr *addr = &st->peer_addrs[c->peer];
     c->fd = socket(addr->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     c->got = 0;
-    if (c->fd >= 0 && (connect(c->fd, (const struct sockaddr *)&addr->sa, addr->len) == 0 || errno == EINPROGRESS)) {
+    if (c->fd >= 0 &&
+        (connect(c->fd, (const struct sockaddr *)&addr->sa, addr->len) == 0 || errno == EINPROGRESS)) {
         c->phase = C_CONNECTING;
         return;
     }
-    gs_log_debug(TCP, "rank %d: connect to rank %d at %s failed (%s); retrying", st->s->rank, c->peer, c->from,
-                 strerror(errno));
+    gs_log_debug(TCP, "rank %d: connect to rank %d at %s failed (%s); retrying", st->s->rank, c->peer,
+                 c->from, strerror(errno));
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -123,8 +126,8 @@ static gs_status on_hello(setup_state *st, setup_conn *c)
     else if (status == GS_OK && st->fds[peer] >= 0)
         why = "that rank is already connected";
     if (status != GS_OK || why) {
-        gs_log_warn(TCP, "rank %d: dropped a tcp connection from %s claiming rank %d: %s", st->s->rank, c->from,
-                    peer, why);
+        gs_log_warn(TCP, "rank %d: dropped a tcp connection from %s claiming rank %d: %s", st->s->rank,
+                    c->from, peer, why);
         conn_drop(c);
         return GS_OK;
     }
@@ -149,8 +152,8 @@ static gs_status on_hello_ack(setup_state *st, setup_conn *c)
         why = "the answer came from another rank";
     }
     if (status != GS_OK)
-        return gs_fail(GS_SUBSYS_TCP, status, "rank %d: tcp hello answer from rank %d at %s refused: %s", st->s->rank,
-                       c->peer, c->from, why);
+        return gs_fail(GS_SUBSYS_TCP, status, "rank %d: tcp hello answer from rank %d at %s refused: %s",
+                       st->s->rank, c->peer, c->from, why);
     st->fds[c->peer] = c->fd;
     st->missing--;
     c->fd = -1;
@@ -206,7 +209,9 @@ static void on_accept(setup_state *st)
 
 static short events_of(const setup_conn *c)
 {
-    return c->phase == C_CONNECTING ? POLLOUT : (c->phase == C_WAIT_ACK || c->phase == C_WAIT_HELLO) ? POLLIN : 0;
+    return c->phase == C_CONNECTING                               ? POLLOUT
+           : (c->phase == C_WAIT_ACK || c->phase == C_WAIT_HELLO) ? POLLIN
+                                                                  : 0;
 }
 
 /* One poll() round over the listener and every connection in progress. */
@@ -261,7 +266,7 @@ static gs_status setup_init(setup_state *st)
     if (!st->conns || !st->peer_addrs)
         return GS_ERR_NOMEM;
     for (int i = 0; i < st->nconns; i++)
-        conn_drop(&st->conns[i]);
+        st->conns[i] = (setup_conn){.fd = -1, .peer = -1, .phase = C_FREE};
     for (int p = 0; p < s->rank && status == GS_OK; p++) {
         status = gs_tcp_blob_unpack(&s->blobs[p], p, &st->peer_addrs[p]);
         if (status == GS_OK && st->peer_addrs[p].sa.ss_family == AF_INET6 &&

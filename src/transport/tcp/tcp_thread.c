@@ -49,9 +49,9 @@ static int dormant_ms(const gs_tcp_tp *tp)
     uint64_t now = gs_now_ns(), quiet_at = tp->user_ns + GS_TCP_TAKEOVER_NS;
     if (tp->base.cfg->progress_thread || (tp->waiters == 0 && now >= quiet_at))
         return 0;
-    if (tp->waiters > 0) /* a blocked waiter watches the sockets itself */
-        return (int)(GS_TCP_TAKEOVER_NS / 1000000ull);
-    return (int)((quiet_at - now + 999999ull) / 1000000ull);
+    /* a blocked waiter watches the sockets itself; a polling caller is looked
+     * at again after a full period (so the caller is disturbed rarely) */
+    return (int)(GS_TCP_TAKEOVER_NS / 1000000ull);
 }
 
 static void *thread_main(void *arg)

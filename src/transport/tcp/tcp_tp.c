@@ -81,17 +81,20 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     static unsigned instances; /* every rank opens its transports in the same order */
     gs_tcp_tp *tp = NULL;
     gs_tcp_addr_blob *blobs = gs_calloc((size_t)ctx->size, sizeof(*blobs));
-    int lfd = -1;
+    int lfd = -1, saved_ns = -1;
     gs_status status = blobs ? gs_tcp_tp_create(cfg, ctx->rank, ctx->size, &tp) : GS_ERR_NOMEM;
 
     if (status == GS_OK) {
         tp->base.ops = &gs_tcp_ops;
         tp->base.ctx = ctx;
         tp->instance = __atomic_fetch_add(&instances, 1, __ATOMIC_RELAXED);
-        status = exchange_addresses(tp, ctx, &lfd, blobs);
+        status = gs_tcp_netns_enter(cfg, ctx->rank, &saved_ns);
     }
     if (status == GS_OK)
+        status = exchange_addresses(tp, ctx, &lfd, blobs);
+    if (status == GS_OK)
         status = connect_peers(tp, lfd, blobs);
+    gs_tcp_netns_leave(saved_ns, ctx->rank);
     if (lfd >= 0)
         close(lfd);
     if (status == GS_OK)
@@ -102,7 +105,8 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         return status;
     }
     gs_log_info(TCP, "rank %d: tcp transport %u connected to %d peer(s), progress thread %s", ctx->rank,
-                tp->instance, ctx->size - 1, cfg->progress_thread ? "serving always" : "serving when the caller is away");
+                tp->instance, ctx->size - 1,
+                cfg->progress_thread ? "serving always" : "serving when the caller is away");
     *tp_p = &tp->base;
     return GS_OK;
 }

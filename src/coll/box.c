@@ -1,0 +1,345 @@
+/*
+ * The shared-memory plane of the direct algorithm ("boxes"), used when every
+ * rank of the communicator runs on one host over the shm transport.
+ *
+ * Each rank owns one memfd segment that every peer maps:
+ *
+ *   line 0                 wake: the owner's waiting flag and futex doorbell
+ *   GS_BOX_SLOTS slots     each: post number (u64) | call header | payload
+ *
+ * A post (the direct algorithm's send-to-all step) copies this rank's data
+ * into its next slot, the call's descriptor beside it, and last, with a full
+ * barrier, the post number. Readers (the receive-from-all step) wait until
+ * every peer's slot shows the expected post number, check the descriptor
+ * like a message header (a mismatch is caught by every rank at once) and
+ * read the data in place: no message, no copy into the peer. Up to 8 payload
+ * bytes share the cache line of the post number, so a small allreduce costs
+ * about one cache-line transfer per peer.
+ *
+ * Two slots suffice: a rank posts number p only after it has seen every
+ * peer's post p-1, and a peer posts p-1 only after it finished reading
+ * everyone's post p-2, the previous user of the slot.
+ *
+ * Waiting: spin on the post words (polling the transport now and then for
+ * aborts and lost peers), yield when the host is oversubscribed, and after
+ * GS_SPIN_US sleep on the futex doorbell, which a poster rings when it sees
+ * the waiting flag.
+ */
+#include "coll/coll.h"
+
+#include "bootstrap/boot.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define GS_BOX_SLOTS      2
+#define GS_BOX_HEAD_BYTES 56 /* post number + header: payload starts here */
+
+typedef struct gs_box_wake {
+    uint32_t waiting;
+    uint32_t doorbell;
+    uint8_t pad[GS_COLL_LINE - 8];
+} gs_box_wake;
+
+typedef struct gs_box_head {
+    uint64_t post; /* stored last, with a full barrier */
+    gs_coll_hdr hdr;
+} gs_box_head;
+
+_Static_assert(sizeof(gs_box_wake) == GS_COLL_LINE, "wake is one cache line");
+_Static_assert(sizeof(gs_box_head) == GS_BOX_HEAD_BYTES, "post word and header, then the payload");
+
+struct gs_box {
+    int fd;
+    size_t len;
+    size_t slot_stride;
+    uint8_t **seg;  /* [size]: every rank's segment as mapped here (seg[rank] is mine) */
+    uint64_t posts; /* posts made by this rank */
+};
+
+/* What a rank tells the others so they can map its segment. */
+typedef struct box_addr {
+    int32_t pid;
+    int32_t fd;
+    uint64_t ino;
+    uint64_t len;
+    int32_t ok; /* second round: this rank mapped every peer */
+    int32_t pad;
+} box_addr;
+
+static gs_box_wake *wake_of(uint8_t *seg)
+{
+    return (gs_box_wake *)seg;
+}
+
+static gs_box_head *slot_of(const gs_box *box, int rank, uint64_t post)
+{
+    return (gs_box_head *)(box->seg[rank] + GS_COLL_LINE + (size_t)(post % GS_BOX_SLOTS) * box->slot_stride);
+}
+
+static uint8_t *payload_of(gs_box_head *head)
+{
+    return (uint8_t *)head + GS_BOX_HEAD_BYTES;
+}
+
+static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
+}
+
+/* ---- setup and teardown ----------------------------------------------------- */
+
+static gs_status create_segment(gs_comm *comm, gs_box *box)
+{
+    box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->chunk, GS_COLL_LINE);
+    box->len = gs_round_up(GS_COLL_LINE + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
+    box->fd = memfd_create("gradsync-coll-box", MFD_CLOEXEC);
+    if (box->fd < 0 || ftruncate(box->fd, (off_t)box->len) != 0)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_SYSTEM,
+                       "rank %d: creating the shared-memory box (%zu bytes) failed: %s", comm->rank, box->len,
+                       strerror(errno));
+    void *p = mmap(NULL, box->len, PROT_READ | PROT_WRITE, MAP_SHARED, box->fd, 0);
+    if (p == MAP_FAILED)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_NOMEM, "rank %d: mapping the shared-memory box failed: %s",
+                       comm->rank, strerror(errno));
+    gs_pages_touch(p, box->len);
+    box->seg[comm->rank] = p;
+    return GS_OK;
+}
+
+/* Maps peer's segment through /proc/<pid>/fd/<fd> (same user, same pid namespace). */
+static gs_status map_peer(gs_comm *comm, gs_box *box, int peer, const box_addr *a)
+{
+    char path[64];
+    struct stat sb;
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)a->pid, (int)a->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_UNSUPPORTED, "rank %d: cannot open the box of rank %d (%s): %s",
+                       comm->rank, peer, path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_ino != a->ino || (uint64_t)sb.st_size < a->len) {
+        close(fd);
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "rank %d: %s is not the box rank %d announced",
+                       comm->rank, path, peer);
+    }
+    void *p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_NOMEM, "rank %d: mapping the box of rank %d failed: %s",
+                       comm->rank, peer, strerror(errno));
+    box->seg[peer] = p;
+    return GS_OK;
+}
+
+void gs_box_close(gs_comm *comm)
+{
+    gs_box *box = comm->box;
+    if (!box)
+        return;
+    for (int p = 0; box->seg && p < comm->size; p++)
+        if (box->seg[p] && munmap(box->seg[p], box->len) != 0)
+            gs_log_warn(COLL, "rank %d: unmapping the box of rank %d failed: %s", comm->rank, p,
+                        strerror(errno));
+    if (box->fd >= 0)
+        close(box->fd);
+    free(box->seg);
+    free(box);
+    comm->box = NULL;
+}
+
+/* Creates and maps the boxes; every rank ends with boxes or none (a rank
+ * that could not map them tells the others, and all use the transport). */
+gs_status gs_box_open(gs_comm *comm)
+{
+    char tag[64];
+    box_addr mine = {.pid = (int32_t)getpid()}, *all;
+    struct stat sb;
+    gs_status st;
+    gs_box *box = gs_calloc(1, sizeof(*box));
+    all = gs_calloc((size_t)comm->size, sizeof(*all));
+    if (!box || !all || !(box->seg = gs_calloc((size_t)comm->size, sizeof(uint8_t *)))) {
+        free(all);
+        free(box);
+        return GS_ERR_NOMEM;
+    }
+    box->fd = -1;
+    comm->box = box;
+    st = create_segment(comm, box);
+    if (st == GS_OK && fstat(box->fd, &sb) == 0) {
+        mine = (box_addr){
+            .pid = (int32_t)getpid(), .fd = box->fd, .ino = (uint64_t)sb.st_ino, .len = box->len, .ok = 1};
+    }
+    snprintf(tag, sizeof(tag), "coll/%u/box", comm->id);
+    st = gs_store_allgather(comm->ctx, tag, &mine, sizeof(mine), all);
+    for (int p = 0; st == GS_OK && p < comm->size; p++) {
+        if (p == comm->rank || !all[p].ok)
+            continue;
+        if (map_peer(comm, box, p, &all[p]) != GS_OK)
+            mine.ok = 0;
+    }
+    snprintf(tag, sizeof(tag), "coll/%u/box-ok", comm->id);
+    if (st == GS_OK)
+        st = gs_store_allgather(comm->ctx, tag, &mine, sizeof(mine), all);
+    bool usable = st == GS_OK;
+    for (int p = 0; usable && p < comm->size; p++)
+        usable = all[p].ok;
+    free(all);
+    if (!usable) {
+        gs_log_info(COLL,
+                    "rank %d: shared-memory boxes unavailable (%s): the direct algorithm uses the transport",
+                    comm->rank, gs_last_error());
+        gs_box_close(comm);
+    }
+    return st; /* only a failing store is an error */
+}
+
+/* ---- posting and reading ----------------------------------------------------- */
+
+/* Wakes the peers that sleep on their doorbell. */
+static void ring_sleepers(gs_comm *comm)
+{
+    for (int p = 0; p < comm->size; p++) {
+        gs_box_wake *w = wake_of(comm->box->seg[p]);
+        if (p != comm->rank && __atomic_load_n(&w->waiting, __ATOMIC_RELAXED)) {
+            __atomic_fetch_add(&w->doorbell, 1, __ATOMIC_SEQ_CST);
+            futex(&w->doorbell, FUTEX_WAKE, 1, NULL);
+        }
+    }
+}
+
+gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
+{
+    gs_comm *c = op->comm;
+    gs_box *box = c->box;
+    uint64_t post = box->posts + 1;
+    gs_box_head *head = slot_of(box, c->rank, post);
+    uint8_t *dst = payload_of(head);
+    if (p->stride) { /* a piece for every rank, mine included */
+        for (int q = 0; q < c->size && p->bytes; q++)
+            memcpy(dst + (size_t)q * p->bytes, p->local + (size_t)q * p->stride, p->bytes);
+    } else if (p->bytes) {
+        memcpy(dst, p->local, p->bytes);
+    }
+    gs_desc_fill(op, &head->hdr, p->send_unit, p->bytes);
+    /* the exchange is the release store and the full barrier before the
+     * waiting flags are read */
+    __atomic_exchange_n(&head->post, post, __ATOMIC_SEQ_CST);
+    box->posts = post;
+    op->box_post = post;
+    ring_sleepers(c);
+    if (p->out && p->local && p->out != p->local && p->bytes && !p->stride)
+        memcpy(p->out, p->local, p->bytes);
+    c->progress_count++;
+    return GS_OK;
+}
+
+/* Whether every peer has made the post op is waiting for. */
+bool gs_box_ready(const gs_coll_op *op)
+{
+    const gs_comm *c = op->comm;
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank &&
+            __atomic_load_n(&slot_of(c->box, q, op->box_post)->post, __ATOMIC_ACQUIRE) != op->box_post)
+            return false;
+    return true;
+}
+
+/* Peer q's data for this rank in the current post. */
+static const uint8_t *operand(const gs_coll_op *op, const gs_prim *p, int q)
+{
+    const gs_comm *c = op->comm;
+    gs_box_head *head = slot_of(c->box, q, op->box_post);
+    /* reduce_scatter posts a piece per rank (stride set on its reduce step);
+     * a gather's stride spaces its output instead */
+    size_t piece = p->mode == GS_PRIM_REDUCE && p->stride ? (size_t)c->rank * p->bytes : 0;
+    if (q == c->rank && p->local)
+        return p->local;
+    return payload_of(head) + piece;
+}
+
+gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
+{
+    gs_comm *c = op->comm;
+    gs_status st;
+    size_t n = p->bytes / op->es;
+    if (!gs_box_ready(op))
+        return GS_INPROGRESS;
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank)
+            continue;
+        size_t bytes = p->mode == GS_PRIM_BCAST && q != p->root ? 0 : p->bytes;
+        st = gs_desc_check(c, op, &slot_of(c->box, q, op->box_post)->hdr, q, p->recv_unit, bytes);
+        if (st != GS_OK)
+            return st;
+    }
+    if (p->mode == GS_PRIM_REDUCE) {
+        /* in rank order, straight into out: no operand aliases it (mine is
+         * the copy in my box unless local was given) */
+        gs_red_apply(op->dtype, op->redop, p->out, operand(op, p, 0), operand(op, p, 1), n);
+        for (int q = 2; q < c->size; q++)
+            gs_red_apply(op->dtype, op->redop, p->out, p->out, operand(op, p, q), n);
+        if (p->finish)
+            gs_red_avg_finish(op->dtype, p->out, n, c->size);
+    } else if (p->mode == GS_PRIM_GATHER && p->out && p->bytes) {
+        for (int q = 0; q < c->size; q++) {
+            uint8_t *dst = p->out + (size_t)q * p->stride;
+            const uint8_t *src = operand(op, p, q);
+            if (dst != src)
+                memcpy(dst, src, p->bytes);
+        }
+    } else if (p->mode == GS_PRIM_BCAST && p->out && p->bytes) {
+        const uint8_t *src = operand(op, p, p->root);
+        if (src != p->out)
+            memcpy(p->out, src, p->bytes);
+    }
+    c->progress_count++;
+    return GS_OK;
+}
+
+/* ---- waiting ----------------------------------------------------------------- */
+
+void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns)
+{
+    gs_box_wake *w = wake_of(comm->box->seg[comm->rank]);
+    uint64_t spin = comm->cfg->poll == GS_POLL_SPIN ? UINT64_MAX
+                    : comm->cfg->poll == GS_POLL_EVENT
+                        ? 0
+                        : (uint64_t)(comm->cfg->spin_us > 0 ? comm->cfg->spin_us : 0) * 1000u;
+    if (idle_ns < spin) {
+        if (comm->oversubscribed)
+            sched_yield(); /* the rank we wait for may need this CPU */
+        else
+            gs_cpu_relax();
+        return;
+    }
+    /* long wait: sleep until a poster rings (or 1 ms, to poll the transport) */
+    struct timespec ts = {0, 1000000};
+    __atomic_store_n(&w->waiting, 1, __ATOMIC_SEQ_CST);
+    uint32_t bell = __atomic_load_n(&w->doorbell, __ATOMIC_SEQ_CST);
+    if (!gs_box_ready(op))
+        futex(&w->doorbell, FUTEX_WAIT, bell, &ts);
+    __atomic_store_n(&w->waiting, 0, __ATOMIC_RELAXED);
+}
+
+void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap)
+{
+    const gs_comm *c = op->comm;
+    size_t used = (size_t)snprintf(buf, cap, "waiting in shared memory for post %llu of ranks",
+                                   (unsigned long long)op->box_post);
+    for (int q = 0; q < c->size && used + 8 < cap; q++)
+        if (q != c->rank &&
+            __atomic_load_n(&slot_of(c->box, q, op->box_post)->post, __ATOMIC_ACQUIRE) != op->box_post)
+            used += (size_t)snprintf(buf + used, cap - used, " %d", q);
+}

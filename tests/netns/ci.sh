@@ -1,0 +1,114 @@
+#!/bin/bash
+# Multi-host test of the tcp transport on one machine (scripts/test.sh runs it
+# with the build folder as $1). As root it builds a small routed network of
+# network namespaces, with names unique to this run ("gs<pid>..."):
+#
+#   gs<pid>r0 .. r3   one per rank: interface gsv0, 192.168.77.(4r+2)/30 and
+#                     fd00:77:r::2/64, default routes via the hub
+#   gs<pid>hub        the router: one veth per rank namespace, forwarding on
+#
+# Every address lives only inside these namespaces; all of them are removed
+# at exit (trap). Then, over tcp across the namespaces:
+#   1. the transport conformance suite, unchanged, each rank's sockets in its
+#      own namespace (GS_TCP_NETNS, GS_TCP_IFNAME=gsv0), over IPv4, then again
+#      with the IPv4 addresses removed (IPv6 only);
+#   2. gsperf as a real two-host job: rank 0 in r0 serves the store on its
+#      address, rank 1 in r1 joins it, GS_TRANSPORT=auto (the ranks' host ids
+#      differ, so it must pick tcp); over IPv4 and over IPv6.
+# Without root or network namespaces it prints a counted skip and exits 0.
+set -uo pipefail
+build=${1:?usage: tests/netns/ci.sh BUILD_DIR}
+build=$(cd "$build" && pwd)
+tag=gs$$
+hub=${tag}hub
+ranks=4
+failed=0
+
+skip() {
+    echo "netns: SKIPPED (1 skipped): $*"
+    exit 0
+}
+cleanup() {
+    for r in $(seq 0 $((ranks - 1))); do ip netns del "${tag}r$r" 2>/dev/null; done
+    ip netns del "$hub" 2>/dev/null
+}
+
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
+command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+[ -x "$build/tests/test_conformance" ] && [ -x "$build/tools/gsperf" ] || {
+    echo "netns: FAILED: $build/tests/test_conformance or $build/tools/gsperf missing" >&2
+    exit 1
+}
+trap cleanup EXIT INT TERM
+if ! err=$(ip netns add "$hub" 2>&1); then
+    skip "cannot create a network namespace: $err"
+fi
+
+# ---- the network -----------------------------------------------------------
+setup() {
+    ip -n "$hub" link set lo up &&
+        ip netns exec "$hub" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 || return 1
+    for r in $(seq 0 $((ranks - 1))); do
+        local ns=${tag}r$r h=${tag}h$r
+        ip netns add "$ns" &&
+            ip -n "$hub" link add "$h" type veth peer name gsv0 netns "$ns" &&
+            ip -n "$hub" addr add "192.168.77.$((4 * r + 1))/30" dev "$h" &&
+            ip -n "$hub" addr add "fd00:77:$r::1/64" dev "$h" nodad &&
+            ip -n "$hub" link set "$h" up &&
+            ip -n "$ns" link set lo up &&
+            ip -n "$ns" addr add "192.168.77.$((4 * r + 2))/30" dev gsv0 &&
+            ip -n "$ns" addr add "fd00:77:$r::2/64" dev gsv0 nodad &&
+            ip -n "$ns" link set gsv0 up &&
+            ip -n "$ns" route add default via "192.168.77.$((4 * r + 1))" &&
+            ip -n "$ns" -6 route add default via "fd00:77:$r::1" || return 1
+    done
+}
+if ! err=$(setup 2>&1); then
+    skip "cannot build the namespace network (veth, routes, forwarding): $err"
+fi
+netns_list=$(seq -s, -f "${tag}r%g" 0 $((ranks - 1)))
+echo "netns: namespaces $netns_list routed through $hub"
+# ---- 1. the conformance suite across namespaces ------------------------------
+conformance() { # label
+    local log=$build/netns-conformance-$1.log
+    if GS_TEST_TRANSPORT=tcp GS_TCP_NETNS=$netns_list GS_TCP_IFNAME=gsv0 GS_LOG_LEVEL=warn \
+        timeout 600 "$build/tests/test_conformance" tcp. >"$log" 2>&1; then
+        echo "netns: conformance over $1 across namespaces: $(tail -1 "$log")"
+    else
+        grep -E "FAIL|^\[ " "$log" | tail -30
+        echo "netns: FAILED: conformance over $1 (log: $log)" >&2
+        failed=1
+    fi
+}
+
+# ---- 2. gsperf as a two-host job ----------------------------------------------
+gsperf_two_hosts() { # label store-address
+    local token port=29601 log0=$build/netns-gsperf-$1.r0.log log1=$build/netns-gsperf-$1.r1.log
+    token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    local common=(GS_WORLD_SIZE=2 "GS_STORE=$2:$port" "GS_JOB_TOKEN=$token" GS_TRANSPORT=auto GS_TIMEOUT_MS=30000)
+    local args=(--op all --iters 200 --min 8 --max 262144 --no-floor --no-pin)
+    ip netns exec "${tag}r0" env "${common[@]}" GS_RANK=0 timeout 300 "$build/tools/gsperf" "${args[@]}" \
+        >"$log0" 2>&1 &
+    local pid0=$!
+    ip netns exec "${tag}r1" env "${common[@]}" GS_RANK=1 timeout 300 "$build/tools/gsperf" "${args[@]}" \
+        >"$log1" 2>&1
+    local rc1=$? rc0=0
+    wait $pid0 || rc0=$?
+    if [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && grep -q "transport tcp" "$log0"; then
+        echo "netns: gsperf over $1, store at $2 in ${tag}r0, rank 1 in ${tag}r1: ok ($(grep -c '^ *[0-9]' "$log0") rows)"
+        grep -A3 "write_imm latency" "$log0" | sed 's/^/netns:   /'
+    else
+        tail -20 "$log0" "$log1"
+        echo "netns: FAILED: gsperf over $1 (rank 0 rc $rc0, rank 1 rc $rc1, logs $log0 $log1)" >&2
+        failed=1
+    fi
+}
+
+conformance IPv4
+gsperf_two_hosts IPv4 192.168.77.2
+gsperf_two_hosts IPv6 "[fd00:77:0::2]"
+for r in $(seq 0 $((ranks - 1))); do ip -n "${tag}r$r" -4 addr flush dev gsv0; done
+conformance IPv6
+
+[ $failed -eq 0 ] && echo "netns: passed" || echo "netns: FAILED" >&2
+exit $failed

@@ -1,0 +1,52 @@
+/* gsperf runs under gsrun, prints every op's tables and the limits' ratios. */
+#include "gs_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *run_capture(const char *cmd)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    FILE *p = popen(cmd, "r");
+    GS_ASSERT(out && p);
+    while (len + 1 < cap) {
+        size_t n = fread(out + len, 1, cap - 1 - len, p);
+        if (n == 0)
+            break;
+        len += n;
+    }
+    out[len] = '\0';
+    GS_ASSERT_EQ(pclose(p), 0);
+    return out;
+}
+
+GS_TEST(gsperf_measures_every_op_and_the_limits)
+{
+    const char *dir = getenv("GS_TOOLS_DIR");
+    char cmd[1024];
+    char *out;
+    if (!dir)
+        GS_SKIP("GS_TOOLS_DIR is not set (run through ctest)");
+    snprintf(cmd, sizeof(cmd), "%s/gsrun -n 2 %s/gsperf --iters 64 --max 4096 --no-pin 2>&1", dir, dir);
+    out = run_capture(cmd);
+    static const char *const want[] = {"# limits: cache-line ping-pong one-way",
+                                       "# write latency (half round trip), transport shm",
+                                       "# write_imm latency",
+                                       "# write_imm 8 B half round trip / cache-line one-way",
+                                       "# read latency (one op",
+                                       "# fetch_add bandwidth",
+                                       "# cmp_swap latency",
+                                       "# send latency",
+                                       "# send bandwidth",
+                                       "      4096 "};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        GS_ASSERT_CONTAINS(out, want[i]);
+    free(out);
+    /* an odd number of ranks is refused with a message */
+    snprintf(cmd, sizeof(cmd), "%s/gsrun -n 3 %s/gsperf --iters 20 2>&1; true", dir, dir);
+    out = run_capture(cmd);
+    GS_ASSERT_CONTAINS(out, "even number of ranks");
+    free(out);
+}

@@ -1,0 +1,441 @@
+/*
+ * What only the shm transport promises: its shared-memory layout, nothing
+ * left in /dev/shm or in the process after a run (a killed rank included),
+ * the mapping cache across deregistration, wake-ups only for sleepers,
+ * throughput with more ranks than cores, and a clean close told apart from
+ * a lost peer.
+ */
+#include "gs_test.h"
+#include "multirank.h"
+
+#include "bootstrap/boot.h"
+#include "transport/shm/shm.h"
+#include "util/clock.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+static void run(int n, gs_test_rank_fn fn, void *arg, const char *const *env)
+{
+    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 60000, .rank_timeout_ms = 20000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    char text[64];
+    if (gs_test_run_ranks_opts(&opts, fn, arg, status) == n)
+        return;
+    for (int r = 0; r < n; r++)
+        fprintf(stderr, "  rank %d: %s\n", r, gs_test_status_text(status[r], text, sizeof(text)));
+    gs_test_fail_here(__FILE__, __LINE__, "not every one of %d ranks exited 0", n);
+}
+
+static gs_rmr *exchange(gs_ctx *ctx, const char *tag, const gs_mr *mr)
+{
+    gs_rmr mine, *all = calloc((size_t)gs_ctx_size(ctx), sizeof(*all));
+    GS_ASSERT(all);
+    gs_mr_pack(mr, &mine);
+    GS_ASSERT_OK(gs_store_allgather(ctx, tag, &mine, sizeof(mine), all));
+    return all;
+}
+
+static gs_wc wait_one(gs_tp *tp)
+{
+    gs_wc wc;
+    int n = 0;
+    GS_ASSERT_OK(gs_tp_wait(tp, &wc, 1, &n, -1));
+    GS_ASSERT_EQ(n, 1);
+    return wc;
+}
+
+/* ---- layout ---------------------------------------------------------------------- */
+
+GS_TEST(message_slots_follow_the_inline_sizes)
+{
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(0u), 1);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(48u), 1);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(49u), 2);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(108u), 2);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(109u), 3);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), 69);
+    GS_ASSERT_LT(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), GS_SHM_RING_SLOTS / 8);
+    GS_ASSERT_EQ(gs_shm_ctrl_bytes(4) % 4096, 0);
+    GS_ASSERT_GE(gs_shm_ctrl_bytes(4), GS_SHM_RING_OFF + 4 * sizeof(gs_shm_ring) +
+                                           (size_t)GS_SHM_MAX_REGIONS * sizeof(gs_shm_region));
+}
+
+/* ---- nothing left behind ----------------------------------------------------------- */
+
+static int count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    GS_ASSERT(d != NULL);
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* Counts this process's open descriptors and its mappings of gradsync memfds. */
+static void count_own(int *fds_p, int *maps_p)
+{
+    char line[512];
+    FILE *f = fopen("/proc/self/maps", "r");
+    *fds_p = count_dir("/proc/self/fd");
+    *maps_p = 0;
+    GS_ASSERT(f != NULL);
+    while (fgets(line, sizeof(line), f))
+        *maps_p += strstr(line, "memfd:gradsync") != NULL;
+    fclose(f);
+}
+
+/* Rank 1 is killed while holding buffers that rank 0 has mapped; rank 0
+ * checks that every shared mapping it had is a memfd (no named segment) and
+ * that closing returns every descriptor and mapping. */
+static void leftovers_body(gs_ctx *ctx, int rank, void *arg)
+{
+    int fds0, maps0, fds1, maps1, during = 0, fds_during;
+    gs_tp *tp = NULL;
+    gs_mr *mr[4];
+    gs_rmr *all[4];
+    (void)arg;
+
+    count_own(&fds0, &maps0);
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    for (int i = 0; i < 4; i++) {
+        char tag[32];
+        snprintf(tag, sizeof(tag), "left.%d", i);
+        GS_ASSERT_OK(gs_buf_alloc(tp, (size_t)(i + 1) * 70000, GS_ACCESS_ALL, &mr[i]));
+        all[i] = exchange(ctx, tag, mr[i]);
+    }
+    if (rank == 0) {
+        for (int i = 0; i < 4; i++)
+            GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 1), gs_mr_addr(mr[i]), mr[i], 100, &all[i][1], 0, 0, 0));
+        count_own(&fds_during, &during);
+        GS_ASSERT_GE(during, 4 + 4 + 2); /* my 4 buffers, 4 of rank 1's, two control segments */
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "left.mapped"));
+    if (rank == 1)
+        raise(SIGKILL);
+    GS_ASSERT_OK(gs_tp_close(tp));
+    for (int i = 0; i < 4; i++)
+        free(all[i]);
+    count_own(&fds1, &maps1);
+    GS_ASSERT_EQ(fds1, fds0);
+    GS_ASSERT_EQ(maps1, maps0);
+}
+
+GS_TEST(a_run_with_a_killed_rank_leaves_nothing_in_dev_shm_or_the_process)
+{
+    gs_test_ranks_opts opts = {.n = 2, .timeout_ms = 60000, .rank_timeout_ms = 20000};
+    int status[2], before = 0;
+    bool private_shm = false;
+
+    /* A private /dev/shm (mount namespace) sees only what this job creates;
+     * without the privilege, compare the shared one before and after. */
+    if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+        mount("gs-test-shm", "/dev/shm", "tmpfs", 0, "size=64m") == 0)
+        private_shm = true;
+    else
+        fprintf(stderr, "  no private /dev/shm (%s): comparing the shared one\n", strerror(errno));
+    before = count_dir("/dev/shm");
+    if (private_shm)
+        GS_ASSERT_EQ(before, 0);
+    gs_test_run_ranks_opts(&opts, leftovers_body, NULL, status);
+    GS_ASSERT_RANK_EXIT(status[0], 0);
+    GS_ASSERT_RANK_SIGNAL(status[1], SIGKILL);
+    if (private_shm)
+        GS_ASSERT_EQ(count_dir("/dev/shm"), 0);
+    else
+        GS_ASSERT_LE(count_dir("/dev/shm"), before);
+}
+
+/* ---- the mapping cache across deregistration -------------------------------------------- */
+
+#define MANY 300
+
+/* Rank 1 allocates MANY regions twice over (the second set reuses table
+ * slots); rank 0 writes to each, and finds the first set's descriptors
+ * dead after rank 1 freed them, even though it had them mapped. */
+static void regions_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    gs_mr *local = NULL, **mrs = calloc(MANY, sizeof(*mrs));
+    gs_rmr *mine = calloc(MANY, sizeof(*mine)), *old = calloc(MANY, sizeof(*old));
+    (void)arg;
+
+    GS_ASSERT(mrs && mine && old);
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &local));
+    for (int round = 0; round < 2; round++) {
+        char tag[32];
+        if (rank == 1)
+            for (int i = 0; i < MANY; i++) {
+                GS_ASSERT_OK(gs_buf_alloc(tp, 4096 + (size_t)i, GS_ACCESS_ALL, &mrs[i]));
+                gs_mr_pack(mrs[i], &mine[i]);
+            }
+        snprintf(tag, sizeof(tag), "regions.%d", round);
+        if (rank == 1)
+            GS_ASSERT_OK(gs_store_put(ctx, tag, mine, MANY * sizeof(gs_rmr)));
+        else
+            GS_ASSERT_OK(gs_store_get(ctx, tag, mine, MANY * sizeof(gs_rmr), NULL));
+        if (rank == 0) {
+            uint64_t *w = gs_mr_addr(local);
+            for (int i = 0; round == 1 && i < MANY; i += 37) /* freed, though still mapped here */
+                GS_ASSERT_STATUS(gs_ep_write(gs_tp_ep(tp, 1), w, local, 8, &old[i], 0, 0, 0),
+                                 GS_ERR_REMOTE_ACCESS);
+            for (int i = 0; i < MANY; i++) {
+                w[0] = (uint64_t)(round * 1000 + i);
+                GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 1), w, local, 8, &mine[i], (uint64_t)i, 0, 0));
+            }
+            memcpy(old, mine, MANY * sizeof(gs_rmr));
+        }
+        snprintf(tag, sizeof(tag), "regions.w%d", round);
+        GS_ASSERT_OK(gs_store_barrier(ctx, tag));
+        if (rank == 1)
+            for (int i = 0; i < MANY; i++) {
+                uint64_t v;
+                memcpy(&v, (uint8_t *)gs_mr_addr(mrs[i]) + i, 8);
+                GS_ASSERT_U64_EQ(v, (uint64_t)(round * 1000 + i));
+                GS_ASSERT_OK(gs_mr_dereg(mrs[i]));
+            }
+        snprintf(tag, sizeof(tag), "regions.f%d", round);
+        GS_ASSERT_OK(gs_store_barrier(ctx, tag));
+    }
+    GS_ASSERT_OK(gs_mr_dereg(local));
+    GS_ASSERT_OK(gs_tp_close(tp));
+    free(mrs);
+    free(mine);
+    free(old);
+}
+
+GS_TEST(regions_freed_and_reallocated_are_told_apart_by_key)
+{
+    run(2, regions_body, NULL, NULL);
+}
+
+/* ---- wake-ups only for sleepers ------------------------------------------------------- */
+
+static uint32_t doorbell_of(gs_tp *tp)
+{
+    return __atomic_load_n(&gs_shm_wake_of(gs_shm_tp_of(tp)->ctrl)->doorbell, __ATOMIC_ACQUIRE);
+}
+
+/* 500 ping-pongs: in spin mode nobody sleeps, so no writer rings the
+ * doorbell; in event mode the sleeper's doorbell is rung. */
+static void doorbell_body(gs_ctx *ctx, int rank, void *arg)
+{
+    bool expect_rings = arg != NULL;
+    gs_tp *tp = NULL;
+    gs_mr *mr = NULL;
+    gs_rmr *all;
+    int peer = 1 - rank;
+
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    all = exchange(ctx, "bell.rmr", mr);
+    for (uint32_t i = 0; i < 500; i++) {
+        if (rank == 1)
+            GS_ASSERT_EQ(wait_one(tp).imm, i);
+        GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, peer), NULL, NULL, 0, &all[peer], 0, i, 0, 0));
+        if (rank == 0)
+            GS_ASSERT_EQ(wait_one(tp).imm, i);
+    }
+    fprintf(stderr, "  rank %d: doorbell rung %u times\n", rank, doorbell_of(tp));
+    if (expect_rings)
+        GS_ASSERT_GT(doorbell_of(tp), 0);
+    else
+        GS_ASSERT_EQ(doorbell_of(tp), 0);
+    GS_ASSERT_OK(gs_store_barrier(ctx, "bell.done"));
+    free(all);
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(writers_wake_only_sleeping_readers)
+{
+    static const char *const spin[] = {"GS_POLL=spin", NULL};
+    static const char *const event[] = {"GS_POLL=event", NULL};
+    run(2, doorbell_body, NULL, spin);
+    run(2, doorbell_body, (void *)1, event);
+}
+
+/* ---- more ranks than cores ------------------------------------------------------------------ */
+
+#define HOPS 3000
+
+/* A token goes round 4 ranks pinned to 2 cores; prints hops per second. */
+static void token_body(gs_ctx *ctx, int rank, void *arg)
+{
+    int size = gs_ctx_size(ctx), next = (rank + 1) % size;
+    gs_tp *tp = NULL;
+    gs_mr *mr = NULL;
+    gs_rmr *all;
+    cpu_set_t set;
+    uint64_t t0;
+    (void)arg;
+
+    CPU_ZERO(&set);
+    CPU_SET(rank % 2, &set);
+    sched_setaffinity(0, sizeof(set), &set); /* best effort: fewer cores only makes it harder */
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    all = exchange(ctx, "token.rmr", mr);
+    t0 = gs_now_ns();
+    for (uint32_t hop = (uint32_t)rank; hop < HOPS; hop += (uint32_t)size) {
+        if (hop > 0)
+            GS_ASSERT_EQ(wait_one(tp).imm, hop - 1);
+        GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, next), NULL, NULL, 0, &all[next], 0, hop, 0, 0));
+    }
+    if (rank == 0) {
+        double s = (double)(gs_now_ns() - t0) / 1e9;
+        GS_ASSERT_EQ(wait_one(tp).imm, HOPS - 1); /* HOPS is a multiple of 4: rank 3 sends the last */
+        fprintf(stderr, "  %d hops in %.3f s: %.0f hops/s\n", HOPS, s, HOPS / s);
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "token.done"));
+    free(all);
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(four_ranks_on_two_cores_keep_passing_in_hybrid_and_event_modes)
+{
+    static const char *const hybrid[] = {"GS_POLL=hybrid", NULL};
+    static const char *const event[] = {"GS_POLL=event", NULL};
+    uint64_t t0 = gs_now_ns();
+    run(4, token_body, NULL, hybrid);
+    fprintf(stderr, "  hybrid: %.2f s for the whole job\n", (double)(gs_now_ns() - t0) / 1e9);
+    t0 = gs_now_ns();
+    run(4, token_body, NULL, event);
+    fprintf(stderr, "  event: %.2f s for the whole job\n", (double)(gs_now_ns() - t0) / 1e9);
+}
+
+/* ---- clean close versus loss ----------------------------------------------------------------- */
+
+static void close_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    gs_mr *mr = NULL;
+    gs_rmr *all;
+    (void)arg;
+
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    all = exchange(ctx, "close.rmr", mr);
+    if (rank == 1) {
+        GS_ASSERT_OK(gs_tp_close(tp)); /* region freed with it */
+        GS_ASSERT_OK(gs_store_barrier(ctx, "close.closed"));
+        _exit(0); /* gone, but cleanly */
+    } else {
+        gs_wc wc;
+        int n = 0;
+        uint64_t t0;
+        GS_ASSERT_OK(gs_store_barrier(ctx, "close.closed"));
+        usleep(50000); /* let it exit */
+        t0 = gs_now_ns();
+        GS_ASSERT_STATUS(gs_tp_wait(tp, &wc, 1, &n, 200), GS_ERR_TIMEOUT);
+        GS_ASSERT_GE(gs_now_ns() - t0, 150ull * 1000000ull);
+        GS_ASSERT_CONTAINS(gs_last_error(), "rank 0");
+        GS_ASSERT_STATUS(gs_ep_write(gs_tp_ep(tp, 1), gs_mr_addr(mr), mr, 8, &all[1], 0, 0, 0),
+                         GS_ERR_PEER_LOST);
+        GS_ASSERT_CONTAINS(gs_last_error(), "closed");
+        GS_ASSERT_OK(gs_mr_dereg(mr));
+        GS_ASSERT_OK(gs_tp_close(tp));
+    }
+    free(all);
+}
+
+GS_TEST(a_peer_that_closed_cleanly_is_not_reported_lost)
+{
+    run(2, close_body, NULL, NULL);
+}
+
+/* ---- one host only ------------------------------------------------------------------------------- */
+
+static void hosts_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)arg;
+    if (rank == 1) /* play a rank on another machine */
+        snprintf(ctx->host_id, sizeof(ctx->host_id), "elsewhere:0000");
+    GS_ASSERT_STATUS(gs_tp_open(ctx, "shm", &tp), GS_ERR_UNSUPPORTED);
+    GS_ASSERT_CONTAINS(gs_last_error(), "one host");
+    GS_ASSERT(tp == NULL);
+}
+
+GS_TEST(shm_across_hosts_fails_clearly_on_every_rank)
+{
+    run(2, hosts_body, NULL, NULL);
+}
+
+/* ---- selection ---------------------------------------------------------------------------------- */
+
+static void select_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    /* auto (GS_TRANSPORT unset) on one host is shm, by NULL or by name */
+    GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp));
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+    GS_ASSERT_OK(gs_tp_open(ctx, "auto", &tp));
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+    tp = NULL;
+    GS_ASSERT_STATUS(gs_tp_open(ctx, "carrier-pigeon", &tp), GS_ERR_INVALID);
+    GS_ASSERT_CONTAINS(gs_last_error(), "carrier-pigeon");
+    GS_ASSERT(tp == NULL);
+}
+
+GS_TEST(auto_picks_shm_when_every_rank_shares_the_host)
+{
+    run(3, select_body, NULL, NULL);
+}
+
+static void select_env_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    GS_ASSERT_EQ(ctx->cfg.transport, GS_TRANSPORT_SHM);
+    GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp)); /* NULL follows GS_TRANSPORT */
+    GS_ASSERT_STR_EQ(gs_tp_name(tp), "shm");
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(gs_transport_names_the_backend)
+{
+    static const char *const env[] = {"GS_TRANSPORT=shm", NULL};
+    run(2, select_env_body, NULL, env);
+}
+
+static void auto_hosts_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    bool other = false;
+    (void)arg;
+    for (int i = 0; gs_tp_builtin(i); i++)
+        other = other || strcmp(gs_tp_builtin(i)->name, "shm") != 0;
+    if (rank == 1) /* play a rank on another machine */
+        snprintf(ctx->host_id, sizeof(ctx->host_id), "elsewhere:0000");
+    if (!other) { /* only shm built: a clear error on every rank */
+        GS_ASSERT_STATUS(gs_tp_open(ctx, "auto", &tp), GS_ERR_UNSUPPORTED);
+        GS_ASSERT_CONTAINS(gs_last_error(), "do not share");
+        return;
+    }
+    GS_ASSERT_OK(gs_tp_open(ctx, "auto", &tp)); /* never shm across hosts */
+    GS_ASSERT(strcmp(gs_tp_name(tp), "shm") != 0);
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(auto_across_hosts_never_picks_shm)
+{
+    run(2, auto_hosts_body, NULL, NULL);
+}

@@ -1,0 +1,521 @@
+/*
+ * gsbench: collective latency and bandwidth, like nccl-tests, over any
+ * gradsync transport.
+ *
+ *   gsrun -n N gsbench [-c allreduce|reduce_scatter|allgather|broadcast]
+ *                      [-t f32|f64|f16|bf16|i32|i64] [-o sum|avg|min|max|prod]
+ *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
+ *                      [--warmup N] [--scale S] [--transport T] [--root R]
+ *                      [--inplace] [--pin] [--json]
+ *
+ * Method (the same as ../shared/bench, so the numbers compare with Open MPI
+ * and gloo measured there): per size, a warm-up, then iterations each
+ * preceded by a barrier; each rank times its own call; an iteration's time is
+ * the max over ranks; the table shows the median (and min, max) over the
+ * iterations. Iterations per size: 2^28 / bytes (about 256 MiB moved) times
+ * --scale, between 20 and 1000 x scale, like the baseline.
+ *
+ * size is what nccl-tests calls size: the vector of allreduce and broadcast,
+ * the whole (n x block) buffer of reduce_scatter and allgather. algbw =
+ * size / time; busbw = algbw x 2(n-1)/n for allreduce, x (n-1)/n for
+ * reduce_scatter and allgather, x 1 for broadcast.
+ *
+ * #wrong: the inputs hold values whose reduction is exact; after the timed
+ * calls every element of the last result is compared with the value
+ * computed here, and the count of wrong elements is summed over ranks.
+ */
+#include "gradsync.h"
+
+#include "bootstrap/boot.h"
+#include "coll/reduce.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/config.h"
+
+#include <getopt.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_COUNT } coll_kind;
+static const char *const coll_names[C_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+
+typedef struct bench_opts {
+    coll_kind coll;
+    gs_dtype dtype;
+    gs_redop op;
+    size_t min_bytes, max_bytes;
+    double factor;
+    size_t sizes[64];
+    int nsizes; /* --sizes: an explicit list */
+    long iters, warmup;
+    double scale;
+    const char *transport;
+    int root;
+    bool inplace, pin, json;
+} bench_opts;
+
+typedef struct bench_row {
+    size_t bytes, count;
+    double med_us, min_us, max_us, algbw, busbw;
+    uint64_t wrong;
+    long iters;
+} bench_row;
+
+typedef struct bench {
+    bench_opts o;
+    gs_ctx *ctx;
+    gs_tp *tp;
+    gs_comm *comm;
+    int rank, n;
+    uint8_t *send, *recv;
+    size_t cap; /* bytes of each buffer */
+    double *times, *tmax;
+} bench;
+
+/* ---- options ----------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gsrun -n N gsbench [options]\n"
+            "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast\n"
+            "  -t, --type T      f32 (default), f64, f16, bf16, i32, i64\n"
+            "  -o, --op OP       sum (default), avg, min, max, prod\n"
+            "  -b, --min B       smallest size (default 8; K, M, G suffixes)\n"
+            "  -e, --max B       largest size (default 64M)\n"
+            "  -f, --factor F    size step factor (default 2)\n"
+            "      --sizes LIST  explicit sizes, comma separated (e.g. 8,64,1K,4K,64K,1M,16M,64M)\n"
+            "      --iters N     timed iterations per size (default: 2^28/size x scale, 20..1000 x scale)\n"
+            "      --warmup N    warm-up calls per size (default iters/10, at least 5)\n"
+            "      --scale S     iteration scale (e.g. 0.25 when ranks outnumber cores)\n"
+            "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
+            "      --root R      broadcast root (default 0)\n"
+            "      --inplace     in place (recvbuf == sendbuf or its block)\n"
+            "      --pin         pin each rank to core (local rank mod cores)\n"
+            "      --json        one JSON object instead of the table\n"
+            "Algorithm: GS_ALGO; chunk: GS_CHUNK_BYTES (gsinfo --params lists them).\n");
+}
+
+static int parse_name(const char *arg, const char *const *names, int count, const char *what)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(arg, names[i]) == 0)
+            return i;
+    fprintf(stderr, "gsbench: unknown %s '%s'\n", what, arg);
+    exit(2);
+}
+
+static size_t parse_bytes(const char *arg, const char *what)
+{
+    uint64_t v;
+    if (gs_parse_size(arg, &v) != GS_OK || v == 0) {
+        fprintf(stderr, "gsbench: bad %s '%s' (a size such as 8, 4K, 64M)\n", what, arg);
+        exit(2);
+    }
+    return (size_t)v;
+}
+
+static void parse_opts(int argc, char **argv, bench_opts *o)
+{
+    static const struct option longs[] = {
+        {"coll", required_argument, NULL, 'c'},
+        {"type", required_argument, NULL, 't'},
+        {"op", required_argument, NULL, 'o'},
+        {"min", required_argument, NULL, 'b'},
+        {"max", required_argument, NULL, 'e'},
+        {"factor", required_argument, NULL, 'f'},
+        {"sizes", required_argument, NULL, 'S'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"scale", required_argument, NULL, 's'},
+        {"transport", required_argument, NULL, 'T'},
+        {"root", required_argument, NULL, 'r'},
+        {"inplace", no_argument, NULL, 'i'},
+        {"pin", no_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const char *const types[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
+    static const char *const ops[] = {"sum", "avg", "min", "max", "prod"};
+    int c;
+    *o = (bench_opts){.min_bytes = 8, .max_bytes = 64u << 20, .factor = 2, .scale = 1};
+    while ((c = getopt_long(argc, argv, "c:t:o:b:e:f:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'c': o->coll = (coll_kind)parse_name(optarg, coll_names, C_COUNT, "collective"); break;
+        case 't': o->dtype = (gs_dtype)parse_name(optarg, types, GS_DTYPE_COUNT, "type"); break;
+        case 'o': o->op = (gs_redop)parse_name(optarg, ops, GS_REDOP_COUNT, "operator"); break;
+        case 'b': o->min_bytes = parse_bytes(optarg, "--min"); break;
+        case 'e': o->max_bytes = parse_bytes(optarg, "--max"); break;
+        case 'f': o->factor = atof(optarg); break;
+        case 'S':
+            for (char *save = NULL, *tok = strtok_r(optarg, ",", &save); tok && o->nsizes < 64;
+                 tok = strtok_r(NULL, ",", &save))
+                o->sizes[o->nsizes++] = parse_bytes(tok, "--sizes entry");
+            break;
+        case 'n': o->iters = atol(optarg); break;
+        case 'w': o->warmup = atol(optarg); break;
+        case 's': o->scale = atof(optarg); break;
+        case 'T': o->transport = optarg; break;
+        case 'r': o->root = atoi(optarg); break;
+        case 'i': o->inplace = true; break;
+        case 'p': o->pin = true; break;
+        case 'j': o->json = true; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); exit(2);
+        }
+    }
+    if (o->factor <= 1.0 || o->scale <= 0 || o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "gsbench: need --factor > 1, --scale > 0 and --min <= --max\n");
+        exit(2);
+    }
+    if (!o->nsizes)
+        for (double s = (double)o->min_bytes; s <= (double)o->max_bytes && o->nsizes < 64; s *= o->factor)
+            o->sizes[o->nsizes++] = (size_t)s;
+}
+
+/* ---- values whose reduction is exact (as in tests/coll) -------------------------- */
+
+static double value(gs_redop op, bool integer, int rank, size_t i)
+{
+    static const double prod_f[] = {1, -1, 2, 0.5, -0.5};
+    switch (op) {
+    case GS_PROD: return integer ? (double)((long)((rank + i) % 5) - 2) : prod_f[(rank + i) % 5];
+    case GS_MIN:
+    case GS_MAX: return (double)((long)((rank * 31 + i * 17) % 101) - 50);
+    default: return (double)((long)((rank * 7 + i * 13) % 17) - 8);
+    }
+}
+
+static void store(gs_dtype t, double v, void *p)
+{
+    switch (t) {
+    case GS_F32: *(float *)p = (float)v; break;
+    case GS_F64: *(double *)p = v; break;
+    case GS_F16: *(uint16_t *)p = gs_red_f32_to_f16((float)v); break;
+    case GS_BF16: *(uint16_t *)p = gs_red_f32_to_bf16((float)v); break;
+    case GS_I32: *(int32_t *)p = (int32_t)v; break;
+    case GS_I64: *(int64_t *)p = (int64_t)v; break;
+    default: break;
+    }
+}
+
+/* Element i of the reduction over n ranks. */
+static void expected(const bench *b, size_t i, void *p)
+{
+    gs_redop op = b->o.op;
+    bool integer = b->o.dtype == GS_I32 || b->o.dtype == GS_I64;
+    double acc = value(op, integer, 0, i);
+    for (int r = 1; r < b->n; r++) {
+        double v = value(op, integer, r, i);
+        acc = op == GS_PROD  ? acc * v
+              : op == GS_MIN ? (v < acc ? v : acc)
+              : op == GS_MAX ? (v > acc ? v : acc)
+                             : acc + v;
+    }
+    if (op == GS_AVG) {
+        if (integer)
+            acc = (double)((long long)acc / b->n);
+        else if (b->o.dtype == GS_F64)
+            acc /= b->n;
+        else
+            acc = (double)((float)acc / (float)b->n);
+    }
+    store(b->o.dtype, acc, p);
+}
+
+/* ---- one size ------------------------------------------------------------------ */
+
+/* Elements per rank's block (reduce_scatter, allgather) or of the vector. */
+static size_t block_count(const bench *b, size_t bytes)
+{
+    size_t es = gs_dtype_size(b->o.dtype);
+    if (b->o.coll == C_REDUCE_SCATTER || b->o.coll == C_ALLGATHER)
+        return bytes / es / (size_t)b->n;
+    return bytes / es;
+}
+
+static void fill_inputs(bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype), n = (size_t)b->n;
+    bool integer = b->o.dtype == GS_I32 || b->o.dtype == GS_I64;
+    switch (b->o.coll) {
+    case C_ALLREDUCE:
+        for (size_t i = 0; i < count; i++)
+            store(b->o.dtype, value(b->o.op, integer, b->rank, i), b->send + i * es);
+        break;
+    case C_REDUCE_SCATTER:
+        for (size_t i = 0; i < count * n; i++)
+            store(b->o.dtype, value(b->o.op, integer, b->rank, i), b->send + i * es);
+        break;
+    case C_ALLGATHER: {
+        uint8_t *src = b->o.inplace ? b->recv + (size_t)b->rank * count * es : b->send;
+        for (size_t i = 0; i < count; i++)
+            store(b->o.dtype, (double)b->rank * 1000 + (double)(i % 1000), src + i * es);
+        break;
+    }
+    case C_BROADCAST:
+        for (size_t i = 0; i < count; i++)
+            store(b->o.dtype, (double)(i % 2000) - 1000, (b->o.inplace ? b->recv : b->send) + i * es);
+        break;
+    default: break;
+    }
+}
+
+static gs_status call(bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype);
+    uint8_t *send = b->send;
+    switch (b->o.coll) {
+    case C_ALLREDUCE:
+        return gs_allreduce(b->comm, b->o.inplace ? b->recv : send, b->recv, count, b->o.dtype, b->o.op);
+    case C_REDUCE_SCATTER:
+        return gs_reduce_scatter(b->comm, send, b->o.inplace ? send + (size_t)b->rank * count * es : b->recv,
+                                 count, b->o.dtype, b->o.op);
+    case C_ALLGATHER:
+        return gs_allgather(b->comm, b->o.inplace ? b->recv + (size_t)b->rank * count * es : send, b->recv,
+                            count, b->o.dtype);
+    case C_BROADCAST:
+        return gs_broadcast(b->comm, b->o.inplace ? b->recv : send, b->recv, count, b->o.dtype, b->o.root);
+    default: return GS_ERR_INVALID;
+    }
+}
+
+/* Wrong elements of this rank's result of the last call. */
+static uint64_t count_wrong(bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype), n = (size_t)b->n;
+    uint8_t want[8];
+    uint64_t wrong = 0;
+    switch (b->o.coll) {
+    case C_ALLREDUCE:
+        for (size_t i = 0; i < count; i++) {
+            expected(b, i, want);
+            wrong += memcmp(b->recv + i * es, want, es) != 0;
+        }
+        break;
+    case C_REDUCE_SCATTER: {
+        const uint8_t *got = b->o.inplace ? b->send + (size_t)b->rank * count * es : b->recv;
+        for (size_t i = 0; i < count; i++) {
+            expected(b, (size_t)b->rank * count + i, want);
+            wrong += memcmp(got + i * es, want, es) != 0;
+        }
+        break;
+    }
+    case C_ALLGATHER:
+        for (size_t q = 0; q < n; q++)
+            for (size_t i = 0; i < count; i++) {
+                store(b->o.dtype, (double)q * 1000 + (double)(i % 1000), want);
+                wrong += memcmp(b->recv + (q * count + i) * es, want, es) != 0;
+            }
+        break;
+    case C_BROADCAST:
+        for (size_t i = 0; i < count; i++) {
+            store(b->o.dtype, (double)(i % 2000) - 1000, want);
+            wrong += memcmp(b->recv + i * es, want, es) != 0;
+        }
+        break;
+    default: break;
+    }
+    return wrong;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, c = *(const double *)y;
+    return (a > c) - (a < c);
+}
+
+static void fail(const char *what, gs_status st)
+{
+    fprintf(stderr, "gsbench: %s failed: %s (%s)\n", what, gs_status_name(st), gs_last_error());
+    exit(1);
+}
+
+static long iterations(const bench *b, size_t bytes)
+{
+    long it = (long)((double)(1L << 28) / (double)bytes * b->o.scale);
+    long cap = (long)(1000 * b->o.scale);
+    if (b->o.iters > 0)
+        return b->o.iters;
+    if (it > cap)
+        it = cap;
+    return it < 20 ? 20 : it;
+}
+
+static void measure(bench *b, size_t bytes, bench_row *row)
+{
+    size_t count = block_count(b, bytes);
+    long iters = iterations(b, bytes);
+    long warm = b->o.warmup > 0 ? b->o.warmup : (iters / 10 < 5 ? 5 : iters / 10);
+    size_t total = b->o.coll == C_REDUCE_SCATTER || b->o.coll == C_ALLGATHER ? count * (size_t)b->n : count;
+    gs_status st;
+    fill_inputs(b, count);
+    for (long i = 0; i < warm; i++)
+        if ((st = call(b, count)) != GS_OK)
+            fail(coll_names[b->o.coll], st);
+    for (long i = 0; i < iters; i++) {
+        if ((st = gs_barrier(b->comm)) != GS_OK)
+            fail("barrier", st);
+        uint64_t t0 = gs_now_ns();
+        st = call(b, count);
+        b->times[i] = (double)(gs_now_ns() - t0) / 1e3;
+        if (st != GS_OK)
+            fail(coll_names[b->o.coll], st);
+    }
+    /* in place overwrote the input: one more call on fresh inputs to check */
+    if (b->o.inplace) {
+        fill_inputs(b, count);
+        if ((st = call(b, count)) != GS_OK)
+            fail(coll_names[b->o.coll], st);
+    }
+    uint64_t wrong = count_wrong(b, count), wrong_all = 0;
+    if ((st = gs_allreduce(b->comm, b->times, b->tmax, (size_t)iters, GS_F64, GS_MAX)) != GS_OK ||
+        (st = gs_allreduce(b->comm, &wrong, &wrong_all, 1, GS_I64, GS_SUM)) != GS_OK)
+        fail("gathering the times", st);
+    qsort(b->tmax, (size_t)iters, sizeof(double), cmp_double);
+    double factor = b->o.coll == C_ALLREDUCE   ? 2.0 * (b->n - 1) / b->n
+                    : b->o.coll == C_BROADCAST ? 1.0
+                                               : (double)(b->n - 1) / b->n;
+    size_t real_bytes = total * gs_dtype_size(b->o.dtype);
+    *row = (bench_row){
+        .bytes = real_bytes,
+        .count = total,
+        .med_us = b->tmax[iters / 2],
+        .min_us = b->tmax[0],
+        .max_us = b->tmax[iters - 1],
+        .wrong = wrong_all,
+        .iters = iters,
+    };
+    row->algbw = row->med_us > 0 ? (double)real_bytes / row->med_us / 1e3 : 0;
+    row->busbw = row->algbw * factor;
+}
+
+/* ---- output -------------------------------------------------------------------- */
+
+static const char *algo_name(const gs_config *cfg)
+{
+    static const char *const names[] = {"auto", "ring", "rd", "direct"};
+    return cfg->algo >= 0 && cfg->algo < 4 ? names[cfg->algo] : "?";
+}
+
+static void print_header(const bench *b)
+{
+    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %llu B, %s, %s%s\n",
+           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
+           (unsigned long long)b->ctx->cfg.chunk_bytes, b->o.inplace ? "in place" : "out of place",
+           b->o.pin ? "pinned" : "not pinned", b->o.coll == C_BROADCAST ? "" : "");
+    printf("# time: median over iterations of the max over ranks (min, max alongside)\n");
+    printf("%12s %12s %6s %6s %11s %11s %11s %10s %10s %8s %6s\n", "size(B)", "count", "type", "redop",
+           "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
+}
+
+static void print_row(const bench *b, const bench_row *r)
+{
+    const char *op = b->o.coll == C_ALLREDUCE || b->o.coll == C_REDUCE_SCATTER ? gs_redop_name(b->o.op) : "-";
+    printf("%12zu %12zu %6s %6s %11.2f %11.2f %11.2f %10.3f %10.3f %8llu %6ld\n", r->bytes, r->count,
+           gs_dtype_name(b->o.dtype), op, r->med_us, r->min_us, r->max_us, r->algbw, r->busbw,
+           (unsigned long long)r->wrong, r->iters);
+    fflush(stdout);
+}
+
+static void print_json(const bench *b, const bench_row *rows, int nrows)
+{
+    printf("{\"tool\": \"gsbench\", \"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"algo\": "
+           "\"%s\", "
+           "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"pinned\": %s, "
+           "\"rows\": [",
+           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
+           (unsigned long long)b->ctx->cfg.chunk_bytes, gs_dtype_name(b->o.dtype), gs_redop_name(b->o.op),
+           b->o.inplace ? "true" : "false", b->o.pin ? "true" : "false");
+    for (int i = 0; i < nrows; i++) {
+        const bench_row *r = &rows[i];
+        printf(
+            "%s\n  {\"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, "
+            "\"algbw_GBps\": %.4f, \"busbw_GBps\": %.4f, \"wrong\": %llu, \"iters\": %ld}",
+            i ? "," : "", r->bytes, r->count, r->med_us, r->min_us, r->max_us, r->algbw, r->busbw,
+            (unsigned long long)r->wrong, r->iters);
+    }
+    printf("\n]}\n");
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static void pin(const gs_ctx *ctx)
+{
+    cpu_set_t set;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = ctx->boot.local_rank >= 0 ? ctx->boot.local_rank : ctx->rank;
+    CPU_ZERO(&set);
+    CPU_SET((int)(local % (cores > 0 ? cores : 1)), &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+        perror("gsbench: sched_setaffinity");
+}
+
+static void setup(bench *b)
+{
+    gs_status st;
+    size_t maxb = 0;
+    long maxit = 0;
+    if ((st = gs_ctx_create(&b->ctx)) != GS_OK)
+        fail("gs_ctx_create", st);
+    b->rank = gs_ctx_rank(b->ctx);
+    b->n = gs_ctx_size(b->ctx);
+    if (b->o.pin)
+        pin(b->ctx);
+    if ((st = gs_tp_open(b->ctx, b->o.transport, &b->tp)) != GS_OK)
+        fail("gs_tp_open", st);
+    if ((st = gs_comm_create(b->ctx, b->tp, &b->comm)) != GS_OK)
+        fail("gs_comm_create", st);
+    for (int i = 0; i < b->o.nsizes; i++) {
+        maxb = b->o.sizes[i] > maxb ? b->o.sizes[i] : maxb;
+        maxit = iterations(b, b->o.sizes[i]) > maxit ? iterations(b, b->o.sizes[i]) : maxit;
+    }
+    b->cap = maxb + 64;
+    if (gs_pages_alloc(b->cap, (void **)&b->send) != GS_OK ||
+        gs_pages_alloc(b->cap, (void **)&b->recv) != GS_OK)
+        fail("allocating buffers", GS_ERR_NOMEM);
+    b->times = calloc((size_t)maxit, sizeof(double));
+    b->tmax = calloc((size_t)maxit, sizeof(double));
+    if (!b->times || !b->tmax)
+        fail("allocating buffers", GS_ERR_NOMEM);
+}
+
+int main(int argc, char **argv)
+{
+    bench b = {0};
+    bench_row rows[64];
+    int nrows = 0;
+    parse_opts(argc, argv, &b.o);
+    setup(&b);
+    if (b.o.root < 0 || b.o.root >= b.n) {
+        fprintf(stderr, "gsbench: --root %d is not a rank\n", b.o.root);
+        return 2;
+    }
+    if (b.rank == 0 && !b.o.json)
+        print_header(&b);
+    for (int i = 0; i < b.o.nsizes; i++) {
+        if (block_count(&b, b.o.sizes[i]) == 0)
+            continue;
+        measure(&b, b.o.sizes[i], &rows[nrows]);
+        if (b.rank == 0 && !b.o.json)
+            print_row(&b, &rows[nrows]);
+        nrows++;
+    }
+    if (b.rank == 0 && b.o.json)
+        print_json(&b, rows, nrows);
+    uint64_t wrong = 0;
+    for (int i = 0; i < nrows; i++)
+        wrong += rows[i].wrong;
+    gs_pages_free(b.send, b.cap);
+    gs_pages_free(b.recv, b.cap);
+    free(b.times);
+    free(b.tmax);
+    if (gs_comm_destroy(b.comm) != GS_OK || gs_tp_close(b.tp) != GS_OK || gs_ctx_destroy(b.ctx) != GS_OK)
+        fprintf(stderr, "gsbench: teardown: %s\n", gs_last_error());
+    return wrong ? 1 : 0;
+}
