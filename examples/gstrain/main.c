@@ -39,7 +39,7 @@ typedef struct trainer {
 } trainer;
 
 /* Per-epoch sums of one rank, summed over the ranks at the end of the epoch. */
-enum { SUM_LOSS, SUM_CORRECT, SUM_COMPUTE, SUM_SYNC, SUM_COUNT };
+enum { SUM_LOSS, SUM_CORRECT, SUM_COMPUTE, SUM_WAIT, SUM_SYNC, SUM_COUNT };
 
 static gs_status on_grad_ready(void *arg, size_t offset, size_t count)
 {
@@ -71,14 +71,16 @@ static void load_rows(trainer *t, const gt_dataset *set, const size_t *order, si
 }
 
 /* One step on global batch [lo, lo + global) of the order. The time inside
- * the sync module counts as sync, the rest of the step as compute. */
+ * the sync module counts as wait (for the slowest rank, with --split-wait)
+ * and sync, the rest of the step as compute. */
 static gs_status train_step(trainer *t, size_t lo, size_t global, double *sums)
 {
     size_t first = lo + global * (size_t)t->rank / (size_t)t->size;
     size_t n = lo + global * (size_t)(t->rank + 1) / (size_t)t->size - first;
     size_t correct = 0;
-    double start = gt_now_s(), sync_before = gt_sync_busy_s(t->sync), step_s, sync_s;
+    double start = gt_now_s(), wait0, sync0, wait1, sync1;
     gs_status st;
+    gt_sync_times(t->sync, &wait0, &sync0);
     load_rows(t, &t->train, t->order, first, n);
     gt_mlp_forward(t->mlp, n, t->labels, &sums[SUM_LOSS], &correct);
     st = gt_mlp_backward(t->mlp, n, t->labels, 1.0f / (float)global, on_grad_ready, t->sync);
@@ -86,11 +88,11 @@ static gs_status train_step(trainer *t, size_t lo, size_t global, double *sums)
         st = gt_sync_finish(t->sync);
     if (st == GS_OK)
         gt_sgd_step(t->sgd, t->params, gt_sync_grads(t->sync));
-    step_s = gt_now_s() - start;
-    sync_s = gt_sync_busy_s(t->sync) - sync_before;
+    gt_sync_times(t->sync, &wait1, &sync1);
     sums[SUM_CORRECT] += (double)correct;
-    sums[SUM_COMPUTE] += step_s - sync_s;
-    sums[SUM_SYNC] += sync_s;
+    sums[SUM_COMPUTE] += gt_now_s() - start - (wait1 - wait0) - (sync1 - sync0);
+    sums[SUM_WAIT] += wait1 - wait0;
+    sums[SUM_SYNC] += sync1 - sync0;
     return st;
 }
 
@@ -109,7 +111,7 @@ static gs_status train_epoch(trainer *t, int epoch, gt_epoch_stats *s)
         if (t->rank == 0) {
             double seen = (double)(lo + global) / (double)t->size; /* this rank's rows, about */
             gt_progress_update(&bar, step + 1, lo + global, sums[SUM_LOSS] / seen,
-                               sums[SUM_SYNC] / (sums[SUM_COMPUTE] + sums[SUM_SYNC]));
+                               sums[SUM_SYNC] / (sums[SUM_COMPUTE] + sums[SUM_WAIT] + sums[SUM_SYNC]));
         }
     }
     s->time_s = gt_now_s() - start;
@@ -121,6 +123,7 @@ static gs_status train_epoch(trainer *t, int epoch, gt_epoch_stats *s)
     s->train_loss = sums[SUM_LOSS] / (double)n;
     s->train_acc = sums[SUM_CORRECT] / (double)n;
     s->compute_s = sums[SUM_COMPUTE] / t->size;
+    s->wait_s = sums[SUM_WAIT] / t->size;
     s->sync_s = sums[SUM_SYNC] / t->size;
     s->images_per_s = (double)n / s->time_s;
     return st;
@@ -161,7 +164,8 @@ static gs_status save_weights(const trainer *t)
 
 static gs_status setup(trainer *t)
 {
-    gt_sync_params sp = {.method = t->opt.method, .overlap = t->opt.overlap, .count = gt_mlp_param_count()};
+    gt_sync_params sp = {.method = t->opt.method, .overlap = t->opt.overlap, .split_wait = t->opt.split_wait,
+                         .count = gt_mlp_param_count()};
     gs_status st = gt_sync_create(&sp, &t->sync);
     if (st != GS_OK)
         return st;
@@ -215,7 +219,7 @@ static void describe(trainer *t)
                             .epochs = t->opt.epochs, .batch = t->opt.batch, .lr = t->opt.lr,
                             .momentum = t->opt.momentum, .weight_decay = t->opt.weight_decay, .seed = t->opt.seed,
                             .train_images = t->train.count, .test_images = t->test.count,
-                            .params = t->nparams, .threads = t->opt.threads};
+                            .params = t->nparams, .threads = t->opt.threads, .split_wait = t->opt.split_wait};
 }
 
 /* Trains, evaluates after every epoch, checks the weights agree; rank 0 reports. */
@@ -234,7 +238,7 @@ static gs_status run(trainer *t, int *same_p)
         if (st == GS_OK)
             st = evaluate(t, s);
         if (st == GS_OK && t->rank == 0 && !t->opt.json)
-            gt_report_epoch(stdout, s, t->opt.epochs);
+            gt_report_epoch(stdout, s, t->opt.epochs, t->opt.split_wait);
     }
     if (st != GS_OK)
         return st;

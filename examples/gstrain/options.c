@@ -36,6 +36,8 @@ static void usage(FILE *out)
             "  --sync METHOD       allreduce (default) or ps (parameter server)\n"
             "  --no-overlap        reduce the whole gradient after the backward pass instead of\n"
             "                      each layer's gradient as soon as it is computed\n"
+            "  --split-wait        time the wait for the slowest rank apart from the exchange\n"
+            "                      (a barrier before each step's synchronization)\n"
             "  --progress MODE     auto (bar on a terminal, else a line every 10%%), bar, lines, none\n"
             "  --json              print one JSON object with every figure instead of text\n"
             "  --save FILE         write the final weights (float32, layer by layer: W then b)\n"
@@ -88,7 +90,7 @@ static int parse_choice(const char *name, const char *text, const char *const *c
 
 enum {
     OPT_DATA = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_SEED, OPT_LIMIT, OPT_TEST_LIMIT,
-    OPT_THREADS, OPT_SYNC, OPT_NO_OVERLAP, OPT_PROGRESS, OPT_JSON, OPT_SAVE,
+    OPT_THREADS, OPT_SYNC, OPT_NO_OVERLAP, OPT_SPLIT_WAIT, OPT_PROGRESS, OPT_JSON, OPT_SAVE,
 };
 
 static const struct option long_options[] = {
@@ -104,6 +106,7 @@ static const struct option long_options[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"sync", required_argument, NULL, OPT_SYNC},
     {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
+    {"split-wait", no_argument, NULL, OPT_SPLIT_WAIT},
     {"progress", required_argument, NULL, OPT_PROGRESS},
     {"json", no_argument, NULL, OPT_JSON},
     {"save", required_argument, NULL, OPT_SAVE},
@@ -131,6 +134,7 @@ static int apply(int c, const char *arg, gt_options *opt)
     case OPT_THREADS: rc = parse_ulong("--threads", arg, 1, 1024, &u), opt->threads = (int)u; break;
     case OPT_SYNC: rc = parse_choice("--sync", arg, methods, &choice), opt->method = (gt_sync_method)choice; break;
     case OPT_NO_OVERLAP: opt->overlap = 0; break;
+    case OPT_SPLIT_WAIT: opt->split_wait = 1; break;
     case OPT_PROGRESS: rc = parse_choice("--progress", arg, progress, &choice), opt->progress = choice; break;
     case OPT_JSON: opt->json = 1; break;
     case OPT_SAVE: opt->save = arg; break;

@@ -18,6 +18,7 @@ typedef struct gt_options {
     int threads;              /* OpenBLAS threads per rank */
     gt_sync_method method;
     int overlap;
+    int split_wait;
     gt_progress_mode progress;
     int json;
     const char *save; /* write the final weights here (rank 0) */

@@ -60,13 +60,17 @@ static double share(double part, double whole)
     return whole > 0 ? 100 * part / whole : 0;
 }
 
-void gt_report_epoch(FILE *out, const gt_epoch_stats *s, int epochs)
+void gt_report_epoch(FILE *out, const gt_epoch_stats *s, int epochs, int split_wait)
 {
+    double step = s->compute_s + s->wait_s + s->sync_s;
     fprintf(out,
             "epoch %d/%d  train loss %.4f acc %.2f%%  test loss %.4f acc %.2f%%  %.2f s  %.0f img/s  "
-            "step: compute %.2f s, sync %.2f s (%.1f%%)\n",
+            "step: compute %.2f s",
             s->epoch, epochs, s->train_loss, 100 * s->train_acc, s->test_loss, 100 * s->test_acc, s->time_s,
-            s->images_per_s, s->compute_s, s->sync_s, share(s->sync_s, s->compute_s + s->sync_s));
+            s->images_per_s, s->compute_s);
+    if (split_wait)
+        fprintf(out, ", wait for slowest %.2f s (%.1f%%)", s->wait_s, share(s->wait_s, step));
+    fprintf(out, ", sync %.2f s (%.1f%%)\n", s->sync_s, share(s->sync_s, step));
     fflush(out);
 }
 
@@ -90,19 +94,20 @@ void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *st
     fprintf(out,
             "{\"ranks\": %d, \"transport\": \"%s\", \"sync\": \"%s\", \"params\": %zu, \"train_images\": %zu, "
             "\"test_images\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"weight_decay\": %g, "
-            "\"seed\": %" PRIu64 ", \"threads\": %d, \"epochs\": [",
+            "\"seed\": %" PRIu64 ", \"threads\": %d, \"split_wait\": %s, \"epochs\": [",
             info->ranks, info->transport, info->sync, info->params, info->train_images, info->test_images,
             info->batch, (double)info->lr, (double)info->momentum, (double)info->weight_decay, info->seed,
-            info->threads);
+            info->threads, info->split_wait ? "true" : "false");
     for (int i = 0; i < n; i++) {
         const gt_epoch_stats *s = &stats[i];
+        double step = s->compute_s + s->wait_s + s->sync_s;
         fprintf(out,
                 "%s{\"epoch\": %d, \"train_loss\": %.6f, \"train_acc\": %.6f, \"test_loss\": %.6f, "
-                "\"test_acc\": %.6f, \"time_s\": %.4f, \"eval_s\": %.4f, \"compute_s\": %.4f, \"sync_s\": %.4f, "
-                "\"sync_share\": %.4f, \"images_per_s\": %.1f}",
+                "\"test_acc\": %.6f, \"time_s\": %.4f, \"eval_s\": %.4f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
+                "\"sync_s\": %.4f, \"wait_share\": %.4f, \"sync_share\": %.4f, \"images_per_s\": %.1f}",
                 i ? ", " : "", s->epoch, s->train_loss, s->train_acc, s->test_loss, s->test_acc, s->time_s,
-                s->eval_s, s->compute_s, s->sync_s, share(s->sync_s, s->compute_s + s->sync_s) / 100,
-                s->images_per_s);
+                s->eval_s, s->compute_s, s->wait_s, s->sync_s, share(s->wait_s, step) / 100,
+                share(s->sync_s, step) / 100, s->images_per_s);
     }
     fprintf(out, "], \"final_test_acc\": %.6f, \"total_s\": %.3f, \"weights_hash\": \"%016" PRIx64 "\", "
                  "\"weights_identical\": %s}\n",

@@ -24,6 +24,7 @@ typedef struct gt_run_info {
     uint64_t seed;
     size_t train_images, test_images, params;
     int threads;
+    int split_wait;
 } gt_run_info;
 
 typedef struct gt_epoch_stats {
@@ -32,7 +33,9 @@ typedef struct gt_epoch_stats {
     double test_loss, test_acc;
     double time_s;                /* wall time of the training steps */
     double eval_s;                /* wall time of the test-set evaluation */
-    double compute_s, sync_s;     /* per rank (mean over ranks): forward/backward/update vs waiting for sync */
+    double compute_s;             /* per rank (mean over ranks): forward, backward, update */
+    double wait_s;                /* per rank: waiting for the slowest rank (--split-wait, else 0) */
+    double sync_s;                /* per rank: exchanging gradients (with --split-wait, after the wait) */
     double images_per_s;          /* all ranks together */
 } gt_epoch_stats;
 
@@ -53,7 +56,7 @@ void gt_progress_begin(gt_progress *p, gt_progress_mode mode, FILE *out, int epo
 void gt_progress_update(gt_progress *p, size_t done, size_t images, double loss, double sync_share);
 void gt_progress_end(gt_progress *p);
 
-void gt_report_epoch(FILE *out, const gt_epoch_stats *s, int epochs);
+void gt_report_epoch(FILE *out, const gt_epoch_stats *s, int epochs, int split_wait);
 void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *last, double total_s,
                      uint64_t hash, int same);
 /* One JSON object on out. */

@@ -1,24 +1,11 @@
-/* Gradient synchronization through gradsync's communicator. */
-#include "sync.h"
+/* The sync module's common part: joining the job, the gradient vector,
+ * time accounting, metrics and the weight check; the method does the rest. */
+#include "sync_impl.h"
 #include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define MAX_PENDING 16
-
-struct gt_sync {
-    gt_sync_params p;
-    gs_ctx *ctx;
-    gs_comm *comm; /* NULL with one rank */
-    int rank, size;
-    float *grads;
-    gs_req *pending[MAX_PENDING]; /* started this step, oldest first; NULL once complete */
-    size_t npending;
-    size_t announced; /* floats announced by gt_sync_ready this step */
-    double busy_s;
-};
 
 static float *alloc_grads(size_t count)
 {
@@ -37,10 +24,10 @@ gs_status gt_sync_create(const gt_sync_params *params, gt_sync **sync_p)
     if (!sync)
         return gt_fail(GS_ERR_NOMEM, "no memory for the sync state");
     sync->p = *params;
+    sync->ops = &gt_sync_allreduce_ops;
     /* Between two reductions every rank computes; a waiting rank that spins
-     * takes the core of a rank still computing when ranks share cores (2
-     * ranks on 2 busy cores: 2.1 MB allreduce 1.5 ms with hybrid polling,
-     * 0.42 ms with event). So gstrain waits on events unless told otherwise. */
+     * takes the core of a rank still computing when ranks share cores. So
+     * gstrain waits on events unless told otherwise (docs/gstrain.md). */
     setenv("GS_POLL", "event", 0);
     st = gs_ctx_create(&sync->ctx);
     if (st != GS_OK) {
@@ -109,82 +96,54 @@ float *gt_sync_grads(gt_sync *sync)
     return sync->grads;
 }
 
-double gt_sync_busy_s(const gt_sync *sync)
+void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s)
 {
-    return sync->busy_s;
+    *wait_s = sync->wait_s;
+    *sync_s = sync->sync_s;
 }
 
-/* Drives the pending reductions without blocking; drops completed ones. */
-static gs_status drive(gt_sync *sync)
+/* split_wait: a barrier just before this step's first communication, so the
+ * time spent waiting for the slowest rank is counted apart. */
+static gs_status wait_for_all(gt_sync *sync)
 {
-    for (size_t i = 0; i < sync->npending; i++) {
-        if (!sync->pending[i])
-            continue;
-        gs_status st = gs_req_test(sync->pending[i]);
-        if (st == GS_INPROGRESS)
-            break; /* requests complete in order */
-        sync->pending[i] = NULL;
-        if (st != GS_OK)
-            return gt_fail(st, "gradient allreduce failed: %s", gs_last_error());
-    }
-    return GS_OK;
+    double start = gt_now_s();
+    gs_status st;
+    if (!sync->p.split_wait || sync->waited || !sync->comm)
+        return GS_OK;
+    sync->waited = 1;
+    st = gs_barrier(sync->comm);
+    sync->wait_s += gt_now_s() - start;
+    if (st != GS_OK)
+        gt_fail(st, "barrier before the gradient synchronization failed: %s", gs_last_error());
+    return st;
 }
 
 gs_status gt_sync_ready(gt_sync *sync, size_t offset, size_t count)
 {
-    double start = gt_now_s();
     gs_status st = GS_OK;
+    double start;
     sync->announced += count;
-    if (!sync->comm || !sync->p.overlap)
-        return GS_OK;
-    if (sync->npending == MAX_PENDING)
-        return gt_fail(GS_ERR_INVALID, "more than %d gradient segments in one step", MAX_PENDING);
-    st = drive(sync);
-    if (st == GS_OK) {
-        float *seg = sync->grads + offset;
-        st = gs_iallreduce(sync->comm, seg, seg, count, GS_F32, GS_SUM, &sync->pending[sync->npending]);
-        if (st != GS_OK)
-            gt_fail(st, "cannot start the allreduce of gradient segment [%zu, %zu): %s", offset, offset + count,
-                    gs_last_error());
-        else
-            sync->npending++;
-    }
-    sync->busy_s += gt_now_s() - start;
-    return st;
-}
-
-/* Waits for every pending reduction (all of them, even after a failure). */
-static gs_status wait_pending(gt_sync *sync)
-{
-    gs_status st = GS_OK;
-    for (size_t i = 0; i < sync->npending; i++) {
-        if (!sync->pending[i])
-            continue;
-        gs_status one = gs_req_wait(sync->pending[i]);
-        sync->pending[i] = NULL;
-        if (one != GS_OK && st == GS_OK)
-            st = gt_fail(one, "gradient allreduce failed: %s", gs_last_error());
-    }
-    sync->npending = 0;
+    if (sync->p.overlap)
+        st = wait_for_all(sync);
+    start = gt_now_s();
+    if (st == GS_OK)
+        st = sync->ops->ready(sync, offset, count);
+    sync->sync_s += gt_now_s() - start;
     return st;
 }
 
 gs_status gt_sync_finish(gt_sync *sync)
 {
+    gs_status st = wait_for_all(sync);
     double start = gt_now_s();
-    gs_status st = GS_OK;
-    if (sync->comm && sync->p.overlap) {
-        st = wait_pending(sync);
-        if (st == GS_OK && sync->announced != sync->p.count)
-            st = gt_fail(GS_ERR_INVALID, "the backward pass announced %zu of %zu gradient floats", sync->announced,
-                         sync->p.count);
-    } else if (sync->comm) {
-        st = gs_allreduce(sync->comm, sync->grads, sync->grads, sync->p.count, GS_F32, GS_SUM);
-        if (st != GS_OK)
-            gt_fail(st, "gradient allreduce failed: %s", gs_last_error());
-    }
+    if (st == GS_OK)
+        st = sync->ops->finish(sync);
+    if (st == GS_OK && sync->p.overlap && sync->announced != sync->p.count)
+        st = gt_fail(GS_ERR_INVALID, "the backward pass announced %zu of %zu gradient floats", sync->announced,
+                     sync->p.count);
     sync->announced = 0;
-    sync->busy_s += gt_now_s() - start;
+    sync->waited = 0;
+    sync->sync_s += gt_now_s() - start;
     return st;
 }
 

@@ -10,12 +10,7 @@
  *                                       all ranks, bitwise the same on each
  * plus small reductions for metrics and the end-of-run weight check.
  * With one rank (no launcher) every call is local.
- *
- * allreduce: gradsync's gs_allreduce (sum, f32, in place). With overlap,
- * each announced segment starts a gs_iallreduce at once and the pending
- * ones are driven (gs_req_test) at every later announcement; finish waits
- * for them in order. Without overlap, finish reduces the whole vector in one
- * call. */
+ * Methods: sync_allreduce.c. */
 #ifndef GT_SYNC_H
 #define GT_SYNC_H
 
@@ -31,7 +26,9 @@ typedef enum gt_sync_method {
 
 typedef struct gt_sync_params {
     gt_sync_method method;
-    int overlap;  /* reduce each layer's segment as soon as backward produced it */
+    int overlap;    /* reduce each layer's segment as soon as backward produced it */
+    int split_wait; /* a barrier before each step's synchronization, to time the
+                       wait for the slowest rank apart from the data exchange */
     size_t count; /* floats in the gradient vector */
 } gt_sync_params;
 
@@ -57,9 +54,10 @@ gs_status gt_sync_finish(gt_sync *sync);
 
 /* Sums count doubles over all ranks, in place (metrics). */
 gs_status gt_sync_sum(gt_sync *sync, double *values, size_t count);
-/* Seconds spent inside this module's calls so far (starting, driving and
- * waiting for reductions): the "sync" share of a step. */
-double gt_sync_busy_s(const gt_sync *sync);
+/* Seconds spent inside this module's calls so far: *sync_s starting, driving
+ * and waiting for the reductions; *wait_s (split_wait only, else 0) in the
+ * barrier before them, i.e. waiting for the slowest rank. */
+void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s);
 
 /* Compares a hash across ranks: *same_p = 1 when every rank passed the same
  * value; hashes_out (size entries, may be NULL) receives them in rank order. */

@@ -38,6 +38,11 @@ static void train_and_load(int ranks, const char *const *extra, float *w)
     GS_ASSERT_EQ(r.exit_code, 0);
     GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
     GS_ASSERT_EQ((int)gt_json_number(r.out, "ranks"), ranks > 0 ? ranks : 1);
+    GS_ASSERT(gt_json_number(r.out, "compute_s") > 0);
+    GS_ASSERT(gt_json_number(r.out, "wait_s") >= 0);
+    GS_ASSERT(gt_json_number(r.out, "sync_s") >= 0);
+    if (extra && extra[0] && strcmp(extra[0], "--split-wait") == 0)
+        GS_ASSERT_CONTAINS(r.out, "\"split_wait\": true");
 }
 
 static double absolute(double x)
@@ -151,4 +156,14 @@ GS_TEST(missing_data_on_two_ranks_fails_cleanly)
     GS_ASSERT_NE(r.exit_code, 0);
     GS_ASSERT_CONTAINS(r.err, "[0] gstrain: rank 0: error: cannot open the Fashion-MNIST file");
     GS_ASSERT_CONTAINS(r.err, "apt-get install dataset-fashion-mnist");
+}
+
+/* --split-wait only adds a barrier before each exchange: the same bits, and
+ * the wait is reported on its own. */
+GS_TEST(split_wait_reports_the_wait_and_keeps_the_bits)
+{
+    gt_require_dataset();
+    train_and_load(2, NULL, weights[0]);
+    train_and_load(2, (const char *[]){"--split-wait", NULL}, weights[1]);
+    GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
 }
