@@ -6,6 +6,7 @@
  *   gsinfo --params --markdown  the README's table (name | default | meaning)
  */
 #include "bootstrap/boot.h"
+#include "transport/tp.h"
 #include "util/config.h"
 
 #include <stdbool.h>
@@ -26,12 +27,15 @@ static void print_summary(void)
     char host_id[128];
     gs_boot_host_id(host_id, sizeof(host_id));
     printf("gradsync %s\n", gs_version());
-    /* The backends this build compiles in; to be listed from gs_tp_builtin() once
-     * the transport layer provides it. */
-    printf("transports: shm tcp");
-#ifdef GS_HAVE_VERBS
-    printf(" verbs");
-#endif
+    const gs_config *cfg = NULL;
+    printf("transports:");
+    if (gs_config_get(&cfg) != GS_OK)
+        cfg = NULL;
+    for (int i = 0; gs_tp_builtin(i); i++) {
+        const gs_tp_ops *ops = gs_tp_builtin(i);
+        bool usable = !ops->available || (cfg && ops->available(cfg));
+        printf(" %s%s", ops->name, usable ? "" : " (unusable here: no device)");
+    }
     printf("\n");
     printf("host id: %s\n", host_id);
     printf("parameters: %d (gsinfo --params)\n", gs_param_count());

@@ -62,6 +62,9 @@ typedef struct perf {
     gs_rmr peer_rmr;
     uint64_t deadline_ns;
     unsigned barrier_no;
+    int floor_fd; /* the limit's shared line */
+    void *floor_map;
+    uint32_t floor_seq;
 } perf;
 
 static void die(const char *what, gs_status st)
@@ -87,6 +90,12 @@ static void barrier(perf *p)
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
@@ -346,49 +355,66 @@ static void bw_size(perf *p, int op, size_t len, double out[2], long *iters_p)
 
 /* One-way cache-line latency between the ranks of each pair: a memfd of the
  * target mapped by the initiator through /proc, two lines 128 bytes apart. */
-static double floor_pingpong_ns(perf *p)
+/* Maps the cache line(s) of the limit: a memfd of the target, mapped by the
+ * initiator through /proc, two lines 128 bytes apart. */
+static void floor_setup(perf *p)
 {
-    const long nb = 20000 / LAT_BATCH, warm = nb / 10 + 2;
-    int fd = -1, info[2];
+    int info[2];
     char key[48];
-    volatile uint32_t *ping, *pong;
-    uint64_t *t = calloc((size_t)nb, sizeof(*t)), med = 0;
-    uint32_t seq = 0;
     void *map;
 
     snprintf(key, sizeof(key), "gsperf.floor.%d", p->rank | 1);
     if (!p->initiator) {
-        fd = memfd_create("gsperf-floor", MFD_CLOEXEC);
-        if (fd < 0 || ftruncate(fd, 4096) != 0) {
+        p->floor_fd = memfd_create("gsperf-floor", MFD_CLOEXEC);
+        if (p->floor_fd < 0 || ftruncate(p->floor_fd, 4096) != 0) {
             perror("gsperf: memfd");
             exit(1);
         }
         info[0] = (int)getpid();
-        info[1] = fd;
+        info[1] = p->floor_fd;
         CHECK("store put", gs_store_put(p->ctx, key, info, sizeof(info)));
     } else {
         char path[64];
         size_t len = 0;
         CHECK("store get", gs_store_get(p->ctx, key, info, sizeof(info), &len));
         snprintf(path, sizeof(path), "/proc/%d/fd/%d", info[0], info[1]);
-        fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd < 0) {
+        p->floor_fd = open(path, O_RDWR | O_CLOEXEC);
+        if (p->floor_fd < 0) {
             fprintf(stderr, "gsperf: opening %s: %s\n", path, strerror(errno));
             exit(1);
         }
     }
-    map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED || !t) {
+    map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, p->floor_fd, 0);
+    if (map == MAP_FAILED) {
         perror("gsperf: mmap");
         exit(1);
     }
-    ping = (volatile uint32_t *)map;
-    pong = (volatile uint32_t *)((char *)map + 128);
+    p->floor_map = map;
+    barrier(p);
+}
+
+static void floor_teardown(perf *p)
+{
+    munmap(p->floor_map, 4096);
+    close(p->floor_fd);
+}
+
+/* One-way cache-line latency between the ranks of each pair, timed like the
+ * latency tables (batches of LAT_BATCH round trips); pair 0's median, ns. */
+static double floor_measure(perf *p)
+{
+    const long nb = 20000 / LAT_BATCH, warm = nb / 10 + 2;
+    volatile uint32_t *ping = (volatile uint32_t *)p->floor_map;
+    volatile uint32_t *pong = (volatile uint32_t *)((char *)p->floor_map + 128);
+    uint64_t *t = calloc((size_t)nb, sizeof(*t)), med = 0;
+
+    if (!t)
+        die("allocation", GS_ERR_NOMEM);
     barrier(p);
     for (long b = -warm; b < nb; b++) {
         uint64_t t0 = gs_now_ns();
         for (long i = 0; i < LAT_BATCH; i++) {
-            seq++;
+            uint32_t seq = ++p->floor_seq;
             if (p->initiator) {
                 __atomic_store_n(ping, seq, __ATOMIC_RELEASE);
                 while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) != seq)
@@ -404,10 +430,8 @@ static double floor_pingpong_ns(perf *p)
     }
     if (p->initiator)
         med = quantile(t, (size_t)nb, 0.5);
-    barrier(p);
-    munmap(map, 4096);
-    close(fd);
     free(t);
+    barrier(p);
     return (double)med;
 }
 
@@ -453,7 +477,31 @@ static bool is_shm(const perf *p)
     return strcmp(gs_tp_name(p->tp), "shm") == 0;
 }
 
-static void run_lat(perf *p, int op, double floor_ns, double *imm8_p)
+/* 8-byte WRITE_IMM against the cache-line limit, alternated COMPARE_RUNS
+ * times (the host moves the vCPUs, and the limit with them): the median of
+ * the per-pair ratios and their range. */
+static void compare_floor(perf *p)
+{
+    double f[COMPARE_RUNS], w[COMPARE_RUNS], ratio[COMPARE_RUNS];
+    for (int k = 0; k < COMPARE_RUNS; k++) {
+        uint64_t r[4];
+        f[k] = floor_measure(p);
+        lat_size(p, OP_WRITE_IMM, 8, r);
+        w[k] = (double)r[0];
+        ratio[k] = f[k] > 0 ? w[k] / f[k] : 0;
+    }
+    qsort(f, COMPARE_RUNS, sizeof(double), cmp_double);
+    qsort(w, COMPARE_RUNS, sizeof(double), cmp_double);
+    qsort(ratio, COMPARE_RUNS, sizeof(double), cmp_double);
+    if (p->rank == 0)
+        printf("# write_imm 8 B half round trip / cache-line one-way, %d alternated runs: median ratio %.2f "
+               "(range "
+               "%.2f-%.2f; medians %.0f / %.0f ns)%s\n",
+               COMPARE_RUNS, ratio[COMPARE_RUNS / 2], ratio[0], ratio[COMPARE_RUNS - 1], w[COMPARE_RUNS / 2],
+               f[COMPARE_RUNS / 2], is_shm(p) ? " (shm target <= 2x)" : "");
+}
+
+static void run_lat(perf *p, int op)
 {
     if (p->rank == 0) {
         printf("\n# %s latency (%s), transport %s, %d ranks\n", op_names[op],
@@ -472,18 +520,9 @@ static void run_lat(perf *p, int op, double floor_ns, double *imm8_p)
         if (p->rank == 0)
             printf("%10zu %8ld %11.3f %11.3f %14.3f %14llu\n", len, lat_iters(p, len), (double)r[0] / 1e3,
                    (double)r[1] / 1e3, (double)r[2] / 1e3, (unsigned long long)r[3]);
-        if (op == OP_WRITE_IMM && len == 8)
-            *imm8_p = (double)r[0];
     }
-    if (p->rank == 0 && op == OP_WRITE_IMM && *imm8_p > 0 && floor_ns > 0)
-        printf("# write_imm 8 B half round trip / cache-line one-way = %.0f / %.0f ns = %.2fx%s\n", *imm8_p,
-               floor_ns, *imm8_p / floor_ns, is_shm(p) ? " (shm target <= 2x)" : "");
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    if (p->o.floor && op == OP_WRITE_IMM && p->o.min <= 8)
+        compare_floor(p);
 }
 
 /* 64 MiB WRITE against single-thread memcpy, alternated COMPARE_RUNS times
@@ -643,7 +682,7 @@ static void setup(perf *p)
 int main(int argc, char **argv)
 {
     perf p = {0};
-    double floor_ns = 0, memcpy_bw = 0, imm8 = 0;
+    double floor_ns = 0, memcpy_bw = 0;
 
     parse(argc, argv, &p.o);
     CHECK("gs_ctx_create", gs_ctx_create(&p.ctx));
@@ -660,7 +699,8 @@ int main(int argc, char **argv)
         pin_rank(p.rank);
     setup(&p);
     if (p.o.floor) {
-        floor_ns = floor_pingpong_ns(&p);
+        floor_setup(&p);
+        floor_ns = floor_measure(&p);
         if (p.rank == 0)
             memcpy_bw = memcpy_gbps();
         if (p.rank == 0)
@@ -672,12 +712,14 @@ int main(int argc, char **argv)
         if (p.o.op >= 0 && op != p.o.op)
             continue;
         if (p.o.lat)
-            run_lat(&p, op, floor_ns, &imm8);
+            run_lat(&p, op);
         if (p.o.bw)
             run_bw(&p, op);
         fflush(stdout);
     }
     barrier(&p);
+    if (p.o.floor)
+        floor_teardown(&p);
     CHECK("gs_mr_dereg", gs_mr_dereg(p.mr));
     CHECK("gs_tp_close", gs_tp_close(p.tp));
     CHECK("gs_ctx_destroy", gs_ctx_destroy(p.ctx));

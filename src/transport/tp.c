@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#define GS_COLD __attribute__((cold, noinline))
+
 /* ---- the backends built in, in preference order for auto ------------------ */
 
 static const gs_tp_ops *const builtins[] = {
@@ -240,20 +242,22 @@ void gs_mr_pack(const gs_mr *mr, gs_rmr *rmr_p)
 
 /* ---- argument checks of the operations ----------------------------------------------- */
 
-static gs_status check_ep(const gs_ep *ep, const char *op)
+/* Each check is an inline test on the fast path; the cold function beside
+ * it works out and reports what is wrong. */
+static GS_COLD gs_status ep_error(const char *op)
 {
-    if (!ep)
-        return gs_fail(
-            GS_SUBSYS_TP, GS_ERR_INVALID,
-            "%s: endpoint is NULL (gs_tp_ep gives none for the caller's own rank or a rank out of range)",
-            op);
-    return GS_OK;
+    return gs_fail(
+        GS_SUBSYS_TP, GS_ERR_INVALID,
+        "%s: endpoint is NULL (gs_tp_ep gives none for the caller's own rank or a rank out of range)", op);
 }
 
-/* The local buffer [buf, buf+len) lies inside lmr, of the same transport
- * instance; writable: the op stores into it (needs LOCAL_WRITE). */
-static gs_status check_local(const gs_ep *ep, const void *buf, const gs_mr *lmr, size_t len, bool writable,
-                             const char *op)
+static inline gs_status check_ep(const gs_ep *ep, const char *op)
+{
+    return __builtin_expect(ep != NULL, 1) ? GS_OK : ep_error(op);
+}
+
+static GS_COLD gs_status local_error(const gs_ep *ep, const void *buf, const gs_mr *lmr, size_t len,
+                                     bool writable, const char *op)
 {
     uintptr_t b = (uintptr_t)buf, a;
     if (len == 0)
@@ -278,15 +282,32 @@ static gs_status check_local(const gs_ep *ep, const void *buf, const gs_mr *lmr,
     return GS_OK;
 }
 
+/* The local buffer [buf, buf+len) lies inside lmr, of the same transport
+ * instance; writable: the op stores into it (needs LOCAL_WRITE). */
+static inline gs_status check_local(const gs_ep *ep, const void *buf, const gs_mr *lmr, size_t len,
+                                    bool writable, const char *op)
+{
+    uintptr_t b = (uintptr_t)buf, a;
+    if (len == 0)
+        return GS_OK;
+    if (__builtin_expect(lmr && buf && lmr->tp == ep->tp, 1)) {
+        a = (uintptr_t)lmr->addr;
+        if (__builtin_expect(b >= a && len <= lmr->len && b - a <= lmr->len - len &&
+                                 (!writable || (lmr->access & GS_ACCESS_LOCAL_WRITE)),
+                             1))
+            return GS_OK;
+    }
+    return local_error(ep, buf, lmr, len, writable, op);
+}
+
 static const char *transport_name(int id)
 {
     static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
     return id >= 0 && id < 4 ? names[id] : "unknown";
 }
 
-/* Copies the descriptor out (it may sit at any alignment) and checks it. */
-static gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, uint64_t len, unsigned need,
-                              const char *op, gs_rmr_head *head)
+static GS_COLD gs_status remote_error(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, uint64_t len,
+                                      unsigned need, const char *op, gs_rmr_head *head)
 {
     int rank = ep->tp->rank, peer = ep->peer;
     const char *dir = need == GS_ACCESS_REMOTE_READ ? "from" : "to";
@@ -319,6 +340,21 @@ static gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, 
                        : need == GS_ACCESS_REMOTE_ATOMIC ? "remote atomic"
                                                          : "remote write");
     return GS_OK;
+}
+
+/* Copies the descriptor out (it may sit at any alignment) and checks it. */
+static inline gs_status check_remote(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, uint64_t len,
+                                     unsigned need, const char *op, gs_rmr_head *head)
+{
+    if (__builtin_expect(rmr != NULL, 1)) {
+        memcpy(head, rmr->bytes, sizeof(*head));
+        if (__builtin_expect(head->version == GS_RMR_VERSION && head->transport == ep->tp->ops->id &&
+                                 head->owner == (uint32_t)ep->peer && gs_tp_in_bounds(off, len, head->len) &&
+                                 (head->access & need) == need,
+                             1))
+            return GS_OK;
+    }
+    return remote_error(ep, rmr, off, len, need, op, head);
 }
 
 /* Atomics: an 8-byte aligned result inside lmr and an 8-byte aligned remote word. */
@@ -421,12 +457,14 @@ gs_status gs_ep_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_i
 
 /* ---- completions -------------------------------------------------------------------------- */
 
-static gs_status check_poll(const gs_tp *tp, const gs_wc *wcs, int max, const int *n_p, const char *fn)
+static GS_COLD gs_status poll_error(int max, const char *fn)
 {
-    if (!tp || !n_p || max < 0 || (max > 0 && !wcs))
-        return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: NULL transport, wcs or n_p, or max %d < 0", fn,
-                       max);
-    return GS_OK;
+    return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "%s: NULL transport, wcs or n_p, or max %d < 0", fn, max);
+}
+
+static inline gs_status check_poll(const gs_tp *tp, const gs_wc *wcs, int max, const int *n_p, const char *fn)
+{
+    return __builtin_expect(tp && n_p && max >= 0 && (max == 0 || wcs), 1) ? GS_OK : poll_error(max, fn);
 }
 
 gs_status gs_tp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)

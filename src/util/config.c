@@ -219,6 +219,19 @@ const char *gs_param_closest(const char *name)
     return best_dist <= strlen(name) / 2 ? best : NULL;
 }
 
+/* Variables of gradsync's own test harnesses (GS_TEST_*, GS_RXE_*, and the
+ * two ctest sets), not of the library: never warned about. */
+static bool harness_variable(const char *name, size_t len)
+{
+    static const char *const exact[] = {"GS_TOOLS_DIR", "GS_SOURCE_DIR"};
+    if (strncmp(name, "GS_TEST_", 8) == 0 || strncmp(name, "GS_RXE_", 7) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++)
+        if (strlen(exact[i]) == len && strncmp(exact[i], name, len) == 0)
+            return true;
+    return false;
+}
+
 static bool param_known(const char *name, size_t len)
 {
     for (int i = 0; i < PARAM_COUNT; i++)
@@ -234,7 +247,8 @@ int gs_config_warn_unknown(char *const *envp)
         const char *eq = strchr(*e, '=');
         char name[128];
         const char *closest;
-        if (strncmp(*e, "GS_", 3) != 0 || !eq || param_known(*e, (size_t)(eq - *e)))
+        if (strncmp(*e, "GS_", 3) != 0 || !eq || param_known(*e, (size_t)(eq - *e)) ||
+            harness_variable(*e, (size_t)(eq - *e)))
             continue;
         snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
         closest = gs_param_closest(name);

@@ -32,7 +32,9 @@
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                   \
     X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL, "RoCE GID index (-1: automatic, prefers RoCE v2 routable)") \
     X(ib_timeout, "GS_IB_TIMEOUT", INT, "14", NULL, "verbs QP local ack timeout exponent (4.096 us * 2^n)") \
-    X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "7", NULL, "verbs QP retry count")                      \
+    X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "6", NULL, "verbs QP retry count (0-7; Soft-RoCE retries forever at 7)") \
+    X(ib_rnr_retry, "GS_IB_RNR_RETRY", INT, "6", NULL, "verbs QP receiver-not-ready retry count (0-6; 7 = forever, may hang)") \
+    X(ib_rnr_timer, "GS_IB_RNR_TIMER", INT, "12", NULL, "verbs QP minimum RNR NAK timer code (1-31, 12 = 0.64 ms)") \
     X(ib_fork_safe, "GS_IB_FORK_SAFE", BOOL, "0", NULL, "call ibv_fork_init so the process may fork") \
     X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL, "network interface for the tcp transport (default: the store's route)") \
     X(tcp_netns, "GS_TCP_NETNS", STR, "", NULL,                                                     \

@@ -421,11 +421,12 @@ static void auto_hosts_body(gs_ctx *ctx, int rank, void *arg)
     gs_tp *tp = NULL;
     bool other = false;
     (void)arg;
-    for (int i = 0; gs_tp_builtin(i); i++)
-        other = other || strcmp(gs_tp_builtin(i)->name, "shm") != 0;
+    for (int i = 0; gs_tp_builtin(i); i++) /* another backend this machine can use (verbs needs a port) */
+        other = other || (strcmp(gs_tp_builtin(i)->name, "shm") != 0 &&
+                          (!gs_tp_builtin(i)->available || gs_tp_builtin(i)->available(&ctx->cfg)));
     if (rank == 1) /* play a rank on another machine */
         snprintf(ctx->host_id, sizeof(ctx->host_id), "elsewhere:0000");
-    if (!other) { /* only shm built: a clear error on every rank */
+    if (!other) { /* only shm usable: a clear error on every rank */
         GS_ASSERT_STATUS(gs_tp_open(ctx, "auto", &tp), GS_ERR_UNSUPPORTED);
         GS_ASSERT_CONTAINS(gs_last_error(), "do not share");
         return;

@@ -110,7 +110,8 @@ GS_TEST(config_rejects_malformed_values_naming_the_variable)
 
 GS_TEST(config_warns_about_unknown_variables_with_the_closest_name)
 {
-    char *envp[] = {"GS_TIMEOUT_MS=5", "GS_TIMEOUT=5", "GS_TRANSPRT=tcp", "PATH=/bin", "GS_ZZZZZZZZZZZZ=1", NULL};
+    char *envp[] = {"GS_TIMEOUT_MS=5", "GS_TIMEOUT=5", "GS_TRANSPRT=tcp", "PATH=/bin", "GS_ZZZZZZZZZZZZ=1",
+                    "GS_TEST_TRANSPORT=tcp", "GS_RXE_OUT=/x", "GS_TOOLS_DIR=/b", NULL};
     GS_ASSERT_EQ(gs_config_warn_unknown(envp), 3);
     GS_ASSERT_STR_EQ(gs_param_closest("GS_TIMEOUT"), "GS_TIMEOUT_MS");
     GS_ASSERT_STR_EQ(gs_param_closest("GS_TRANSPRT"), "GS_TRANSPORT");

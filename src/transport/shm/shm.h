@@ -62,8 +62,9 @@ typedef struct gs_shm_ep {
     gs_shm_tp *tp;
     gs_shm_ep_state state;
     pid_t pid;
-    int pidfd;  /* readable once the peer process has exited */
-    void *ctrl; /* the peer's control segment, mapped */
+    int pidfd;           /* readable once the peer process has exited; -1 without pidfd_open */
+    uint64_t start_time; /* without a pidfd: the process's start time (/proc/<pid>/stat) */
+    void *ctrl;          /* the peer's control segment, mapped */
     size_t ctrl_len;
     gs_shm_ring *tx;  /* in the peer's segment: my notifications to it */
     gs_shm_ring *rx;  /* in my segment: its notifications to me */
@@ -234,5 +235,8 @@ gs_status gs_shm_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
 gs_status gs_shm_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 /* Checks every peer's process now; marks the lost and closed ones. */
 void gs_shm_check_peers(gs_shm_tp *tp);
+/* The start time of process pid (field 22 of /proc/<pid>/stat) and whether
+ * it is a zombie; false if it is gone. */
+bool gs_shm_proc_stat(pid_t pid, uint64_t *start_p, bool *zombie_p);
 
 #endif

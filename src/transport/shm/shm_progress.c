@@ -10,7 +10,8 @@
  * lines it already holds, so an idle poll costs no cache-line transfer.
  *
  * Liveness: every peer has a pidfd that becomes readable when the process
- * exits. Poll checks them every 10 ms (never on every call), wait also
+ * exits (without pidfd_open: its /proc entry disappears, turns zombie or
+ * changes start time). Poll checks them every 10 ms (never on every call), wait also
  * before sleeping and after each sleep slice; a peer that exited without a
  * clean close is lost: its posted receives complete with GS_ERR_FLUSHED,
  * what it sent before dying is still delivered, and then poll and wait
@@ -60,6 +61,42 @@ static void ep_mark_lost(gs_shm_ep *ep, const char *why)
     gs_shm_flush_recvs(ep);
 }
 
+bool gs_shm_proc_stat(pid_t pid, uint64_t *start_p, bool *zombie_p)
+{
+    char path[48], text[512], *close_paren;
+    unsigned long long start = 0;
+    char state = 0;
+    size_t n;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return false;
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    close_paren = strrchr(text, ')'); /* the command name may hold spaces and parentheses */
+    if (!close_paren ||
+        sscanf(close_paren + 1,
+               " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state,
+               &start) != 2)
+        return false;
+    *start_p = start;
+    *zombie_p = state == 'Z' || state == 'X';
+    return true;
+}
+
+/* Whether the peer's process has exited: its pidfd, or /proc where there is none. */
+static bool peer_exited(gs_shm_ep *ep, struct pollfd *pfd)
+{
+    uint64_t start = 0;
+    bool zombie = false;
+    if (ep->pidfd >= 0)
+        return poll(pfd, 1, 0) > 0;
+    return !gs_shm_proc_stat(ep->pid, &start, &zombie) || zombie || start != ep->start_time;
+}
+
 void gs_shm_check_peers(gs_shm_tp *tp)
 {
     for (int p = 0; p < tp->base.size; p++) {
@@ -73,8 +110,8 @@ void gs_shm_check_peers(gs_shm_tp *tp)
             ep->state = GS_SHM_EP_CLOSED;
             continue;
         }
-        /* ... or exited without closing; closing may have raced with the poll. */
-        if (poll(&pfd, 1, 0) == 0)
+        /* ... or exited without closing; closing may have raced with the check. */
+        if (!peer_exited(ep, &pfd))
             continue;
         if (__atomic_load_n(&gs_shm_state_of(ep->ctrl)->closed, __ATOMIC_ACQUIRE)) {
             ep->state = GS_SHM_EP_CLOSED;

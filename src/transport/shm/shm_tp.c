@@ -194,6 +194,22 @@ static bool cma_probe(gs_shm_tp *tp, const gs_shm_addr *a)
     return false;
 }
 
+/* A pidfd on the peer's process, or (kernels before 5.3, valgrind) its start
+ * time, to tell later whether it has exited. */
+static gs_status watch_peer(gs_shm_ep *ep, int rank, int p, pid_t pid)
+{
+    bool zombie = false;
+    int err;
+    ep->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (ep->pidfd >= 0)
+        return GS_OK;
+    err = errno;
+    if (err == ENOSYS && gs_shm_proc_stat(pid, &ep->start_time, &zombie) && !zombie)
+        return GS_OK;
+    return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: cannot watch rank %d (pid %d): %s", rank, p,
+                   (int)pid, err == ENOSYS ? "it is gone" : strerror(err));
+}
+
 static gs_status connect_peer(gs_shm_tp *tp, int p, const gs_shm_addr *a, const char *my_host)
 {
     gs_shm_ep *ep = &tp->peers[p];
@@ -229,13 +245,9 @@ static gs_status connect_peer(gs_shm_tp *tp, int p, const gs_shm_addr *a, const 
                        "rank %d: control segment of rank %d has a different layout (version %u, size %u)",
                        rank, p, gs_shm_head(ctrl)->version, gs_shm_head(ctrl)->size);
     ep->pid = a->pid;
-    ep->pidfd = (int)syscall(SYS_pidfd_open, a->pid, 0);
-    if (ep->pidfd < 0)
-        return gs_fail(GS_SUBSYS_SHM, GS_ERR_SYSTEM, "rank %d: pidfd_open of rank %d (pid %d) failed: %s",
-                       rank, p, (int)a->pid, strerror(errno));
     ep->tx = gs_shm_ring_of(ctrl, rank);
     ep->rx = gs_shm_ring_of(tp->ctrl, p);
-    return GS_OK;
+    return watch_peer(ep, rank, p, a->pid);
 }
 
 gs_status gs_shm_tp_connect(gs_shm_tp *tp, const gs_shm_addr *addrs, gs_shm_ready *ready_p)

@@ -1,0 +1,269 @@
+/*
+ * The verbs transport's objects and internal interface.
+ *
+ * One gs_verbs_tp per open: a device context, protection domain, one
+ * completion queue (with a completion channel for event mode) shared by
+ * every queue pair, one RC queue pair per peer (gs_verbs_ep), a control
+ * region (credits, heartbeat, close notice) and a pool of receive buffers.
+ *
+ * Work request ids carry where a completion belongs:
+ *   bits 63..60 kind (GS_VERBS_WR_SQ or GS_VERBS_WR_RQ),
+ *   bits 59..32 the peer,
+ *   bits 31..0  the send-queue sequence number (low bits) or receive buffer.
+ */
+#ifndef GS_TRANSPORT_VERBS_VERBS_H
+#define GS_TRANSPORT_VERBS_VERBS_H
+
+#include "transport/tp.h"
+#include "transport/verbs/verbs_proto.h"
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+
+#define GS_VERBS_SQ_DEPTH      128 /* send work requests per queue pair */
+#define GS_VERBS_RQ_DEPTH      64  /* receives kept posted per peer */
+#define GS_VERBS_INLINE_WANT   220 /* inline data asked for at QP creation */
+#define GS_VERBS_URECV_MAX     256 /* user receives queued per endpoint */
+#define GS_VERBS_RD_ATOMIC_MAX 16
+#define GS_VERBS_CQ_BATCH      16
+
+enum { GS_VERBS_WR_SQ = 1, GS_VERBS_WR_RQ = 2 };
+
+static inline uint64_t gs_verbs_wr_id(unsigned kind, int peer, uint32_t low)
+{
+    return ((uint64_t)kind << 60) | ((uint64_t)(uint32_t)peer << 32) | low;
+}
+
+/* The chosen device and port, and what we learned from querying them. */
+typedef struct gs_verbs_dev {
+    struct ibv_context *ctx;
+    char name[64];
+    uint8_t port;
+    struct ibv_device_attr attr;
+    struct ibv_port_attr port_attr;
+    uint8_t link_layer; /* IBV_LINK_LAYER_* */
+    uint16_t lid;
+    int gid_index; /* -1 on InfiniBand without GRH */
+    union ibv_gid gid;
+    uint32_t gid_type; /* enum ibv_gid_type */
+} gs_verbs_dev;
+
+/* What a send-queue slot was posted for. */
+typedef enum gs_verbs_slot_kind {
+    GS_VERBS_SLOT_USER = 1, /* a user operation (or one chunk of it) */
+    GS_VERBS_SLOT_CREDIT,   /* credit return to the peer */
+    GS_VERBS_SLOT_HEARTBEAT,
+    GS_VERBS_SLOT_CLOSE, /* close notice to the peer */
+} gs_verbs_slot_kind;
+
+typedef struct gs_verbs_slot {
+    uint64_t wr_id;  /* the user's */
+    uint8_t kind;    /* gs_verbs_slot_kind */
+    uint8_t deliver; /* the user asked for a completion of this slot */
+    uint8_t opcode;  /* gs_wc_opcode */
+    uint8_t pad;
+} gs_verbs_slot;
+
+typedef enum gs_verbs_ep_state {
+    GS_VERBS_EP_INIT = 0, /* queue pair created, not connected */
+    GS_VERBS_EP_READY,    /* RTS */
+    GS_VERBS_EP_FAILED,   /* queue pair in error: later ops flush */
+    GS_VERBS_EP_CLOSED,   /* the peer closed its transport */
+} gs_verbs_ep_state;
+
+/* A user receive waiting for a SEND, and a SEND waiting for a user receive. */
+typedef struct gs_verbs_urecv {
+    void *dst;
+    size_t cap;
+    uint64_t wr_id;
+} gs_verbs_urecv;
+
+typedef struct gs_verbs_held {
+    uint32_t buf; /* receive buffer index in the pool */
+    uint32_t len;
+} gs_verbs_held;
+
+typedef struct gs_verbs_ep {
+    gs_ep base;
+    struct ibv_qp *qp;
+    gs_verbs_ep_state state;
+    gs_status err;     /* the first error, once FAILED or CLOSED */
+    bool err_reported; /* err reached the user (a completion or a return) */
+    uint32_t psn;
+
+    /* Send queue accounting: slots [sq_done, sq_posted) are outstanding. */
+    gs_verbs_slot *slots; /* [sq_depth] */
+    uint64_t sq_posted, sq_done;
+    uint32_t unsignaled_run;
+
+    /* Flow control of WRITE_IMM/SEND: the peer re-posts and tells us. */
+    uint32_t peer_rq_depth;
+    uint64_t imm_sent;         /* WRITE_IMM + SEND posted to the peer */
+    uint64_t reposted;         /* receives re-posted for the peer */
+    uint64_t credits_returned; /* value of the last credit WRITE to the peer */
+    uint64_t rctrl_addr;       /* the peer's control slot for us */
+    uint32_t rctrl_rkey;
+    gs_verbs_ctrl *lctrl; /* our control slot for the peer */
+
+    /* Receives: the pool's buffers [rbuf_first, rbuf_first + rq_depth). */
+    uint32_t rbuf_first;
+    uint32_t *repost; /* buffers to re-post at the end of this progress pass */
+    uint32_t repost_count;
+    bool dirty;          /* on the tp's dirty list */
+    gs_verbs_held *held; /* ring [rq_depth]: SENDs waiting for a user receive */
+    uint32_t held_head, held_count;
+    gs_verbs_urecv *urecv; /* ring [GS_VERBS_URECV_MAX] */
+    uint32_t urecv_head, urecv_count;
+
+    /* Liveness. */
+    uint64_t last_alive_ns;
+    bool hb_outstanding;
+} gs_verbs_ep;
+
+/* One ibv_mr, shared by every handle that registered the same memory. */
+typedef struct gs_verbs_reg {
+    struct gs_verbs_reg *next;
+    struct ibv_mr *mr;
+    void *addr;
+    size_t len;
+    unsigned access; /* gs_access asked for */
+    int ibv_access;  /* what the HCA was given */
+    unsigned refs;
+    bool cached; /* in the user-memory cache (else private to one handle) */
+} gs_verbs_reg;
+
+typedef struct gs_verbs_mr {
+    gs_mr base;
+    gs_verbs_reg *reg;
+    size_t alloc_len;                /* gs_buf_alloc: the pages to free */
+    struct gs_verbs_mr *prev, *next; /* the tp's live handles */
+} gs_verbs_mr;
+
+typedef struct gs_verbs_tp {
+    gs_tp base;
+    gs_verbs_dev dev;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    bool cq_armed;
+    unsigned cq_events_unacked;
+
+    uint32_t sq_depth, rq_depth, credit_batch;
+    uint32_t max_inline;
+    uint32_t max_msg;
+    uint8_t rd_atomic;      /* READ/atomic requests we accept in flight (responder) */
+    uint8_t init_rd_atomic; /* READ/atomic requests we may have in flight (initiator) */
+    uint64_t hb_interval_ns, next_hb_ns;
+    struct rlimit memlock;
+
+    /* Control slots, one per rank (ours unused), registered. */
+    gs_verbs_ctrl *ctrl;
+    size_t ctrl_len;
+    struct ibv_mr *ctrl_mr;
+    /* Receive buffers: rq_depth per peer, GS_SEND_MAX bytes each. */
+    uint8_t *rbuf;
+    size_t rbuf_len;
+    struct ibv_mr *rbuf_mr;
+
+    /* Completions ready for the user. */
+    gs_wc *outq;
+    size_t out_head, out_count, out_cap;
+
+    gs_verbs_ep **dirty; /* [size]: endpoints with receives to re-post */
+    uint32_t dirty_count;
+
+    gs_verbs_reg *regs; /* cached user registrations */
+    gs_verbs_mr *mrs;   /* live handles, deregistered by close if the user did not */
+} gs_verbs_tp;
+
+static inline gs_verbs_tp *gs_verbs_tp_of(gs_tp *tp)
+{
+    return (gs_verbs_tp *)tp;
+}
+
+static inline gs_verbs_ep *gs_verbs_ep_at(gs_verbs_tp *vt, int peer)
+{
+    return (gs_verbs_ep *)vt->base.eps[peer];
+}
+
+/* The peer wrote its close notice: a later failure of the endpoint is expected, not news. */
+static inline bool gs_verbs_peer_closed(const gs_verbs_ep *ep)
+{
+    return __atomic_load_n(&ep->lctrl->closed, __ATOMIC_ACQUIRE) == GS_VERBS_CLOSED_MAGIC;
+}
+
+static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
+{
+    return vt->rbuf + (size_t)buf * GS_SEND_MAX;
+}
+
+/* verbs_dev.c: device, port and GID. */
+gs_status gs_verbs_config_check(const gs_config *cfg);
+bool gs_verbs_available(const gs_config *cfg);
+gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
+void gs_verbs_dev_close(gs_verbs_dev *dev);
+/* The best entry among n GID entries (automatic choice), or -1 if all are empty. */
+int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n);
+bool gs_verbs_gid_is_link_local(const union ibv_gid *gid);
+void gs_verbs_gid_format(const union ibv_gid *gid, char *buf, size_t cap);
+const char *gs_verbs_gid_type_name(uint32_t type);
+int gs_verbs_mtu_bytes(enum ibv_mtu mtu);
+enum ibv_mtu gs_verbs_mtu_min(enum ibv_mtu a, enum ibv_mtu b);
+
+/* verbs_ep.c: queue pairs and their connection. */
+gs_status gs_verbs_ep_create(gs_verbs_tp *vt, int peer, gs_verbs_ep **ep_p);
+void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verbs_conn_blob *blob);
+gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob);
+gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote);
+void gs_verbs_ep_destroy(gs_verbs_ep *ep);
+/* GS_OK when ops may be posted, else the status a post returns (and logs). */
+gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op);
+
+/* verbs_mr.c: registration. */
+int gs_verbs_access_flags(unsigned access);
+gs_status gs_verbs_reg_raw(gs_verbs_tp *vt, void *addr, size_t len, int ibv_access, const char *what,
+                           struct ibv_mr **mr_p);
+gs_status gs_verbs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+gs_status gs_verbs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
+gs_status gs_verbs_mr_dereg(gs_mr *mr);
+void gs_verbs_mr_pack(const gs_mr *mr, gs_rmr_head *head);
+void gs_verbs_mr_release_all(gs_verbs_tp *vt);
+void gs_verbs_memlock_describe(const struct rlimit *lim, char *buf, size_t cap);
+
+/* verbs_rma.c: posting. */
+gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                         uint64_t off, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                             uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
+                        uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                             uint64_t add, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
+                            uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
+gs_status gs_verbs_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+/* Internal control operations (credit return, heartbeat, close notice). */
+gs_status gs_verbs_post_ctrl(gs_verbs_ep *ep, gs_verbs_slot_kind kind);
+/* Queues a consumed receive buffer for re-posting at the end of this progress pass. */
+void gs_verbs_queue_repost(gs_verbs_tp *vt, gs_verbs_ep *ep, uint32_t buf);
+/* Pairs arrived SENDs with posted user receives. */
+void gs_verbs_match_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep);
+/* Posts the receives queued for re-posting and returns credits. */
+void gs_verbs_flush_reposts(gs_verbs_tp *vt);
+gs_status gs_verbs_post_recv_bufs(gs_verbs_ep *ep, const uint32_t *bufs, uint32_t count);
+
+/* verbs_cq.c: completions. */
+gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
+gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+/* Drains the CQ and runs the housekeeping (re-posts, credits, heartbeats). */
+gs_status gs_verbs_progress(gs_verbs_tp *vt);
+gs_status gs_verbs_outq_push(gs_verbs_tp *vt, const gs_wc *wc);
+/* Puts ep in error with status (first error wins) and completes what it had outstanding. */
+void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq);
+/* The gradsync status of a work completion status, and a hint for the log. */
+gs_status gs_verbs_wc_status_map(enum ibv_wc_status status, const char **hint_p);
+
+#endif

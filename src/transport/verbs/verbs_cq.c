@@ -1,0 +1,451 @@
+/*
+ * Completions: the completion queue drained into user completions, every
+ * work-completion status mapped to a gradsync status with a hint, endpoint
+ * failure (outstanding operations complete with the error, later ones
+ * flush), liveness by heartbeat READs, and waiting by busy polling or on the
+ * completion channel.
+ */
+#include "transport/verbs/verbs.h"
+
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct wc_status_info {
+    enum ibv_wc_status status;
+    gs_status gs;
+    const char *hint;
+} wc_status_info;
+
+static const wc_status_info wc_statuses[] = {
+    {IBV_WC_SUCCESS, GS_OK, ""},
+    {IBV_WC_LOC_LEN_ERR, GS_ERR_PROTOCOL,
+     "a message longer than the receive buffer, or a local length beyond the device limit"},
+    {IBV_WC_LOC_QP_OP_ERR, GS_ERR_INVALID,
+     "the work request was malformed for this queue pair (e.g. too much inline data)"},
+    {IBV_WC_LOC_EEC_OP_ERR, GS_ERR_SYSTEM, "local EE context error"},
+    {IBV_WC_LOC_PROT_ERR, GS_ERR_INVALID,
+     "the local buffer is not inside its registered region, or lacks local write for a READ/atomic result"},
+    {IBV_WC_WR_FLUSH_ERR, GS_ERR_FLUSHED, "flushed: the queue pair had already failed"},
+    {IBV_WC_MW_BIND_ERR, GS_ERR_INVALID, "memory window bind failed"},
+    {IBV_WC_BAD_RESP_ERR, GS_ERR_PROTOCOL, "unexpected response from the peer"},
+    {IBV_WC_LOC_ACCESS_ERR, GS_ERR_REMOTE_ACCESS,
+     "an incoming WRITE_IMM was refused here: bad key, out of bounds or no permission"},
+    {IBV_WC_REM_INV_REQ_ERR, GS_ERR_PROTOCOL,
+     "the peer refused the request as invalid: unsupported opcode, misaligned atomic, or a message longer "
+     "than its receive buffer"},
+    {IBV_WC_REM_ACCESS_ERR, GS_ERR_REMOTE_ACCESS,
+     "remote access error: bad key, bounds or permission (the target region must cover the range and be "
+     "registered with REMOTE_WRITE/READ/ATOMIC); the target memory is untouched"},
+    {IBV_WC_REM_OP_ERR, GS_ERR_PROTOCOL, "the peer could not complete the operation (its receive failed)"},
+    {IBV_WC_RETRY_EXC_ERR, GS_ERR_PEER_LOST,
+     "no acknowledgement after the retries: peer unreachable or dead, or a GID/MTU mismatch between the "
+     "hosts (check GS_IB_GID_INDEX, that both use the same RoCE version, and the fabric with ib_write_lat)"},
+    {IBV_WC_RNR_RETRY_EXC_ERR, GS_ERR_PEER_LOST,
+     "receiver not ready after the retries: the peer stopped posting receives (raise GS_IB_RNR_RETRY if it "
+     "is just slow)"},
+    {IBV_WC_LOC_RDD_VIOL_ERR, GS_ERR_PROTOCOL, "local RD domain violation"},
+    {IBV_WC_REM_INV_RD_REQ_ERR, GS_ERR_PROTOCOL, "remote invalid RD request"},
+    {IBV_WC_REM_ABORT_ERR, GS_ERR_PROTOCOL, "the peer aborted the operation"},
+    {IBV_WC_INV_EECN_ERR, GS_ERR_PROTOCOL, "invalid EE context number"},
+    {IBV_WC_INV_EEC_STATE_ERR, GS_ERR_PROTOCOL, "invalid EE context state"},
+    {IBV_WC_FATAL_ERR, GS_ERR_IO, "fatal device error: check dmesg and the port state"},
+    {IBV_WC_RESP_TIMEOUT_ERR, GS_ERR_PEER_LOST, "response timeout: the peer stopped answering"},
+    {IBV_WC_GENERAL_ERR, GS_ERR_IO, "general device error"},
+    {IBV_WC_TM_ERR, GS_ERR_PROTOCOL, "tag matching error"},
+    {IBV_WC_TM_RNDV_INCOMPLETE, GS_ERR_PROTOCOL, "tag matching rendezvous incomplete"},
+};
+
+gs_status gs_verbs_wc_status_map(enum ibv_wc_status status, const char **hint_p)
+{
+    for (size_t i = 0; i < sizeof(wc_statuses) / sizeof(wc_statuses[0]); i++) {
+        if (wc_statuses[i].status == status) {
+            *hint_p = wc_statuses[i].hint;
+            return wc_statuses[i].gs;
+        }
+    }
+    *hint_p = "unknown work completion status";
+    return GS_ERR_IO;
+}
+
+gs_status gs_verbs_outq_push(gs_verbs_tp *vt, const gs_wc *wc)
+{
+    if (vt->out_count == vt->out_cap) {
+        size_t cap = vt->out_cap ? vt->out_cap * 2 : 64;
+        gs_wc *q = gs_calloc(cap, sizeof(*q));
+        if (!q)
+            return GS_ERR_NOMEM;
+        for (size_t i = 0; i < vt->out_count; i++)
+            q[i] = vt->outq[(vt->out_head + i) % vt->out_cap];
+        free(vt->outq);
+        vt->outq = q;
+        vt->out_cap = cap;
+        vt->out_head = 0;
+    }
+    vt->outq[(vt->out_head + vt->out_count) % vt->out_cap] = *wc;
+    vt->out_count++;
+    return GS_OK;
+}
+
+static int outq_take(gs_verbs_tp *vt, gs_wc *wcs, int max)
+{
+    int n = 0;
+    while (n < max && vt->out_count > 0) {
+        wcs[n++] = vt->outq[vt->out_head];
+        vt->out_head = (vt->out_head + 1) % vt->out_cap;
+        vt->out_count--;
+    }
+    return n;
+}
+
+static const char *slot_name(const gs_verbs_slot *slot)
+{
+    static const char *const names[] = {
+        [GS_WC_WRITE] = "WRITE",         [GS_WC_WRITE_IMM] = "WRITE_IMM", [GS_WC_READ] = "READ",
+        [GS_WC_FETCH_ADD] = "FETCH_ADD", [GS_WC_CMP_SWAP] = "CMP_SWAP",   [GS_WC_SEND] = "SEND"};
+    switch (slot->kind) {
+    case GS_VERBS_SLOT_CREDIT: return "credit return";
+    case GS_VERBS_SLOT_HEARTBEAT: return "heartbeat READ";
+    case GS_VERBS_SLOT_CLOSE: return "close notice";
+    default:
+        return slot->opcode < sizeof(names) / sizeof(names[0]) && names[slot->opcode] ? names[slot->opcode]
+                                                                                      : "operation";
+    }
+}
+
+/* Completes the user receives that will never be filled. */
+static void fail_user_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep)
+{
+    gs_verbs_match_recvs(vt, ep); /* what arrived before the failure is still delivered */
+    while (ep->urecv_count > 0) {
+        gs_verbs_urecv *u = &ep->urecv[ep->urecv_head];
+        gs_wc wc = {.wr_id = u->wr_id, .status = GS_ERR_FLUSHED, .opcode = GS_WC_RECV, .peer = ep->base.peer};
+        gs_verbs_outq_push(vt, &wc);
+        ep->urecv_head = (ep->urecv_head + 1) % GS_VERBS_URECV_MAX;
+        ep->urecv_count--;
+    }
+    ep->held_count = 0;
+}
+
+void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
+{
+    gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
+    struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+
+    if (ep->state == GS_VERBS_EP_FAILED || ep->state == GS_VERBS_EP_CLOSED)
+        return;
+    ep->state = GS_VERBS_EP_FAILED;
+    ep->err = status;
+    ep->err_reported = false;
+    /* The hardware stops too (no more retries to a dead peer); what it still reports is stale. */
+    if (ep->qp && ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE) != 0)
+        gs_log_debug(VERBS, "rank %d: moving the queue pair to rank %d to ERR failed", vt->base.rank,
+                     ep->base.peer);
+    /* Outstanding slots before failed_seq completed (RC is in order); the rest never will. */
+    for (uint64_t seq = ep->sq_done; seq < ep->sq_posted; seq++) {
+        gs_verbs_slot *slot = &ep->slots[seq & (vt->sq_depth - 1)];
+        gs_wc wc = {.wr_id = slot->wr_id, .opcode = slot->opcode, .peer = ep->base.peer};
+        if (slot->kind != GS_VERBS_SLOT_USER || !slot->deliver ||
+            (failed_seq != UINT64_MAX && seq < failed_seq))
+            continue;
+        wc.status = ep->err_reported ? GS_ERR_FLUSHED : status;
+        ep->err_reported = true;
+        gs_verbs_outq_push(vt, &wc);
+    }
+    ep->sq_done = ep->sq_posted;
+    ep->hb_outstanding = false;
+    fail_user_recvs(vt, ep);
+}
+
+static void ep_mark_closed(gs_verbs_ep *ep)
+{
+    gs_log_debug(VERBS, "rank %d: peer rank %d closed its transport", ep->base.tp->rank, ep->base.peer);
+    gs_verbs_ep_fail(ep, GS_ERR_PEER_LOST, UINT64_MAX);
+    ep->state = GS_VERBS_EP_CLOSED;
+    ep->err_reported = true;
+}
+
+static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t seq)
+{
+    const char *hint;
+    gs_status status = gs_verbs_wc_status_map(wc->status, &hint);
+    const char *what = seq == UINT64_MAX ? "receive" : slot_name(&ep->slots[seq & (vt->sq_depth - 1)]);
+
+    if (ep->state != GS_VERBS_EP_READY)
+        return; /* the flush that follows the first error */
+    if (gs_verbs_peer_closed(ep)) {
+        ep_mark_closed(ep);
+        return;
+    }
+    if (wc->status == IBV_WC_WR_FLUSH_ERR)
+        hint = "the queue pair failed without an error of its own: the peer's side broke the connection "
+               "(e.g. one of its requests was refused here) or the device reported a fatal error";
+    char id[40] = "internal";
+    if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
+        snprintf(id, sizeof(id), "wr_id %llu", (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
+    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (%s) failed: %s (vendor error %#x): %s",
+            vt->base.rank, what, ep->base.peer, id, ibv_wc_status_str(wc->status), wc->vendor_err, hint);
+    gs_verbs_ep_fail(ep, status, seq);
+}
+
+static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t now)
+{
+    uint64_t seq = ep->sq_done + (uint32_t)((uint32_t)wc->wr_id - (uint32_t)ep->sq_done);
+    gs_verbs_slot *slot;
+
+    if (seq >= ep->sq_posted)
+        return; /* already completed by a failure of the endpoint */
+    if (wc->status != IBV_WC_SUCCESS) {
+        wc_error(vt, ep, wc, seq);
+        return;
+    }
+    slot = &ep->slots[seq & (vt->sq_depth - 1)];
+    ep->sq_done = seq + 1;
+    ep->last_alive_ns = now;
+    if (slot->kind == GS_VERBS_SLOT_HEARTBEAT)
+        ep->hb_outstanding = false;
+    if (slot->kind == GS_VERBS_SLOT_USER && slot->deliver) {
+        gs_wc out = {.wr_id = slot->wr_id, .status = GS_OK, .opcode = slot->opcode, .peer = ep->base.peer};
+        gs_verbs_outq_push(vt, &out);
+    }
+}
+
+static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t now)
+{
+    uint32_t buf = (uint32_t)wc->wr_id;
+
+    if (wc->status != IBV_WC_SUCCESS) {
+        wc_error(vt, ep, wc, UINT64_MAX);
+        return;
+    }
+    ep->last_alive_ns = now;
+    if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        gs_wc out = {.wr_id = 0,
+                     .status = GS_OK,
+                     .opcode = GS_WC_RECV_IMM,
+                     .imm = be32toh(wc->imm_data),
+                     .len = wc->byte_len,
+                     .peer = ep->base.peer};
+        gs_verbs_outq_push(vt, &out);
+        gs_verbs_queue_repost(vt, ep, buf);
+        return;
+    }
+    /* A SEND: held in its buffer until a user receive takes it. */
+    ep->held[(ep->held_head + ep->held_count) % vt->rq_depth] =
+        (gs_verbs_held){.buf = buf, .len = wc->byte_len};
+    ep->held_count++;
+    gs_verbs_match_recvs(vt, ep);
+}
+
+static void handle_wc(gs_verbs_tp *vt, const struct ibv_wc *wc, uint64_t now)
+{
+    unsigned kind = (unsigned)(wc->wr_id >> 60);
+    int peer = (int)((wc->wr_id >> 32) & 0x0fffffff);
+    gs_verbs_ep *ep = peer < vt->base.size ? gs_verbs_ep_at(vt, peer) : NULL;
+
+    if (!ep) {
+        gs_log_warn(VERBS, "rank %d: completion with unknown wr_id %#llx ignored", vt->base.rank,
+                    (unsigned long long)wc->wr_id);
+        return;
+    }
+    if (kind == GS_VERBS_WR_SQ)
+        sq_completion(vt, ep, wc, now);
+    else
+        rq_completion(vt, ep, wc, now);
+}
+
+/* Logs the device's asynchronous events (port changes, QP errors); never blocks. */
+static void drain_async(gs_verbs_tp *vt)
+{
+    struct ibv_async_event ev;
+    while (ibv_get_async_event(vt->dev.ctx, &ev) == 0) {
+        bool qp_event = ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+                        ev.event_type == IBV_EVENT_QP_ACCESS_ERR || ev.event_type == IBV_EVENT_COMM_EST ||
+                        ev.event_type == IBV_EVENT_SQ_DRAINED ||
+                        ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
+        if (qp_event && ev.element.qp && ev.element.qp->qp_context) {
+            gs_verbs_ep *ep = ev.element.qp->qp_context;
+            gs_log_info(VERBS, "rank %d: peer rank %d: device event %s", vt->base.rank, ep->base.peer,
+                        ibv_event_type_str(ev.event_type));
+        } else {
+            gs_log_warn(VERBS, "rank %d: device %s: event %s", vt->base.rank, vt->dev.name,
+                        ibv_event_type_str(ev.event_type));
+        }
+        ibv_ack_async_event(&ev);
+    }
+}
+
+/* Every hb_interval, a READ of the peer's control slot proves an idle peer alive. */
+static void heartbeat(gs_verbs_tp *vt, uint64_t now)
+{
+    if (now < vt->next_hb_ns)
+        return;
+    vt->next_hb_ns = now + vt->hb_interval_ns / 2;
+    drain_async(vt);
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (!ep || ep->state != GS_VERBS_EP_READY)
+            continue;
+        if (gs_verbs_peer_closed(ep))
+            ep_mark_closed(ep);
+        else if (!ep->hb_outstanding && now - ep->last_alive_ns >= vt->hb_interval_ns)
+            gs_verbs_post_ctrl(ep, GS_VERBS_SLOT_HEARTBEAT);
+    }
+}
+
+gs_status gs_verbs_progress(gs_verbs_tp *vt)
+{
+    struct ibv_wc wcs[GS_VERBS_CQ_BATCH];
+    uint64_t now = gs_now_ns();
+    int n;
+
+    do {
+        n = ibv_poll_cq(vt->cq, GS_VERBS_CQ_BATCH, wcs);
+        if (n < 0)
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "rank %d: ibv_poll_cq on %s failed (%d)",
+                           vt->base.rank, vt->dev.name, n);
+        for (int i = 0; i < n; i++)
+            handle_wc(vt, &wcs[i], now);
+    } while (n == GS_VERBS_CQ_BATCH);
+    gs_verbs_flush_reposts(vt);
+    heartbeat(vt, now);
+    return GS_OK;
+}
+
+/*
+ * With no completion to return, a lost peer is the answer, every time (a
+ * peer that closed cleanly is not lost); another endpoint error that no
+ * completion carried is reported once.
+ */
+static gs_status endpoint_news(gs_verbs_tp *vt)
+{
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (!ep || ep->state != GS_VERBS_EP_FAILED || (ep->err != GS_ERR_PEER_LOST && ep->err_reported))
+            continue;
+        ep->err_reported = true;
+        return gs_fail(
+            GS_SUBSYS_VERBS, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
+            ep->err == GS_ERR_PEER_LOST ? "that rank is lost (died or unreachable)" : gs_strerror(ep->err));
+    }
+    return GS_OK;
+}
+
+gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
+{
+    gs_verbs_tp *vt = gs_verbs_tp_of(tp);
+    gs_status status = gs_verbs_progress(vt);
+
+    if (status != GS_OK)
+        return status;
+    if (vt->out_count == 0) {
+        status = endpoint_news(vt);
+        if (status != GS_OK)
+            return status;
+    }
+    *n_p = outq_take(vt, wcs, max);
+    return GS_OK;
+}
+
+static gs_status arm_cq(gs_verbs_tp *vt)
+{
+    int rc = ibv_req_notify_cq(vt->cq, 0);
+    if (rc != 0)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_req_notify_cq failed: %s", vt->base.rank,
+                       strerror(rc));
+    vt->cq_armed = true;
+    return GS_OK;
+}
+
+static void take_cq_event(gs_verbs_tp *vt)
+{
+    struct ibv_cq *cq;
+    void *cq_ctx;
+    if (ibv_get_cq_event(vt->chan, &cq, &cq_ctx) != 0)
+        return; /* spurious wakeup: the fd is non-blocking */
+    vt->cq_armed = false;
+    if (++vt->cq_events_unacked >= 64) {
+        ibv_ack_cq_events(vt->cq, vt->cq_events_unacked);
+        vt->cq_events_unacked = 0;
+    }
+}
+
+/* Sleeps on the completion channel (and the async fd) until an event, the deadline or the next heartbeat. */
+static gs_status block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
+{
+    uint64_t wake = deadline_ns < vt->next_hb_ns ? deadline_ns : vt->next_hb_ns;
+    struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN},
+                            {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
+    int rc;
+
+    if (!vt->cq_armed)
+        return arm_cq(vt); /* the caller polls once more before sleeping */
+    rc = poll(fds, 2, gs_deadline_left_ms(wake));
+    if (rc < 0 && errno != EINTR)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: poll on the completion channel failed: %s",
+                       vt->base.rank, strerror(errno));
+    if (rc > 0 && (fds[0].revents & POLLIN))
+        take_cq_event(vt);
+    if (rc > 0 && (fds[1].revents & POLLIN))
+        drain_async(vt);
+    return GS_OK;
+}
+
+static gs_status timeout_error(gs_verbs_tp *vt, uint64_t start_ns)
+{
+    char busy[256] = "";
+    size_t used = 0;
+    for (int peer = 0; peer < vt->base.size && used < sizeof(busy) - 48; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (ep && ep->sq_posted > ep->sq_done)
+            used += (size_t)snprintf(busy + used, sizeof(busy) - used,
+                                     " to rank %d: %llu work requests outstanding;", peer,
+                                     (unsigned long long)(ep->sq_posted - ep->sq_done));
+    }
+    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
+                   "rank %d: no verbs completion arrived in %.0f ms of waiting;%s", vt->base.rank,
+                   (double)(gs_now_ns() - start_ns) / 1e6, used ? busy : " nothing outstanding here");
+}
+
+gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
+{
+    gs_verbs_tp *vt = gs_verbs_tp_of(tp);
+    int mode = vt->base.cfg->poll;
+    uint64_t start = gs_now_ns(), spins = 0;
+    uint64_t spin_end = mode == GS_POLL_SPIN     ? UINT64_MAX
+                        : mode == GS_POLL_HYBRID ? start + (uint64_t)vt->base.cfg->spin_us * 1000u
+                                                 : 0;
+
+    for (;;) {
+        int n = 0;
+        gs_status status = gs_verbs_poll(tp, wcs, max, &n);
+        uint64_t now;
+        if (status != GS_OK)
+            return status;
+        if (n > 0) {
+            *n_p = n;
+            return GS_OK;
+        }
+        now = gs_now_ns();
+        if (now >= deadline_ns)
+            return timeout_error(vt, start);
+        if (now < spin_end) {
+            /* More ranks than cores (or Soft-RoCE's kernel work) need the CPU now and then. */
+            if (++spins % 256 == 0)
+                sched_yield();
+            else
+                gs_cpu_relax();
+            continue;
+        }
+        status = block_once(vt, deadline_ns);
+        if (status != GS_OK)
+            return status;
+    }
+}

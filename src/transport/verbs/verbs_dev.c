@@ -1,0 +1,342 @@
+/* Device discovery and selection, port query, GID choice. */
+#include "transport/verbs/verbs.h"
+
+#include "util/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rejects GS_IB_* values the hardware would refuse later with a vaguer error. */
+gs_status gs_verbs_config_check(const gs_config *cfg)
+{
+    static const struct {
+        const char *var;
+        size_t offset;
+        int64_t lo, hi;
+        const char *meaning;
+    } ranges[] = {
+        {"GS_IB_PORT", offsetof(gs_config, ib_port), 1, 255, "a port number 1-255"},
+        {"GS_IB_GID_INDEX", offsetof(gs_config, ib_gid_index), -1, 255,
+         "-1 (automatic) or a GID index 0-255"},
+        {"GS_IB_TIMEOUT", offsetof(gs_config, ib_timeout), 0, 31, "an exponent 0-31 (4.096 us * 2^n)"},
+        {"GS_IB_RETRY_CNT", offsetof(gs_config, ib_retry_cnt), 0, 7, "a retry count 0-7"},
+        {"GS_IB_RNR_RETRY", offsetof(gs_config, ib_rnr_retry), 0, 7, "a retry count 0-7"},
+        {"GS_IB_RNR_TIMER", offsetof(gs_config, ib_rnr_timer), 0, 31, "a timer code 0-31"},
+    };
+    for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+        int64_t v = *(const int64_t *)(const void *)((const char *)cfg + ranges[i].offset);
+        if (v < ranges[i].lo || v > ranges[i].hi)
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "%s=%lld is out of range: expected %s",
+                           ranges[i].var, (long long)v, ranges[i].meaning);
+    }
+    if (cfg->ib_retry_cnt == 7)
+        gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never "
+                           "detected there");
+    if (cfg->ib_rnr_retry == 7)
+        gs_log_warn(
+            VERBS, "GS_IB_RNR_RETRY=7 retries forever: a peer that stops posting receives hangs its senders");
+    return GS_OK;
+}
+
+int gs_verbs_mtu_bytes(enum ibv_mtu mtu)
+{
+    return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0;
+}
+
+enum ibv_mtu gs_verbs_mtu_min(enum ibv_mtu a, enum ibv_mtu b)
+{
+    return a < b ? a : b;
+}
+
+bool gs_verbs_gid_is_link_local(const union ibv_gid *gid)
+{
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    const uint8_t *raw = gid->raw;
+    if (memcmp(raw, v4_mapped, sizeof(v4_mapped)) == 0)
+        return raw[12] == 169 && raw[13] == 254;      /* IPv4 link-local 169.254/16 */
+    return raw[0] == 0xfe && (raw[1] & 0xc0) == 0x80; /* IPv6 fe80::/10 */
+}
+
+static bool gid_is_empty(const union ibv_gid *gid)
+{
+    for (size_t i = 0; i < sizeof(gid->raw); i++)
+        if (gid->raw[i])
+            return false;
+    return true;
+}
+
+void gs_verbs_gid_format(const union ibv_gid *gid, char *buf, size_t cap)
+{
+    if (!inet_ntop(AF_INET6, gid->raw, buf, (socklen_t)cap))
+        snprintf(buf, cap, "(unprintable)");
+}
+
+const char *gs_verbs_gid_type_name(uint32_t type)
+{
+    switch (type) {
+    case IBV_GID_TYPE_IB: return "IB";
+    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+    default: return "unknown type";
+    }
+}
+
+/* Routable beats link-local, then RoCE v2 beats v1. */
+static int gid_score(const struct ibv_gid_entry *e)
+{
+    int score = gs_verbs_gid_is_link_local(&e->gid) ? 0 : 4;
+    if (e->gid_type == IBV_GID_TYPE_ROCE_V2)
+        score += 2;
+    else if (e->gid_type == IBV_GID_TYPE_ROCE_V1)
+        score += 1;
+    return score;
+}
+
+int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n)
+{
+    int best = -1, best_score = -1;
+    for (int i = 0; i < n; i++) {
+        if (gid_is_empty(&entries[i].gid))
+            continue;
+        int score = gid_score(&entries[i]);
+        if (score > best_score || (score == best_score && entries[i].gid_index < entries[best].gid_index)) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* The valid GID entries of the port: one table query, else one query per index. */
+static int read_gid_entries(gs_verbs_dev *dev, struct ibv_gid_entry *out, int cap)
+{
+    int n = 0;
+    size_t all = (size_t)dev->attr.phys_port_cnt * (size_t)dev->port_attr.gid_tbl_len;
+    struct ibv_gid_entry *table = calloc(all ? all : 1, sizeof(*table));
+    ssize_t got = table ? ibv_query_gid_table(dev->ctx, table, all, 0) : -ENOMEM;
+
+    if (got >= 0) {
+        for (ssize_t i = 0; i < got && n < cap; i++)
+            if (table[i].port_num == dev->port)
+                out[n++] = table[i];
+    } else {
+        gs_log_debug(VERBS, "ibv_query_gid_table on %s: %s; querying entries one by one", dev->name,
+                     strerror((int)-got));
+        for (int i = 0; i < dev->port_attr.gid_tbl_len && n < cap; i++)
+            if (ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)i, &out[n], 0) == 0)
+                n++;
+    }
+    free(table);
+    return n;
+}
+
+static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev, struct ibv_gid_entry *e)
+{
+    int rc = ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)cfg->ib_gid_index, e, 0);
+    if (rc != 0 || gid_is_empty(&e->gid))
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "rank %d: GS_IB_GID_INDEX=%lld: entry of %s port %u is empty or unreadable (%s); "
+                       "list the valid ones with `ibv_devinfo -v -d %s` or unset the variable",
+                       rank, (long long)cfg->ib_gid_index, dev->name, dev->port,
+                       rc ? strerror(rc) : "all zero", dev->name);
+    return GS_OK;
+}
+
+static gs_status gid_automatic(int rank, gs_verbs_dev *dev, struct ibv_gid_entry *e)
+{
+    int cap = dev->port_attr.gid_tbl_len > 0 ? dev->port_attr.gid_tbl_len : 1;
+    struct ibv_gid_entry *entries = calloc((size_t)cap, sizeof(*entries));
+    gs_status status = GS_OK;
+    int n, best;
+
+    if (!entries)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_NOMEM, "rank %d: no memory for %d GID entries", rank, cap);
+    n = read_gid_entries(dev, entries, cap);
+    best = gs_verbs_gid_pick(entries, n);
+    if (best < 0)
+        status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                         "rank %d: %s port %u has no usable GID (%d entries, all empty): give its network "
+                         "interface an IP address, or set GS_IB_GID_INDEX",
+                         rank, dev->name, dev->port, n);
+    else
+        *e = entries[best];
+    free(entries);
+    return status;
+}
+
+/* RoCE needs a GID (and InfiniBand uses one when GS_IB_GID_INDEX asks for a GRH). */
+static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    struct ibv_gid_entry e = {0};
+    char text[64];
+    gs_status status;
+    bool ib = dev->link_layer != IBV_LINK_LAYER_ETHERNET;
+
+    dev->lid = dev->port_attr.lid;
+    dev->gid_index = -1;
+    if (ib && cfg->ib_gid_index < 0) {
+        if (dev->lid == 0)
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                           "rank %d: InfiniBand port %s:%u has no LID: is a subnet manager (opensm) running?",
+                           rank, dev->name, dev->port);
+        gs_log_info(VERBS, "rank %d: %s port %u InfiniBand, LID %u", rank, dev->name, dev->port, dev->lid);
+        return GS_OK;
+    }
+    status = cfg->ib_gid_index >= 0 ? gid_explicit(cfg, rank, dev, &e) : gid_automatic(rank, dev, &e);
+    if (status != GS_OK)
+        return status;
+    dev->gid_index = (int)e.gid_index;
+    dev->gid = e.gid;
+    dev->gid_type = e.gid_type;
+    gs_verbs_gid_format(&dev->gid, text, sizeof(text));
+    gs_log_info(VERBS, "rank %d: %s port %u GID index %d (%s, %s%s)%s", rank, dev->name, dev->port,
+                dev->gid_index, gs_verbs_gid_type_name(dev->gid_type), text,
+                gs_verbs_gid_is_link_local(&dev->gid) ? ", link-local" : "",
+                cfg->ib_gid_index >= 0 ? " from GS_IB_GID_INDEX" : " chosen automatically");
+    if (gs_verbs_gid_is_link_local(&dev->gid))
+        gs_log_warn(VERBS,
+                    "rank %d: only a link-local GID on %s port %u: peers on other subnets cannot be reached",
+                    rank, dev->name, dev->port);
+    return GS_OK;
+}
+
+/* Opens dev_list[i] and queries it and its port; *active_p tells whether the port is ACTIVE. */
+static gs_status open_one(struct ibv_device *device, uint8_t port, int rank, gs_verbs_dev *dev,
+                          bool *active_p)
+{
+    int rc;
+    snprintf(dev->name, sizeof(dev->name), "%s", ibv_get_device_name(device));
+    dev->port = port;
+    dev->ctx = ibv_open_device(device);
+    if (!dev->ctx)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_open_device(%s) failed: %s", rank,
+                       dev->name, strerror(errno));
+    rc = ibv_query_device(dev->ctx, &dev->attr);
+    if (rc == 0 && port > dev->attr.phys_port_cnt)
+        rc = EINVAL;
+    if (rc == 0)
+        rc = ibv_query_port(dev->ctx, port, &dev->port_attr);
+    if (rc != 0) {
+        gs_log_warn(VERBS, "rank %d: cannot query %s port %u: %s (it has %u ports)", rank, dev->name, port,
+                    strerror(rc), dev->attr.phys_port_cnt);
+        *active_p = false;
+        return GS_OK;
+    }
+    dev->link_layer = dev->port_attr.link_layer;
+    *active_p = dev->port_attr.state == IBV_PORT_ACTIVE;
+    return GS_OK;
+}
+
+void gs_verbs_dev_close(gs_verbs_dev *dev)
+{
+    if (dev->ctx && ibv_close_device(dev->ctx) != 0)
+        gs_log_warn(VERBS, "ibv_close_device(%s) failed: %s", dev->name, strerror(errno));
+    dev->ctx = NULL;
+}
+
+/* Appends "name (state), " to the list of devices seen, for the error message. */
+static void note_device(char *seen, size_t cap, const gs_verbs_dev *dev, bool queried)
+{
+    size_t used = strlen(seen);
+    snprintf(seen + used, cap - used, "%s%s port %u %s", used ? ", " : "", dev->name, dev->port,
+             queried ? ibv_port_state_str(dev->port_attr.state) : "unreadable");
+}
+
+/* GS_IB_DEV, else the first device whose port GS_IB_PORT is active. */
+static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device **list, int n,
+                               gs_verbs_dev *dev)
+{
+    char seen[512] = "";
+    bool named = cfg->ib_dev[0] != '\0';
+
+    for (int i = 0; i < n; i++) {
+        bool active = false;
+        if (named && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
+            continue;
+        memset(dev, 0, sizeof(*dev));
+        gs_status status = open_one(list[i], (uint8_t)cfg->ib_port, rank, dev, &active);
+        if (status != GS_OK)
+            return status;
+        if (active)
+            return GS_OK;
+        note_device(seen, sizeof(seen), dev, dev->port_attr.state != 0);
+        gs_verbs_dev_close(dev);
+    }
+    if (named && !seen[0]) {
+        for (int i = 0; i < n; i++) {
+            size_t used = strlen(seen);
+            snprintf(seen + used, sizeof(seen) - used, "%s%s", i ? ", " : "", ibv_get_device_name(list[i]));
+        }
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "rank %d: GS_IB_DEV=%s: no such device (devices: %s)",
+                       rank, cfg->ib_dev, seen);
+    }
+    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                   "rank %d: no verbs device with port %lld ACTIVE (%s); check the link with ibv_devinfo, "
+                   "or pick another port with GS_IB_PORT",
+                   rank, (long long)cfg->ib_port, seen);
+}
+
+gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    int n = 0;
+    gs_status status;
+    struct ibv_device **list = ibv_get_device_list(&n);
+
+    if (!list)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+            "rank %d: ibv_get_device_list failed: %s: this kernel offers no RDMA devices; use "
+            "GS_TRANSPORT=tcp, or load ib_uverbs and a driver (Soft-RoCE: rdma link add rxe0 type rxe "
+            "netdev <if>)",
+            rank, strerror(errno));
+    if (n == 0) {
+        status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                         "rank %d: no verbs device found (ibv_devices lists none); use GS_TRANSPORT=tcp or "
+                         "create one (Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)",
+                         rank);
+        goto out_free;
+    }
+    status = select_device(cfg, rank, list, n, dev);
+    if (status != GS_OK)
+        goto out_free;
+    status = choose_address(cfg, rank, dev);
+    if (status != GS_OK) {
+        gs_verbs_dev_close(dev);
+        goto out_free;
+    }
+    gs_log_info(VERBS, "rank %d: device %s port %u %s, active MTU %d, atomics %s, max %d WRs per QP", rank,
+                dev->name, dev->port,
+                dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
+                gs_verbs_mtu_bytes(dev->port_attr.active_mtu),
+                dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes", dev->attr.max_qp_wr);
+out_free:
+    ibv_free_device_list(list);
+    return status;
+}
+
+/* Whether a device (GS_IB_DEV, else any) has port GS_IB_PORT active; quiet, for GS_TRANSPORT=auto. */
+bool gs_verbs_available(const gs_config *cfg)
+{
+    int n = 0;
+    bool found = false;
+    struct ibv_device **list = ibv_get_device_list(&n);
+
+    for (int i = 0; list && i < n && !found; i++) {
+        struct ibv_context *ctx;
+        struct ibv_port_attr attr;
+        if (cfg->ib_dev[0] && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
+            continue;
+        ctx = ibv_open_device(list[i]);
+        if (!ctx)
+            continue;
+        found = cfg->ib_port >= 1 && cfg->ib_port <= 255 &&
+                ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 && attr.state == IBV_PORT_ACTIVE;
+        ibv_close_device(ctx);
+    }
+    if (list)
+        ibv_free_device_list(list);
+    return found;
+}

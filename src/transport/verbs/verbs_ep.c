@@ -1,0 +1,296 @@
+/*
+ * Endpoints: one RC queue pair per peer, moved RESET -> INIT -> RTR -> RTS
+ * with the peer's connection blob, and its receive buffers kept posted.
+ */
+#include "transport/verbs/verbs.h"
+
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+static uint32_t random_psn(void)
+{
+    uint32_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+        v = (uint32_t)gs_now_ns();
+    return v & 0xffffff;
+}
+
+/* Creates the RC queue pair, asking for inline data and settling for what the device gives. */
+static gs_status create_qp(gs_verbs_tp *vt, gs_verbs_ep *ep)
+{
+    static const uint32_t inline_tries[] = {GS_VERBS_INLINE_WANT, 64, 0};
+    int err = 0;
+
+    for (size_t i = 0; i < sizeof(inline_tries) / sizeof(inline_tries[0]); i++) {
+        struct ibv_qp_init_attr init = {
+            .qp_context = ep,
+            .send_cq = vt->cq,
+            .recv_cq = vt->cq,
+            .cap = {.max_send_wr = vt->sq_depth,
+                    .max_recv_wr = vt->rq_depth,
+                    .max_send_sge = 1,
+                    .max_recv_sge = 1,
+                    .max_inline_data = inline_tries[i]},
+            .qp_type = IBV_QPT_RC,
+            .sq_sig_all = 0,
+        };
+        ep->qp = ibv_create_qp(vt->pd, &init);
+        if (ep->qp) {
+            if (vt->max_inline == UINT32_MAX || init.cap.max_inline_data < vt->max_inline)
+                vt->max_inline = init.cap.max_inline_data;
+            return GS_OK;
+        }
+        err = errno;
+    }
+    return gs_fail(
+        GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+        "rank %d: ibv_create_qp for peer rank %d on %s failed: %s (asked %u send / %u receive WRs)",
+        vt->base.rank, ep->base.peer, vt->dev.name, strerror(err), vt->sq_depth, vt->rq_depth);
+}
+
+static gs_status modify(gs_verbs_ep *ep, struct ibv_qp_attr *attr, int mask, const char *state)
+{
+    int rc = ibv_modify_qp(ep->qp, attr, mask);
+    if (rc != 0)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+                       "rank %d: peer rank %d: ibv_modify_qp to %s failed: %s", ep->base.tp->rank,
+                       ep->base.peer, state, strerror(rc));
+    return GS_OK;
+}
+
+static gs_status to_init(gs_verbs_tp *vt, gs_verbs_ep *ep)
+{
+    struct ibv_qp_attr attr = {
+        .qp_state = IBV_QPS_INIT,
+        .pkey_index = 0,
+        .port_num = vt->dev.port,
+        .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+    };
+    /* one attribute bit per line, as in rc_pingpong */
+    /* clang-format off */
+    int mask = IBV_QP_STATE
+             | IBV_QP_PKEY_INDEX
+             | IBV_QP_PORT
+             | IBV_QP_ACCESS_FLAGS;
+    /* clang-format on */
+    return modify(ep, &attr, mask, "INIT");
+}
+
+gs_status gs_verbs_ep_create(gs_verbs_tp *vt, int peer, gs_verbs_ep **ep_p)
+{
+    gs_status status = GS_ERR_NOMEM;
+    gs_verbs_ep *ep = gs_calloc(1, sizeof(*ep));
+    uint32_t *bufs = NULL;
+
+    if (!ep)
+        return GS_ERR_NOMEM;
+    ep->base.tp = &vt->base;
+    ep->base.peer = peer;
+    ep->psn = random_psn();
+    ep->lctrl = &vt->ctrl[peer];
+    ep->rbuf_first = (uint32_t)(peer < vt->base.rank ? peer : peer - 1) * vt->rq_depth;
+    ep->slots = gs_calloc(vt->sq_depth, sizeof(*ep->slots));
+    ep->repost = gs_calloc(vt->rq_depth, sizeof(*ep->repost));
+    ep->held = gs_calloc(vt->rq_depth, sizeof(*ep->held));
+    ep->urecv = gs_calloc(GS_VERBS_URECV_MAX, sizeof(*ep->urecv));
+    bufs = gs_calloc(vt->rq_depth, sizeof(*bufs));
+    if (!ep->slots || !ep->repost || !ep->held || !ep->urecv || !bufs)
+        goto fail;
+    status = create_qp(vt, ep);
+    if (status == GS_OK)
+        status = to_init(vt, ep);
+    for (uint32_t i = 0; i < vt->rq_depth; i++)
+        bufs[i] = ep->rbuf_first + i;
+    if (status == GS_OK)
+        status = gs_verbs_post_recv_bufs(ep, bufs, vt->rq_depth);
+    if (status != GS_OK)
+        goto fail;
+    free(bufs);
+    *ep_p = ep;
+    return GS_OK;
+fail:
+    free(bufs);
+    gs_verbs_ep_destroy(ep);
+    return status;
+}
+
+void gs_verbs_ep_destroy(gs_verbs_ep *ep)
+{
+    if (!ep)
+        return;
+    if (ep->qp) {
+        int rc = ibv_destroy_qp(ep->qp);
+        if (rc != 0)
+            gs_log_warn(VERBS, "rank %d: ibv_destroy_qp for peer rank %d failed: %s", ep->base.tp->rank,
+                        ep->base.peer, strerror(rc));
+    }
+    free(ep->slots);
+    free(ep->repost);
+    free(ep->held);
+    free(ep->urecv);
+    free(ep);
+}
+
+void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verbs_conn_blob *blob)
+{
+    *blob = (gs_verbs_conn_blob){
+        .version = GS_VERBS_PROTO_VERSION,
+        .link_layer = vt->dev.link_layer,
+        .mtu = (uint8_t)vt->dev.port_attr.active_mtu,
+        .gid_type = (uint8_t)vt->dev.gid_type,
+        .magic = GS_VERBS_CONN_MAGIC,
+        .src_rank = (uint32_t)vt->base.rank,
+        .dst_rank = (uint32_t)ep->base.peer,
+        .qpn = ep->qp->qp_num,
+        .psn = ep->psn,
+        .lid = vt->dev.lid,
+        .gid_index = (uint8_t)(vt->dev.gid_index < 0 ? 0 : vt->dev.gid_index),
+        .rd_atomic = vt->rd_atomic,
+        .rq_depth = vt->rq_depth,
+        .ctrl_addr = (uint64_t)(uintptr_t)ep->lctrl,
+        .ctrl_rkey = vt->ctrl_mr->rkey,
+    };
+    memcpy(blob->gid, vt->dev.gid.raw, sizeof(blob->gid));
+}
+
+gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob)
+{
+    int rank = vt->base.rank;
+    if (blob->version != GS_VERBS_PROTO_VERSION || blob->magic != GS_VERBS_CONN_MAGIC)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+            "rank %d: peer rank %d sent a verbs connection blob of version %u (magic %#x), this rank "
+            "speaks version %u: run the same gradsync build on every rank",
+            rank, peer, blob->version, blob->magic, GS_VERBS_PROTO_VERSION);
+    if (blob->src_rank != (uint32_t)peer || blob->dst_rank != (uint32_t)rank)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+                       "rank %d: connection blob for peer rank %d names %u -> %u instead", rank, peer,
+                       blob->src_rank, blob->dst_rank);
+    if ((blob->link_layer == IBV_LINK_LAYER_ETHERNET) != (vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET))
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "rank %d: peer rank %d's port is %s but this rank's is %s: both need the same fabric",
+                       rank, peer, blob->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
+                       vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
+    if (gs_verbs_mtu_bytes((enum ibv_mtu)blob->mtu) == 0 || blob->rq_depth == 0 || blob->psn > 0xffffff)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+            "rank %d: peer rank %d's connection blob is malformed (MTU code %u, %u receives, PSN %#x)", rank,
+            peer, blob->mtu, blob->rq_depth, blob->psn);
+    if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
+        gs_log_warn(VERBS,
+                    "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
+                    "GS_IB_GID_INDEX type on every host",
+                    rank, peer, gs_verbs_gid_type_name(blob->gid_type),
+                    gs_verbs_gid_type_name(vt->dev.gid_type));
+    return GS_OK;
+}
+
+static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote, enum ibv_mtu mtu)
+{
+    bool grh = vt->dev.gid_index >= 0;
+    struct ibv_qp_attr attr = {
+        .qp_state = IBV_QPS_RTR,
+        .path_mtu = mtu,
+        .dest_qp_num = remote->qpn,
+        .rq_psn = remote->psn,
+        .max_dest_rd_atomic = vt->rd_atomic,
+        .min_rnr_timer = (uint8_t)vt->base.cfg->ib_rnr_timer,
+        .ah_attr =
+            {
+                .dlid = remote->lid,
+                .sl = 0,
+                .src_path_bits = 0,
+                .is_global = grh,
+                .port_num = vt->dev.port,
+            },
+    };
+    /* one attribute bit per line, as in rc_pingpong */
+    /* clang-format off */
+    int mask = IBV_QP_STATE
+             | IBV_QP_AV
+             | IBV_QP_PATH_MTU
+             | IBV_QP_DEST_QPN
+             | IBV_QP_RQ_PSN
+             | IBV_QP_MAX_DEST_RD_ATOMIC
+             | IBV_QP_MIN_RNR_TIMER;
+    /* clang-format on */
+    if (grh) {
+        memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, sizeof(remote->gid));
+        attr.ah_attr.grh.sgid_index = (uint8_t)vt->dev.gid_index;
+        attr.ah_attr.grh.hop_limit = 64;
+        attr.ah_attr.grh.traffic_class = 0;
+        attr.ah_attr.grh.flow_label = 0;
+    }
+    return modify(ep, &attr, mask, "RTR");
+}
+
+static gs_status to_rts(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote)
+{
+    const gs_config *cfg = vt->base.cfg;
+    struct ibv_qp_attr attr = {
+        .qp_state = IBV_QPS_RTS,
+        .sq_psn = ep->psn,
+        .timeout = (uint8_t)cfg->ib_timeout,
+        .retry_cnt = (uint8_t)cfg->ib_retry_cnt,
+        .rnr_retry = (uint8_t)cfg->ib_rnr_retry,
+        .max_rd_atomic = remote->rd_atomic < vt->init_rd_atomic ? remote->rd_atomic : vt->init_rd_atomic,
+    };
+    /* one attribute bit per line, as in rc_pingpong */
+    /* clang-format off */
+    int mask = IBV_QP_STATE
+             | IBV_QP_SQ_PSN
+             | IBV_QP_TIMEOUT
+             | IBV_QP_RETRY_CNT
+             | IBV_QP_RNR_RETRY
+             | IBV_QP_MAX_QP_RD_ATOMIC;
+    /* clang-format on */
+    return modify(ep, &attr, mask, "RTS");
+}
+
+gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote)
+{
+    enum ibv_mtu mtu = gs_verbs_mtu_min(vt->dev.port_attr.active_mtu, (enum ibv_mtu)remote->mtu);
+    gs_status status = to_rtr(vt, ep, remote, mtu);
+    if (status == GS_OK)
+        status = to_rts(vt, ep, remote);
+    if (status != GS_OK)
+        return status;
+    ep->peer_rq_depth = remote->rq_depth;
+    ep->rctrl_addr = remote->ctrl_addr;
+    ep->rctrl_rkey = remote->ctrl_rkey;
+    ep->state = GS_VERBS_EP_READY;
+    ep->last_alive_ns = gs_now_ns();
+    gs_log_debug(VERBS, "rank %d: peer rank %d connected: QP %u -> %u, path MTU %d, PSN %#x -> %#x",
+                 vt->base.rank, ep->base.peer, ep->qp->qp_num, remote->qpn, gs_verbs_mtu_bytes(mtu), ep->psn,
+                 remote->psn);
+    return GS_OK;
+}
+
+gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
+{
+    int rank = ep->base.tp->rank, peer = ep->base.peer;
+    gs_status err = ep->err;
+
+    switch (ep->state) {
+    case GS_VERBS_EP_READY: return GS_OK;
+    case GS_VERBS_EP_CLOSED:
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PEER_LOST,
+                       "rank %d: %s to rank %d: that rank closed its transport", rank, op, peer);
+    case GS_VERBS_EP_FAILED:
+        /* A lost peer stays lost; any other error is reported once, then the endpoint flushes. */
+        if (err != GS_ERR_PEER_LOST && ep->err_reported)
+            err = GS_ERR_FLUSHED;
+        ep->err_reported = true;
+        return gs_fail(GS_SUBSYS_VERBS, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank,
+                       op, peer, gs_status_name(ep->err));
+    default:
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to rank %d: endpoint not connected",
+                       rank, op, peer);
+    }
+}

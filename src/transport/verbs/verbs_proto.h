@@ -1,0 +1,69 @@
+/*
+ * The verbs transport's formats: what ranks exchange through the bootstrap
+ * store to connect a queue pair, and the control slot each rank keeps per
+ * peer in a small registered region that the peer reaches with RDMA.
+ * Fixed-width fields, version byte first, offsets never pointers.
+ */
+#ifndef GS_TRANSPORT_VERBS_PROTO_H
+#define GS_TRANSPORT_VERBS_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GS_VERBS_PROTO_VERSION 1
+#define GS_VERBS_CONN_MAGIC    0x53565347u /* "GSVS" */
+
+/*
+ * The connection blob rank src publishes for rank dst (store key
+ * "gs.verbs.<open>.<src>.<dst>"): everything dst needs to move its queue
+ * pair to RTR and RTS against the queue pair src dedicated to it.
+ */
+typedef struct gs_verbs_conn_blob {
+    uint8_t version;    /* GS_VERBS_PROTO_VERSION */
+    uint8_t link_layer; /* IBV_LINK_LAYER_INFINIBAND or _ETHERNET */
+    uint8_t mtu;        /* enum ibv_mtu: src's active port MTU */
+    uint8_t gid_type;   /* enum ibv_gid_type of the GID below */
+    uint32_t magic;     /* GS_VERBS_CONN_MAGIC */
+    uint32_t src_rank;
+    uint32_t dst_rank;
+    uint32_t qpn;       /* src's queue pair for dst */
+    uint32_t psn;       /* its initial packet sequence number (24 bits) */
+    uint16_t lid;       /* InfiniBand: the port's LID */
+    uint8_t gid_index;  /* src's own GID index (informational) */
+    uint8_t rd_atomic;  /* READ/atomic requests src accepts in flight from dst */
+    uint32_t rq_depth;  /* receives src keeps posted for dst's WRITE_IMM/SEND */
+    uint8_t gid[16];    /* RoCE: the address; InfiniBand: the port GID */
+    uint64_t ctrl_addr; /* src's control slot for dst (struct gs_verbs_ctrl) */
+    uint32_t ctrl_rkey;
+    uint32_t reserved; /* zero */
+} gs_verbs_conn_blob;
+
+_Static_assert(offsetof(gs_verbs_conn_blob, version) == 0, "version byte first");
+_Static_assert(offsetof(gs_verbs_conn_blob, qpn) == 16, "blob layout");
+_Static_assert(offsetof(gs_verbs_conn_blob, gid) == 32, "blob layout");
+_Static_assert(offsetof(gs_verbs_conn_blob, ctrl_addr) == 48, "blob layout");
+_Static_assert(sizeof(gs_verbs_conn_blob) == 64, "blob size");
+
+/* Written into a peer's `closed` word when a rank closes its transport. */
+#define GS_VERBS_CLOSED_MAGIC 0x6465736f6c63ull /* "closed" */
+
+/*
+ * One control slot per peer, 64 bytes, in a region registered for local
+ * write, remote write and remote read. The first words are written or read
+ * by the peer's HCA; the rest are local sources and landing places of this
+ * rank's own control operations towards that peer.
+ */
+typedef struct gs_verbs_ctrl {
+    uint64_t credits;     /* peer writes: receives it re-posted for this rank (total) */
+    uint64_t closed;      /* peer writes GS_VERBS_CLOSED_MAGIC when it closes */
+    uint64_t hb_target;   /* peer reads: its heartbeat target */
+    uint64_t credits_out; /* local: source of this rank's credit WRITE to the peer */
+    uint64_t closed_out;  /* local: source of this rank's close notice */
+    uint64_t hb_result;   /* local: landing of this rank's heartbeat READ */
+    uint64_t reserved[2];
+} gs_verbs_ctrl;
+
+_Static_assert(sizeof(gs_verbs_ctrl) == 64, "one cache line per peer");
+_Static_assert(offsetof(gs_verbs_ctrl, credits) % 8 == 0, "credit word 8-byte aligned");
+
+#endif

@@ -1,0 +1,364 @@
+/*
+ * The verbs transport: open (device, protection domain, completion queue
+ * with its channel, control region, receive pool, one RC queue pair per
+ * peer connected through the bootstrap store) and close, and the ops table.
+ */
+#include "transport/verbs/verbs.h"
+
+#include "bootstrap/boot.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static unsigned open_serial; /* store keys of the n-th open; every rank opens in the same order */
+
+static gs_status fork_setup(const gs_config *cfg, int rank)
+{
+    int rc;
+    if (!cfg->ib_fork_safe)
+        return GS_OK;
+    rc = ibv_fork_init();
+    if (rc != 0)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+            "rank %d: ibv_fork_init failed: %s (GS_IB_FORK_SAFE=1 must take effect before any other "
+            "verbs call of the process)",
+            rank, strerror(rc));
+    gs_log_info(VERBS, "rank %d: fork safety: %s", rank,
+                ibv_is_fork_initialized() == IBV_FORK_UNNEEDED
+                    ? "the kernel copies pinned pages on fork, nothing to do"
+                    : "registered memory is excluded from children (MADV_DONTFORK)");
+    return GS_OK;
+}
+
+static void check_memlock(gs_verbs_tp *vt)
+{
+    char text[128];
+    if (getrlimit(RLIMIT_MEMLOCK, &vt->memlock) != 0) {
+        vt->memlock.rlim_cur = vt->memlock.rlim_max = RLIM_INFINITY;
+        return;
+    }
+    gs_verbs_memlock_describe(&vt->memlock, text, sizeof(text));
+    if (vt->memlock.rlim_cur != RLIM_INFINITY && vt->memlock.rlim_cur < (64u << 20) && geteuid() != 0)
+        gs_log_warn(VERBS,
+                    "rank %d: %s: registering gradient buffers may fail; raise it (ulimit -l unlimited)",
+                    vt->base.rank, text);
+    else
+        gs_log_debug(VERBS, "rank %d: %s", vt->base.rank, text);
+}
+
+static uint32_t pow2_floor(uint32_t v)
+{
+    uint32_t p = 1;
+    while (p * 2 <= v)
+        p *= 2;
+    return p;
+}
+
+/* Queue depths within the device limits, shrunk until one CQ holds every completion. */
+static void size_queues(gs_verbs_tp *vt)
+{
+    const struct ibv_device_attr *a = &vt->dev.attr;
+    uint32_t max_wr = a->max_qp_wr > 0 ? (uint32_t)a->max_qp_wr : 16;
+    uint32_t peers = vt->base.size > 1 ? (uint32_t)vt->base.size - 1 : 1;
+    uint64_t max_msg = vt->dev.port_attr.max_msg_sz;
+
+    vt->sq_depth = pow2_floor(max_wr < GS_VERBS_SQ_DEPTH ? max_wr : GS_VERBS_SQ_DEPTH);
+    vt->rq_depth = max_wr < GS_VERBS_RQ_DEPTH ? max_wr : GS_VERBS_RQ_DEPTH;
+    while ((uint64_t)peers * (vt->sq_depth + vt->rq_depth) + 16 > (uint64_t)a->max_cqe && vt->sq_depth > 8) {
+        vt->sq_depth /= 2;
+        vt->rq_depth = vt->rq_depth > 8 ? vt->rq_depth / 2 : vt->rq_depth;
+    }
+    vt->credit_batch = vt->rq_depth / 4 ? vt->rq_depth / 4 : 1;
+    vt->max_msg = max_msg == 0 || max_msg > (1u << 30) ? 1u << 30 : (uint32_t)max_msg;
+    vt->rd_atomic =
+        (uint8_t)(a->max_qp_rd_atom < GS_VERBS_RD_ATOMIC_MAX ? a->max_qp_rd_atom : GS_VERBS_RD_ATOMIC_MAX);
+    vt->init_rd_atomic = (uint8_t)(a->max_qp_init_rd_atom < GS_VERBS_RD_ATOMIC_MAX ? a->max_qp_init_rd_atom
+                                                                                   : GS_VERBS_RD_ATOMIC_MAX);
+    vt->max_inline = UINT32_MAX; /* lowered to what the first queue pair gets */
+}
+
+/* Heartbeats often enough that a dead peer surfaces well within GS_TIMEOUT_MS. */
+static void plan_heartbeat(gs_verbs_tp *vt)
+{
+    const gs_config *cfg = vt->base.cfg;
+    int64_t interval_ms = cfg->timeout_ms / 4;
+    double ack_s = 4.096e-6 * (double)(1ull << cfg->ib_timeout);
+    double retry_s = ack_s * (double)(cfg->ib_retry_cnt + 1);
+
+    if (interval_ms < 50)
+        interval_ms = 50;
+    if (interval_ms > 1000)
+        interval_ms = 1000;
+    vt->hb_interval_ns = (uint64_t)interval_ms * 1000000ull;
+    vt->next_hb_ns = gs_now_ns() + vt->hb_interval_ns;
+    if (cfg->timeout_ms > 0 && (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3 > (double)cfg->timeout_ms)
+        gs_log_warn(
+            VERBS,
+            "rank %d: a dead peer is detected after about %.0f ms (GS_IB_TIMEOUT=%lld, "
+            "GS_IB_RETRY_CNT=%lld), longer than GS_TIMEOUT_MS=%lld: waits may end in GS_ERR_TIMEOUT first",
+            vt->base.rank, (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3, (long long)cfg->ib_timeout,
+            (long long)cfg->ib_retry_cnt, (long long)cfg->timeout_ms);
+}
+
+static gs_status set_nonblocking(int fd, int rank, const char *what)
+{
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: making the %s fd non-blocking failed: %s",
+                       rank, what, strerror(errno));
+    return GS_OK;
+}
+
+static gs_status create_cq(gs_verbs_tp *vt)
+{
+    int rank = vt->base.rank;
+    uint32_t peers = vt->base.size > 1 ? (uint32_t)vt->base.size - 1 : 1;
+    int cqe = (int)(peers * (vt->sq_depth + vt->rq_depth) + 16);
+    gs_status status;
+
+    vt->chan = ibv_create_comp_channel(vt->dev.ctx);
+    if (!vt->chan)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_create_comp_channel failed: %s", rank,
+                       strerror(errno));
+    status = set_nonblocking(vt->chan->fd, rank, "completion channel");
+    if (status == GS_OK)
+        status = set_nonblocking(vt->dev.ctx->async_fd, rank, "async event");
+    if (status != GS_OK)
+        return status;
+    vt->cq = ibv_create_cq(vt->dev.ctx, cqe, vt, vt->chan, 0);
+    if (!vt->cq)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_create_cq of %d entries failed: %s",
+                       rank, cqe, strerror(errno));
+    return GS_OK;
+}
+
+/* The control slots and the receive pool, each one registered region. */
+static gs_status create_regions(gs_verbs_tp *vt)
+{
+    size_t peers = vt->base.size > 1 ? (size_t)vt->base.size - 1 : 1;
+    gs_status status;
+
+    vt->ctrl_len = (size_t)vt->base.size * sizeof(gs_verbs_ctrl);
+    status = gs_pages_alloc(vt->ctrl_len, (void **)&vt->ctrl);
+    if (status != GS_OK)
+        return status;
+    status = gs_verbs_reg_raw(vt, vt->ctrl, vt->ctrl_len,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+                              "control slots", &vt->ctrl_mr);
+    if (status != GS_OK)
+        return status;
+    vt->rbuf_len = peers * vt->rq_depth * GS_SEND_MAX;
+    status = gs_pages_alloc(vt->rbuf_len, (void **)&vt->rbuf);
+    if (status != GS_OK)
+        return status;
+    return gs_verbs_reg_raw(vt, vt->rbuf, vt->rbuf_len, IBV_ACCESS_LOCAL_WRITE, "receive buffers",
+                            &vt->rbuf_mr);
+}
+
+static gs_status create_resources(gs_verbs_tp *vt)
+{
+    int rank = vt->base.rank;
+    gs_status status;
+
+    vt->pd = ibv_alloc_pd(vt->dev.ctx);
+    if (!vt->pd)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_alloc_pd on %s failed: %s", rank,
+                       vt->dev.name, strerror(errno));
+    status = create_cq(vt);
+    if (status == GS_OK)
+        status = create_regions(vt);
+    if (status != GS_OK)
+        return status;
+    vt->dirty = gs_calloc((size_t)vt->base.size, sizeof(*vt->dirty));
+    vt->base.eps = gs_calloc((size_t)vt->base.size, sizeof(*vt->base.eps));
+    if (!vt->dirty || !vt->base.eps)
+        return GS_ERR_NOMEM;
+    for (int peer = 0; peer < vt->base.size && status == GS_OK; peer++) {
+        gs_verbs_ep *ep = NULL;
+        if (peer == rank)
+            continue;
+        status = gs_verbs_ep_create(vt, peer, &ep);
+        if (status == GS_OK)
+            vt->base.eps[peer] = &ep->base;
+    }
+    return status;
+}
+
+/* Every rank publishes one blob per peer, then reads the one each peer published for it. */
+static gs_status connect_all(gs_verbs_tp *vt)
+{
+    gs_ctx *ctx = vt->base.ctx;
+    int rank = vt->base.rank;
+    unsigned serial = open_serial++;
+    char key[96];
+    gs_status status = GS_OK;
+
+    for (int peer = 0; peer < vt->base.size && status == GS_OK; peer++) {
+        gs_verbs_conn_blob blob;
+        if (peer == rank)
+            continue;
+        gs_verbs_ep_fill_blob(vt, gs_verbs_ep_at(vt, peer), &blob);
+        snprintf(key, sizeof(key), "gs.verbs.%u.%d.%d", serial, rank, peer);
+        status = gs_store_put(ctx, key, &blob, sizeof(blob));
+    }
+    for (int peer = 0; peer < vt->base.size && status == GS_OK; peer++) {
+        gs_verbs_conn_blob blob;
+        size_t len = 0;
+        if (peer == rank)
+            continue;
+        snprintf(key, sizeof(key), "gs.verbs.%u.%d.%d", serial, peer, rank);
+        status = gs_store_get(ctx, key, &blob, sizeof(blob), &len);
+        if (status == GS_OK && len != sizeof(blob))
+            status = gs_fail(
+                GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+                "rank %d: peer rank %d's verbs connection blob has %zu bytes, expected %zu: run the same "
+                "gradsync build on every rank",
+                rank, peer, len, sizeof(blob));
+        if (status == GS_OK)
+            status = gs_verbs_ep_check_blob(vt, peer, &blob);
+        if (status == GS_OK)
+            status = gs_verbs_ep_connect(vt, gs_verbs_ep_at(vt, peer), &blob);
+    }
+    /* No rank sends before every queue pair is at least ready to receive. */
+    snprintf(key, sizeof(key), "gs.verbs.%u.up", serial);
+    if (status == GS_OK)
+        status = gs_store_barrier(ctx, key);
+    return status;
+}
+
+/* Tells every connected peer we are leaving, so its heartbeat failing on us is not an error. */
+static void notify_close(gs_verbs_tp *vt)
+{
+    int64_t ms = vt->base.cfg->timeout_ms < 3000 ? vt->base.cfg->timeout_ms : 3000;
+    uint64_t deadline = gs_deadline_after_ms(ms);
+    bool pending = false;
+
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (ep && ep->state == GS_VERBS_EP_READY && !gs_verbs_peer_closed(ep))
+            pending |= gs_verbs_post_ctrl(ep, GS_VERBS_SLOT_CLOSE) == GS_OK;
+    }
+    while (pending && !gs_deadline_passed(deadline)) {
+        pending = false;
+        if (gs_verbs_progress(vt) != GS_OK)
+            break;
+        /* A peer that is closing as well does not need to hear from us. */
+        for (int peer = 0; peer < vt->base.size; peer++) {
+            gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+            if (ep && ep->state == GS_VERBS_EP_READY && ep->sq_posted > ep->sq_done &&
+                !gs_verbs_peer_closed(ep))
+                pending = true;
+        }
+    }
+}
+
+static gs_status verbs_close(gs_tp *tp)
+{
+    gs_verbs_tp *vt = gs_verbs_tp_of(tp);
+    int rc;
+
+    if (!vt)
+        return GS_OK;
+    if (vt->cq && vt->base.eps)
+        notify_close(vt);
+    for (int peer = 0; vt->base.eps && peer < vt->base.size; peer++)
+        gs_verbs_ep_destroy(gs_verbs_ep_at(vt, peer));
+    gs_verbs_mr_release_all(vt);
+    if (vt->ctrl_mr && (rc = ibv_dereg_mr(vt->ctrl_mr)) != 0)
+        gs_log_warn(VERBS, "rank %d: deregistering the control slots failed: %s", vt->base.rank,
+                    strerror(rc));
+    if (vt->rbuf_mr && (rc = ibv_dereg_mr(vt->rbuf_mr)) != 0)
+        gs_log_warn(VERBS, "rank %d: deregistering the receive buffers failed: %s", vt->base.rank,
+                    strerror(rc));
+    gs_pages_free(vt->ctrl, vt->ctrl_len);
+    gs_pages_free(vt->rbuf, vt->rbuf_len);
+    if (vt->cq) {
+        if (vt->cq_events_unacked)
+            ibv_ack_cq_events(vt->cq, vt->cq_events_unacked);
+        if ((rc = ibv_destroy_cq(vt->cq)) != 0)
+            gs_log_warn(VERBS, "rank %d: ibv_destroy_cq failed: %s", vt->base.rank, strerror(rc));
+    }
+    if (vt->chan && (rc = ibv_destroy_comp_channel(vt->chan)) != 0)
+        gs_log_warn(VERBS, "rank %d: ibv_destroy_comp_channel failed: %s", vt->base.rank, strerror(rc));
+    if (vt->pd && (rc = ibv_dealloc_pd(vt->pd)) != 0)
+        gs_log_warn(VERBS, "rank %d: ibv_dealloc_pd failed: %s", vt->base.rank, strerror(rc));
+    gs_verbs_dev_close(&vt->dev);
+    free(vt->outq);
+    free(vt->dirty);
+    free(vt->base.eps);
+    free(vt);
+    return GS_OK;
+}
+
+static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+{
+    gs_verbs_tp *vt = NULL;
+    gs_status status = gs_verbs_config_check(cfg);
+
+    if (status == GS_OK)
+        status = fork_setup(cfg, ctx->rank);
+    if (status != GS_OK)
+        return status;
+    vt = gs_calloc(1, sizeof(*vt));
+    if (!vt)
+        return GS_ERR_NOMEM;
+    vt->base = (gs_tp){.ops = &gs_verbs_ops, .ctx = ctx, .cfg = cfg, .rank = ctx->rank, .size = ctx->size};
+    status = gs_verbs_dev_open(cfg, ctx->rank, &vt->dev);
+    if (status != GS_OK) {
+        free(vt);
+        return status;
+    }
+    check_memlock(vt);
+    size_queues(vt);
+    plan_heartbeat(vt);
+    status = create_resources(vt);
+    if (status == GS_OK)
+        status = connect_all(vt);
+    if (status != GS_OK) {
+        verbs_close(&vt->base);
+        return status;
+    }
+    gs_log_info(VERBS, "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes",
+                ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline);
+    *tp_p = &vt->base;
+    return GS_OK;
+}
+
+static unsigned verbs_caps(const gs_tp *tp)
+{
+    const gs_verbs_tp *vt = (const gs_verbs_tp *)tp;
+    unsigned caps = GS_TP_CAP_USER_MEM;
+    if (vt->dev.attr.atomic_cap != IBV_ATOMIC_NONE)
+        caps |= GS_TP_CAP_ATOMIC;
+    return caps;
+}
+
+const gs_tp_ops gs_verbs_ops = {
+    .name = "verbs",
+    .id = GS_TRANSPORT_VERBS,
+    .available = gs_verbs_available,
+    .caps = verbs_caps,
+    .open = verbs_open,
+    .close = verbs_close,
+    .buf_alloc = gs_verbs_buf_alloc,
+    .mr_reg = gs_verbs_mr_reg,
+    .mr_dereg = gs_verbs_mr_dereg,
+    .mr_pack = gs_verbs_mr_pack,
+    .write = gs_verbs_write,
+    .write_imm = gs_verbs_write_imm,
+    .read = gs_verbs_read,
+    .fetch_add = gs_verbs_fetch_add,
+    .cmp_swap = gs_verbs_cmp_swap,
+    .send = gs_verbs_send,
+    .recv = gs_verbs_recv,
+    .poll = gs_verbs_poll,
+    .wait = gs_verbs_wait,
+};

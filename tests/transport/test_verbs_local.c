@@ -1,0 +1,250 @@
+/*
+ * The verbs transport's single-process pieces: GID choice, work-completion
+ * status mapping, access flags, configuration checks, device selection.
+ * The device tests need a verbs device: they skip on a host without one and
+ * run for real in the Soft-RoCE guest (tests/rxe-vm/ci.sh).
+ */
+#include "gs_test.h"
+
+#ifdef GS_HAVE_VERBS
+#include "transport/verbs/verbs.h"
+#include "util/config.h"
+
+#include <arpa/inet.h>
+
+typedef struct fake_env {
+    const char *const *pairs; /* name, value, ..., NULL */
+} fake_env;
+
+static const char *fake_getenv(const char *name, void *arg)
+{
+    const fake_env *env = arg;
+    for (const char *const *p = env->pairs; *p; p += 2)
+        if (strcmp(*p, name) == 0)
+            return p[1];
+    return getenv(name); /* GS_IB_DEV etc. of the guest still apply */
+}
+
+static void config_with(gs_config *cfg, const char *const *pairs)
+{
+    fake_env env = {pairs};
+    GS_ASSERT_OK(gs_config_parse(cfg, fake_getenv, &env));
+}
+
+static struct ibv_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t type)
+{
+    struct ibv_gid_entry e = {.gid_index = index, .port_num = 1, .gid_type = type};
+    if (addr)
+        GS_ASSERT_EQ(inet_pton(AF_INET6, addr, e.gid.raw), 1);
+    return e;
+}
+
+GS_TEST(gid_choice_prefers_routable_roce_v2)
+{
+    struct ibv_gid_entry e[] = {
+        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V1),
+        gid_entry(1, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1),
+        gid_entry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(4, NULL, IBV_GID_TYPE_ROCE_V2),
+    };
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5), 3);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3), 2);      /* routable v1 beats link-local v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);      /* only link-local: v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(&e[4], 1), -1); /* empty entries are skipped */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 0), -1);
+}
+
+GS_TEST(gid_choice_takes_the_lowest_index_among_equals)
+{
+    struct ibv_gid_entry e[] = {
+        gid_entry(7, "2001:db8::5", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(5, "::ffff:192.168.1.2", IBV_GID_TYPE_ROCE_V2),
+    };
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);
+}
+
+GS_TEST(gid_link_local_detection)
+{
+    struct ibv_gid_entry a = gid_entry(0, "fe80::5054:ff:fe12:3456", IBV_GID_TYPE_ROCE_V2);
+    struct ibv_gid_entry b = gid_entry(0, "::ffff:169.254.3.4", IBV_GID_TYPE_ROCE_V2);
+    struct ibv_gid_entry c = gid_entry(0, "::ffff:10.77.0.1", IBV_GID_TYPE_ROCE_V2);
+    struct ibv_gid_entry d = gid_entry(0, "2001:db8::1", IBV_GID_TYPE_ROCE_V2);
+    char text[64];
+    GS_ASSERT(gs_verbs_gid_is_link_local(&a.gid));
+    GS_ASSERT(gs_verbs_gid_is_link_local(&b.gid));
+    GS_ASSERT(!gs_verbs_gid_is_link_local(&c.gid));
+    GS_ASSERT(!gs_verbs_gid_is_link_local(&d.gid));
+    gs_verbs_gid_format(&c.gid, text, sizeof(text));
+    GS_ASSERT_STR_EQ(text, "::ffff:10.77.0.1");
+}
+
+GS_TEST(every_work_completion_status_maps_with_a_hint)
+{
+    const char *hint = NULL;
+    for (int s = IBV_WC_SUCCESS; s <= IBV_WC_TM_RNDV_INCOMPLETE; s++) {
+        gs_status st = gs_verbs_wc_status_map((enum ibv_wc_status)s, &hint);
+        GS_ASSERT(hint != NULL);
+        if (s == IBV_WC_SUCCESS) {
+            GS_ASSERT_EQ(st, GS_OK);
+            continue;
+        }
+        GS_ASSERT_LT(st, 0);
+        GS_ASSERT_GT(strlen(hint), 10);
+        if (strstr(hint, "unknown"))
+            gs_test_fail_here(__FILE__, __LINE__, "status %d (%s) has no entry", s, ibv_wc_status_str(s));
+    }
+    GS_ASSERT_EQ(gs_verbs_wc_status_map(IBV_WC_REM_ACCESS_ERR, &hint), GS_ERR_REMOTE_ACCESS);
+    GS_ASSERT_CONTAINS(hint, "bad key");
+    GS_ASSERT_EQ(gs_verbs_wc_status_map(IBV_WC_RETRY_EXC_ERR, &hint), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(hint, "GID");
+    GS_ASSERT_CONTAINS(hint, "MTU");
+    GS_ASSERT_EQ(gs_verbs_wc_status_map(IBV_WC_WR_FLUSH_ERR, &hint), GS_ERR_FLUSHED);
+}
+
+GS_TEST(access_flags_follow_the_verbs_rules)
+{
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_READ), IBV_ACCESS_REMOTE_READ);
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_LOCAL_WRITE), IBV_ACCESS_LOCAL_WRITE);
+    /* remote write and atomics need local write too, or ibv_reg_mr refuses */
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_WRITE),
+                 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_REMOTE_ATOMIC),
+                 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE);
+    GS_ASSERT_EQ(gs_verbs_access_flags(GS_ACCESS_ALL), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+}
+
+GS_TEST(mtu_helpers)
+{
+    GS_ASSERT_EQ(gs_verbs_mtu_bytes(IBV_MTU_256), 256);
+    GS_ASSERT_EQ(gs_verbs_mtu_bytes(IBV_MTU_4096), 4096);
+    GS_ASSERT_EQ(gs_verbs_mtu_bytes((enum ibv_mtu)0), 0);
+    GS_ASSERT_EQ(gs_verbs_mtu_min(IBV_MTU_4096, IBV_MTU_1024), IBV_MTU_1024);
+    GS_ASSERT_EQ(gs_verbs_mtu_min(IBV_MTU_512, IBV_MTU_2048), IBV_MTU_512);
+}
+
+static void expect_range_error(const char *var, const char *value)
+{
+    const char *const env[] = {var, value, NULL};
+    gs_config cfg;
+    config_with(&cfg, env);
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), var);
+}
+
+GS_TEST(config_ranges_are_checked_naming_the_variable)
+{
+    static const char *const none[] = {NULL};
+    gs_config cfg;
+    config_with(&cfg, none);
+    GS_ASSERT_OK(gs_verbs_config_check(&cfg));
+    expect_range_error("GS_IB_PORT", "0");
+    expect_range_error("GS_IB_TIMEOUT", "32");
+    expect_range_error("GS_IB_RETRY_CNT", "8");
+    expect_range_error("GS_IB_RNR_RETRY", "-1");
+    expect_range_error("GS_IB_GID_INDEX", "256");
+}
+
+GS_TEST(memlock_description_names_ulimit)
+{
+    struct rlimit lim = {.rlim_cur = 64 * 1024, .rlim_max = RLIM_INFINITY};
+    char text[128];
+    gs_verbs_memlock_describe(&lim, text, sizeof(text));
+    GS_ASSERT_CONTAINS(text, "ulimit -l");
+    GS_ASSERT_CONTAINS(text, "64 KiB");
+    GS_ASSERT_CONTAINS(text, "hard unlimited");
+}
+
+GS_TEST(connection_blob_layout)
+{
+    GS_ASSERT_EQ(sizeof(gs_verbs_conn_blob), 64);
+    GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, version), 0);
+    GS_ASSERT_EQ(sizeof(gs_verbs_ctrl), 64);
+}
+
+/* Whether this machine has a verbs device at all (the rxe guest does). */
+static int device_count(void)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (list)
+        ibv_free_device_list(list);
+    return list ? n : 0;
+}
+
+GS_TEST(device_open_finds_an_active_port_or_says_why_not)
+{
+    static const char *const none[] = {NULL};
+    gs_config cfg;
+    gs_verbs_dev dev = {0};
+    gs_status st;
+    config_with(&cfg, none);
+    st = gs_verbs_dev_open(&cfg, 0, &dev);
+    if (device_count() == 0) {
+        GS_ASSERT_STATUS(st, GS_ERR_UNSUPPORTED);
+        GS_ASSERT_CONTAINS(gs_last_error(), "rank 0");
+        return;
+    }
+    GS_ASSERT_OK(st);
+    GS_ASSERT(dev.ctx != NULL);
+    GS_ASSERT_EQ(dev.port_attr.state, IBV_PORT_ACTIVE);
+    GS_ASSERT_GT(gs_verbs_mtu_bytes(dev.port_attr.active_mtu), 0);
+    if (dev.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        GS_ASSERT_GE(dev.gid_index, 0);
+        GS_ASSERT(dev.gid_type == IBV_GID_TYPE_ROCE_V1 || dev.gid_type == IBV_GID_TYPE_ROCE_V2);
+    }
+    gs_verbs_dev_close(&dev);
+}
+
+static void need_device(void)
+{
+    if (device_count() == 0)
+        GS_SKIP("no verbs device on this machine (runs in the Soft-RoCE guest: tests/rxe-vm/ci.sh)");
+}
+
+GS_TEST(device_by_unknown_name_is_a_config_error)
+{
+    static const char *const env[] = {"GS_IB_DEV", "no_such_hca0", NULL};
+    gs_config cfg;
+    gs_verbs_dev dev = {0};
+    need_device();
+    config_with(&cfg, env);
+    GS_ASSERT_STATUS(gs_verbs_dev_open(&cfg, 3, &dev), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_DEV=no_such_hca0");
+    GS_ASSERT_CONTAINS(gs_last_error(), "devices:");
+}
+
+GS_TEST(device_with_an_inactive_port_is_refused)
+{
+    static const char *const env[] = {"GS_IB_PORT", "9", NULL};
+    gs_config cfg;
+    gs_verbs_dev dev = {0};
+    need_device();
+    config_with(&cfg, env);
+    GS_ASSERT_STATUS(gs_verbs_dev_open(&cfg, 0, &dev), GS_ERR_UNSUPPORTED);
+    GS_ASSERT_CONTAINS(gs_last_error(), "ACTIVE");
+}
+
+GS_TEST(explicit_gid_index_must_name_a_valid_entry)
+{
+    static const char *const bad[] = {"GS_IB_GID_INDEX", "250", NULL};
+    static const char *const good[] = {"GS_IB_GID_INDEX", "0", NULL};
+    gs_config cfg;
+    gs_verbs_dev dev = {0};
+    need_device();
+    config_with(&cfg, bad);
+    GS_ASSERT_STATUS(gs_verbs_dev_open(&cfg, 0, &dev), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_GID_INDEX=250");
+    config_with(&cfg, good);
+    GS_ASSERT_OK(gs_verbs_dev_open(&cfg, 0, &dev));
+    GS_ASSERT_EQ(dev.gid_index, 0);
+    gs_verbs_dev_close(&dev);
+}
+
+#else
+GS_TEST(verbs_not_built)
+{
+    GS_SKIP("built without libibverbs");
+}
+#endif
