@@ -295,8 +295,6 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies)
     return GS_OK;
 }
 
-/* Tags of the store exchanges; every rank opens transports in the same order. */
-static unsigned open_count;
 
 static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
 {
@@ -305,7 +303,7 @@ static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     gs_shm_addr addr, *addrs = NULL;
     gs_shm_ready ready, *readies = NULL;
     char tag[64];
-    unsigned n = open_count++;
+    unsigned n = ctx->tp_open; /* the same on every rank for this open (see gs_ctx) */
 
     st = gs_shm_tp_create(cfg, ctx->rank, ctx->size, &tp);
     if (st != GS_OK)
