@@ -86,7 +86,7 @@ static gs_status train_step(trainer *t, size_t lo, size_t global, double *sums)
     st = gt_mlp_backward(t->mlp, n, t->labels, 1.0f / (float)global, on_grad_ready, t->sync);
     if (st == GS_OK)
         st = gt_sync_finish(t->sync);
-    if (st == GS_OK)
+    if (st == GS_OK && t->sgd)
         gt_sgd_step(t->sgd, t->params, gt_sync_grads(t->sync));
     gt_sync_times(t->sync, &wait1, &sync1);
     sums[SUM_CORRECT] += (double)correct;
@@ -162,17 +162,22 @@ static gs_status save_weights(const trainer *t)
     return st;
 }
 
-static gs_status setup(trainer *t)
+static gt_sync_params sync_params(const gt_options *opt)
 {
-    gt_sync_params sp = {.method = t->opt.method, .overlap = t->opt.overlap, .split_wait = t->opt.split_wait,
-                         .count = gt_mlp_param_count()};
-    gs_status st = gt_sync_create(&sp, &t->sync);
-    if (st != GS_OK)
-        return st;
-    t->rank = gt_rank = gt_sync_rank(t->sync);
-    t->size = gt_sync_size(t->sync);
-    t->nparams = sp.count;
-    st = gt_data_load(t->opt.data_dir, "train", t->opt.limit, &t->train);
+    gt_sync_params sp = {.method = opt->method, .overlap = opt->overlap, .split_wait = opt->split_wait,
+                         .count = gt_mlp_param_count(), .nsegments = GT_LAYERS, .lr = opt->lr,
+                         .momentum = opt->momentum, .weight_decay = opt->weight_decay};
+    for (int l = 0; l < GT_LAYERS; l++) {
+        gt_layer layer = gt_mlp_layer(l);
+        sp.segments[l] = (gt_segment){.offset = layer.offset, .count = layer.count};
+    }
+    return sp;
+}
+
+/* A trainer's data, model and optimizer (a server rank has none of them). */
+static gs_status setup_trainer(trainer *t)
+{
+    gs_status st = gt_data_load(t->opt.data_dir, "train", t->opt.limit, &t->train);
     if (st == GS_OK)
         st = gt_data_load(t->opt.data_dir, "t10k", t->opt.test_limit, &t->test);
     if (st != GS_OK)
@@ -187,11 +192,27 @@ static gs_status setup(trainer *t)
         return gt_fail(GS_ERR_NOMEM, "no memory for a model of %zu parameters and %zu images", t->nparams,
                        t->train.count);
     st = gt_mlp_create(t->params, gt_sync_grads(t->sync), t->batch_cap, &t->mlp);
-    if (st == GS_OK)
+    if (st == GS_OK && !gt_sync_updates_weights(t->sync))
         st = gt_sgd_create(t->nparams, &(gt_sgd_params){t->opt.lr, t->opt.momentum, t->opt.weight_decay},
                            &t->sgd);
     if (st == GS_OK)
         gt_mlp_init(t->mlp, t->opt.seed);
+    return st;
+}
+
+static gs_status setup(trainer *t)
+{
+    gt_sync_params sp = sync_params(&t->opt);
+    gs_status st = gt_sync_create(&sp, &t->sync);
+    if (st != GS_OK)
+        return st;
+    t->rank = gt_sync_rank(t->sync);
+    t->size = gt_sync_size(t->sync);
+    t->nparams = sp.count;
+    if (!gt_sync_is_server(t->sync))
+        st = setup_trainer(t);
+    if (st == GS_OK)
+        st = gt_sync_start(t->sync, t->params);
     return st;
 }
 
@@ -211,18 +232,38 @@ static void teardown(trainer *t)
 
 static void describe(trainer *t)
 {
-    t->info = (gt_run_info){.ranks = t->size, .transport = gt_sync_transport(t->sync),
-                            .sync = t->opt.method == GT_SYNC_PS ? "ps"
-                                    : t->size == 1      ? "none"
-                                    : t->opt.overlap    ? "allreduce+overlap"
-                                                        : "allreduce",
+    int ps = t->opt.method == GT_SYNC_PS;
+    t->info = (gt_run_info){.ranks = t->size, .servers = gt_sync_servers(t->sync),
+                            .transport = gt_sync_transport(t->sync),
+                            .sync = t->size == 1 && !ps ? "none"
+                                    : t->opt.overlap    ? (ps ? "ps+overlap" : "allreduce+overlap")
+                                                        : (ps ? "ps" : "allreduce"),
                             .epochs = t->opt.epochs, .batch = t->opt.batch, .lr = t->opt.lr,
                             .momentum = t->opt.momentum, .weight_decay = t->opt.weight_decay, .seed = t->opt.seed,
                             .train_images = t->train.count, .test_images = t->test.count,
                             .params = t->nparams, .threads = t->opt.threads, .split_wait = t->opt.split_wait};
 }
 
-/* Trains, evaluates after every epoch, checks the weights agree; rank 0 reports. */
+/* A parameter-server rank: serves in the background (started by
+ * gt_sync_start) and joins the trainers' collective calls with zeros, in
+ * their order: per epoch the training sums and the evaluation sums, then the
+ * weight check. */
+static gs_status serve(trainer *t, int *same_p)
+{
+    gs_status st = GS_OK;
+    for (int epoch = 1; epoch <= t->opt.epochs && st == GS_OK; epoch++) {
+        double train_sums[SUM_COUNT] = {0}, eval_sums[2] = {0};
+        st = gt_sync_sum(t->sync, train_sums, SUM_COUNT);
+        if (st == GS_OK)
+            st = gt_sync_sum(t->sync, eval_sums, 2);
+    }
+    if (st == GS_OK)
+        st = gt_sync_same(t->sync, 0, 0, same_p);
+    return st;
+}
+
+/* Trains, evaluates after every epoch, checks the weights agree; trainer 0
+ * reports. The collective calls here and in serve() must match. */
 static gs_status run(trainer *t, int *same_p)
 {
     double start = gt_now_s();
@@ -243,7 +284,7 @@ static gs_status run(trainer *t, int *same_p)
     if (st != GS_OK)
         return st;
     hash = gt_hash64(t->params, t->nparams * sizeof(float));
-    st = gt_sync_same(t->sync, hash, NULL, &same);
+    st = gt_sync_same(t->sync, hash, 1, &same);
     if (st == GS_OK && t->rank == 0 && t->opt.save)
         st = save_weights(t);
     if (st == GS_OK && t->rank == 0) {
@@ -266,7 +307,7 @@ int main(int argc, char **argv)
     openblas_set_num_threads(t.opt.threads);
     st = setup(&t);
     if (st == GS_OK)
-        st = run(&t, &same);
+        st = gt_sync_is_server(t.sync) ? serve(&t, &same) : run(&t, &same);
     if (st == GS_OK && !same)
         st = gt_fail(GS_ERR_MISMATCH, "the ranks ended with different weights");
     teardown(&t);

@@ -9,8 +9,11 @@
 
 void gt_report_setup(FILE *out, const gt_run_info *info)
 {
-    fprintf(out, "gstrain: %d rank%s over %s, sync %s; MLP 784-512-256-10 (%zu parameters)\n", info->ranks,
-            info->ranks == 1 ? "" : "s", info->transport, info->sync, info->params);
+    fprintf(out, "gstrain: %d rank%s", info->ranks, info->ranks == 1 ? "" : "s");
+    if (info->servers)
+        fprintf(out, " + %d parameter server%s", info->servers, info->servers == 1 ? "" : "s");
+    fprintf(out, " over %s, sync %s; MLP 784-512-256-10 (%zu parameters)\n", info->transport, info->sync,
+            info->params);
     fprintf(out,
             "gstrain: %zu training / %zu test images, global batch %zu, lr %g, momentum %g, weight decay %g, "
             "seed %" PRIu64 ", %d BLAS thread%s per rank\n",
@@ -92,10 +95,11 @@ void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *st
                     uint64_t hash, int same)
 {
     fprintf(out,
-            "{\"ranks\": %d, \"transport\": \"%s\", \"sync\": \"%s\", \"params\": %zu, \"train_images\": %zu, "
+            "{\"ranks\": %d, \"servers\": %d, \"transport\": \"%s\", \"sync\": \"%s\", \"params\": %zu, "
+            "\"train_images\": %zu, "
             "\"test_images\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"weight_decay\": %g, "
             "\"seed\": %" PRIu64 ", \"threads\": %d, \"split_wait\": %s, \"epochs\": [",
-            info->ranks, info->transport, info->sync, info->params, info->train_images, info->test_images,
+            info->ranks, info->servers, info->transport, info->sync, info->params, info->train_images, info->test_images,
             info->batch, (double)info->lr, (double)info->momentum, (double)info->weight_decay, info->seed,
             info->threads, info->split_wait ? "true" : "false");
     for (int i = 0; i < n; i++) {

@@ -15,9 +15,10 @@ typedef enum gt_progress_mode {
 } gt_progress_mode;
 
 typedef struct gt_run_info {
-    int ranks;
+    int ranks;   /* trainers */
+    int servers; /* parameter-server ranks */
     const char *transport;
-    const char *sync; /* "allreduce", "allreduce+overlap", "ps" */
+    const char *sync; /* "none", "allreduce", "allreduce+overlap", "ps", "ps+overlap" */
     int epochs;
     size_t batch;
     float lr, momentum, weight_decay;

@@ -7,14 +7,33 @@
 #include <string.h>
 #include <unistd.h>
 
-static float *alloc_grads(size_t count)
+float *gt_sync_alloc_floats(size_t count)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t bytes = (count * sizeof(float) + page - 1) / page * page;
-    float *grads = aligned_alloc(page, bytes ? bytes : page);
-    if (grads)
-        memset(grads, 0, bytes ? bytes : page); /* touch every page before the first step */
-    return grads;
+    float *v = aligned_alloc(page, bytes ? bytes : page);
+    if (v)
+        memset(v, 0, bytes ? bytes : page); /* touch every page before the first step */
+    return v;
+}
+
+/* The context and, with more than one rank, the communicator. */
+static gs_status join(gt_sync *sync)
+{
+    gs_status st;
+    /* Between two exchanges every rank computes; a waiting rank that spins
+     * takes the core of a rank still computing when ranks share cores. So
+     * gstrain waits on events unless told otherwise (docs/gstrain.md). */
+    setenv("GS_POLL", "event", 0);
+    st = gs_ctx_create(&sync->ctx);
+    if (st != GS_OK)
+        return gt_fail(st, "cannot join the job: %s", gs_last_error());
+    gt_rank = gs_ctx_rank(sync->ctx);
+    if (gs_ctx_size(sync->ctx) > 1 && (st = gs_comm_create(sync->ctx, NULL, &sync->comm)) != GS_OK) {
+        gt_fail(st, "cannot create the communicator over %d ranks: %s", gs_ctx_size(sync->ctx), gs_last_error());
+        gs_ctx_destroy(sync->ctx);
+    }
+    return st;
 }
 
 gs_status gt_sync_create(const gt_sync_params *params, gt_sync **sync_p)
@@ -24,56 +43,44 @@ gs_status gt_sync_create(const gt_sync_params *params, gt_sync **sync_p)
     if (!sync)
         return gt_fail(GS_ERR_NOMEM, "no memory for the sync state");
     sync->p = *params;
-    sync->ops = &gt_sync_allreduce_ops;
-    /* Between two reductions every rank computes; a waiting rank that spins
-     * takes the core of a rank still computing when ranks share cores. So
-     * gstrain waits on events unless told otherwise (docs/gstrain.md). */
-    setenv("GS_POLL", "event", 0);
-    st = gs_ctx_create(&sync->ctx);
-    if (st != GS_OK) {
-        gt_fail(st, "cannot join the job: %s", gs_last_error());
-        goto out_free;
+    sync->ops = params->method == GT_SYNC_PS ? &gt_sync_ps_ops : &gt_sync_allreduce_ops;
+    if ((st = join(sync)) != GS_OK) {
+        free(sync);
+        return st;
     }
-    sync->rank = gt_rank = gs_ctx_rank(sync->ctx);
-    sync->size = gs_ctx_size(sync->ctx);
-    if (params->method == GT_SYNC_PS) {
-        st = gt_fail(GS_ERR_UNSUPPORTED, "--sync ps: this build has no parameter server yet; use --sync allreduce");
-        goto out_ctx;
-    }
-    if (sync->size > 1 && (st = gs_comm_create(sync->ctx, NULL, &sync->comm)) != GS_OK) {
-        gt_fail(st, "cannot create the communicator over %d ranks: %s", sync->size, gs_last_error());
-        goto out_ctx;
-    }
-    if (!(sync->grads = alloc_grads(params->count))) {
+    st = sync->ops->open(sync);
+    if (st == GS_OK && !(sync->grads = gt_sync_alloc_floats(params->count)))
         st = gt_fail(GS_ERR_NOMEM, "no memory for a gradient of %zu floats", params->count);
-        goto out_comm;
+    if (st != GS_OK) {
+        gt_sync_destroy(sync);
+        return st;
     }
     *sync_p = sync;
     return GS_OK;
-out_comm:
-    if (sync->comm)
-        gs_comm_destroy(sync->comm);
-out_ctx:
-    gs_ctx_destroy(sync->ctx);
-out_free:
-    free(sync);
-    return st;
 }
 
 gs_status gt_sync_destroy(gt_sync *sync)
 {
-    gs_status st = GS_OK, st2;
+    gs_status st = GS_OK, one;
     if (!sync)
         return GS_OK;
-    if (sync->comm && (st = gs_comm_destroy(sync->comm)) != GS_OK)
-        gt_fail(st, "leaving the communicator failed: %s", gs_last_error());
-    if ((st2 = gs_ctx_destroy(sync->ctx)) != GS_OK) {
-        gt_fail(st2, "leaving the job failed: %s", gs_last_error());
-        st = st == GS_OK ? st2 : st;
+    st = sync->ops->close(sync);
+    if (sync->comm && (one = gs_comm_destroy(sync->comm)) != GS_OK) {
+        gt_fail(one, "leaving the communicator failed: %s", gs_last_error());
+        st = st == GS_OK ? one : st;
+    }
+    if ((one = gs_ctx_destroy(sync->ctx)) != GS_OK) {
+        gt_fail(one, "leaving the job failed: %s", gs_last_error());
+        st = st == GS_OK ? one : st;
     }
     free(sync->grads);
     free(sync);
     return st;
+}
+
+int gt_sync_is_server(const gt_sync *sync)
+{
+    return sync->server;
 }
 
 int gt_sync_rank(const gt_sync *sync)
@@ -86,9 +93,24 @@ int gt_sync_size(const gt_sync *sync)
     return sync->size;
 }
 
+int gt_sync_servers(const gt_sync *sync)
+{
+    return sync->servers;
+}
+
 const char *gt_sync_transport(const gt_sync *sync)
 {
     return sync->comm ? gs_tp_name(gs_comm_tp(sync->comm)) : "local";
+}
+
+gs_status gt_sync_start(gt_sync *sync, float *params)
+{
+    return sync->ops->start(sync, params);
+}
+
+int gt_sync_updates_weights(const gt_sync *sync)
+{
+    return sync->ops == &gt_sync_ps_ops;
 }
 
 float *gt_sync_grads(gt_sync *sync)
@@ -102,13 +124,14 @@ void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s)
     *sync_s = sync->sync_s;
 }
 
-/* split_wait: a barrier just before this step's first communication, so the
- * time spent waiting for the slowest rank is counted apart. */
+/* split_wait: a barrier just before this step's first exchange, so the time
+ * spent waiting for the slowest rank is counted apart. With a parameter
+ * server the servers take no part: there the wait is not split. */
 static gs_status wait_for_all(gt_sync *sync)
 {
     double start = gt_now_s();
     gs_status st;
-    if (!sync->p.split_wait || sync->waited || !sync->comm)
+    if (!sync->p.split_wait || sync->waited || !sync->comm || sync->ps)
         return GS_OK;
     sync->waited = 1;
     st = gs_barrier(sync->comm);
@@ -118,16 +141,29 @@ static gs_status wait_for_all(gt_sync *sync)
     return st;
 }
 
+static int find_segment(const gt_sync *sync, size_t offset, size_t count, size_t *i_p)
+{
+    for (size_t i = 0; i < sync->p.nsegments; i++)
+        if (sync->p.segments[i].offset == offset && sync->p.segments[i].count == count) {
+            *i_p = i;
+            return 1;
+        }
+    return 0;
+}
+
 gs_status gt_sync_ready(gt_sync *sync, size_t offset, size_t count)
 {
     gs_status st = GS_OK;
     double start;
+    size_t i = 0;
+    if (!find_segment(sync, offset, count, &i))
+        return gt_fail(GS_ERR_INVALID, "gradient segment [%zu, %zu) was not declared", offset, offset + count);
     sync->announced += count;
     if (sync->p.overlap)
         st = wait_for_all(sync);
     start = gt_now_s();
     if (st == GS_OK)
-        st = sync->ops->ready(sync, offset, count);
+        st = sync->ops->ready(sync, i);
     sync->sync_s += gt_now_s() - start;
     return st;
 }
@@ -155,23 +191,27 @@ gs_status gt_sync_sum(gt_sync *sync, double *values, size_t count)
     return st;
 }
 
-gs_status gt_sync_same(gt_sync *sync, uint64_t hash, uint64_t *hashes_out, int *same_p)
+gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_p)
 {
-    uint64_t *all = calloc((size_t)sync->size, sizeof(uint64_t));
+    int n = sync->comm ? gs_comm_size(sync->comm) : 1, same = 1;
+    uint64_t mine[2] = {(uint64_t)(has_weights != 0), hash}, *all = calloc((size_t)n, sizeof(mine));
+    const uint64_t *first = NULL;
     gs_status st = GS_OK;
-    int same = 1;
     if (!all)
-        return gt_fail(GS_ERR_NOMEM, "no memory for %d hashes", sync->size);
-    all[0] = hash;
-    if (sync->comm && (st = gs_allgather(sync->comm, &hash, all, 1, GS_I64)) != GS_OK)
+        return gt_fail(GS_ERR_NOMEM, "no memory for %d hashes", n);
+    memcpy(all, mine, sizeof(mine));
+    if (sync->comm && (st = gs_allgather(sync->comm, mine, all, 2, GS_I64)) != GS_OK)
         gt_fail(st, "allgather of the weight hashes failed: %s", gs_last_error());
-    for (int r = 1; st == GS_OK && r < sync->size; r++)
-        same &= all[r] == all[0];
-    if (st == GS_OK) {
-        if (hashes_out)
-            memcpy(hashes_out, all, (size_t)sync->size * sizeof(uint64_t));
-        *same_p = same;
+    for (int r = 0; st == GS_OK && r < n; r++) {
+        const uint64_t *pair = all + 2 * r;
+        if (!pair[0])
+            continue;
+        if (!first)
+            first = pair;
+        same &= pair[1] == first[1];
     }
+    if (st == GS_OK)
+        *same_p = same;
     free(all);
     return st;
 }

@@ -1,4 +1,5 @@
-/* Gradients summed by gradsync's allreduce (f32, sum, in place).
+/* Gradients summed by gradsync's allreduce (f32, sum, in place); every rank
+ * then runs the optimizer on the same sum.
  *
  * With overlap, each segment the backward pass announces starts a
  * gs_iallreduce at once, and every later announcement drives the pending
@@ -6,6 +7,20 @@
  * order. Without overlap, finish reduces the whole vector in one call. */
 #include "sync_impl.h"
 #include "util.h"
+
+static gs_status allreduce_open(gt_sync *sync)
+{
+    sync->rank = gs_ctx_rank(sync->ctx);
+    sync->size = gs_ctx_size(sync->ctx);
+    return GS_OK;
+}
+
+static gs_status allreduce_start(gt_sync *sync, float *params)
+{
+    (void)sync;
+    (void)params;
+    return GS_OK;
+}
 
 /* Drives the pending reductions without blocking; drops completed ones. */
 static gs_status drive(gt_sync *sync)
@@ -23,21 +38,19 @@ static gs_status drive(gt_sync *sync)
     return GS_OK;
 }
 
-static gs_status allreduce_ready(gt_sync *sync, size_t offset, size_t count)
+static gs_status allreduce_ready(gt_sync *sync, size_t i)
 {
-    float *seg = sync->grads + offset;
+    const gt_segment *seg = &sync->p.segments[i];
+    float *grad = sync->grads + seg->offset;
     gs_status st;
     if (!sync->comm || !sync->p.overlap)
         return GS_OK;
-    if (sync->npending == GT_SYNC_MAX_PENDING)
-        return gt_fail(GS_ERR_INVALID, "more than %d gradient segments in one step", GT_SYNC_MAX_PENDING);
-    st = drive(sync);
-    if (st != GS_OK)
+    if ((st = drive(sync)) != GS_OK)
         return st;
-    st = gs_iallreduce(sync->comm, seg, seg, count, GS_F32, GS_SUM, &sync->pending[sync->npending]);
+    st = gs_iallreduce(sync->comm, grad, grad, seg->count, GS_F32, GS_SUM, &sync->pending[sync->npending]);
     if (st != GS_OK)
-        return gt_fail(st, "cannot start the allreduce of gradient segment [%zu, %zu): %s", offset,
-                       offset + count, gs_last_error());
+        return gt_fail(st, "cannot start the allreduce of gradient segment [%zu, %zu): %s", seg->offset,
+                       seg->offset + seg->count, gs_last_error());
     sync->npending++;
     return GS_OK;
 }
@@ -71,8 +84,16 @@ static gs_status allreduce_finish(gt_sync *sync)
     return st;
 }
 
+static gs_status allreduce_close(gt_sync *sync)
+{
+    return wait_pending(sync);
+}
+
 const gt_sync_ops gt_sync_allreduce_ops = {
     .name = "allreduce",
+    .open = allreduce_open,
+    .start = allreduce_start,
     .ready = allreduce_ready,
     .finish = allreduce_finish,
+    .close = allreduce_close,
 };

@@ -8,7 +8,8 @@
  * share in its GEMMs, then the allreduce sums the ranks. So 1, 2 and 4 ranks
  * agree within a tolerance, stated here: after 4 steps, every weight within
  * 1e-5 of the single-process run and the relative L2 difference below 1e-6
- * (measured: 7e-8 and 2e-8).
+ * (measured: 7e-8 and 2e-8). The parameter-server method is held to the
+ * same tolerance against the allreduce.
  */
 #include "gs_test.h"
 #include "gstrain_run.h"
@@ -37,7 +38,7 @@ static void train_and_load(int ranks, const char *const *extra, float *w)
     unlink(path);
     GS_ASSERT_EQ(r.exit_code, 0);
     GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
-    GS_ASSERT_EQ((int)gt_json_number(r.out, "ranks"), ranks > 0 ? ranks : 1);
+    GS_ASSERT(gt_json_number(r.out, "ranks") + gt_json_number(r.out, "servers") == (ranks > 0 ? ranks : 1));
     GS_ASSERT(gt_json_number(r.out, "compute_s") > 0);
     GS_ASSERT(gt_json_number(r.out, "wait_s") >= 0);
     GS_ASSERT(gt_json_number(r.out, "sync_s") >= 0);
@@ -166,4 +167,35 @@ GS_TEST(split_wait_reports_the_wait_and_keeps_the_bits)
     train_and_load(2, NULL, weights[0]);
     train_and_load(2, (const char *[]){"--split-wait", NULL}, weights[1]);
     GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
+}
+
+/* Through the parameter server (3 ranks: 2 trainers + 1 server) the math is
+ * the allreduce's: the server sums the 2 trainers' parts and runs the same
+ * SGD update. Within the tolerance (today bitwise: a + b, then the same f32
+ * update formula), and every trainer pulls the same weights. */
+GS_TEST(ps_two_trainers_match_allreduce)
+{
+    gt_require_dataset();
+    train_and_load(2, NULL, weights[0]);
+    train_and_load(3, (const char *[]){"--sync", "ps", NULL}, weights[1]);
+    assert_close(weights[0], weights[1], "ps (2 trainers + 1 server) vs allreduce (2 ranks)");
+    fprintf(stderr, "  bitwise equal: %s\n", memcmp(weights[0], weights[1], sizeof(weights[0])) ? "no" : "yes");
+}
+
+/* One trainer + one server, without overlap: the single-process math. */
+GS_TEST(ps_one_trainer_matches_one_process)
+{
+    gt_require_dataset();
+    train_and_load(0, NULL, weights[0]);
+    train_and_load(2, (const char *[]){"--sync", "ps", "--no-overlap", NULL}, weights[1]);
+    assert_close(weights[0], weights[1], "ps (1 trainer + 1 server) vs 1 process");
+}
+
+GS_TEST(ps_alone_is_a_clear_error)
+{
+    gt_run r;
+    gt_require_dataset();
+    gt_run_gstrain(&r, 0, (const char *[]){"--sync", "ps", "--limit", "100", NULL});
+    GS_ASSERT_EQ(r.exit_code, 1);
+    GS_ASSERT_CONTAINS(r.err, "--sync ps needs at least 2 ranks");
 }
