@@ -35,6 +35,12 @@ mount -t tmpfs -o mode=1777 shm "$R/dev/shm" || fail "mount /dev/shm"
 mount -t devpts devpts "$R/dev/pts" || fail "mount devpts"
 mount -t tmpfs -o mode=1777 tmp "$R/tmp" || fail "mount /tmp"
 mount -t tmpfs -o mode=755 run "$R/run" || fail "mount /run"
+# A working folder under /tmp or /run (shared on its own by run.sh), bound
+# first: the output folder may lie inside it.
+if [ -n "$WORK_PATH" ]; then
+    mkdir -p "$R$WORK_PATH" 2>/dev/null
+    mount --bind /work "$R$WORK_PATH" || fail "cannot bind the working folder to $WORK_PATH"
+fi
 # The output folder appears at its host path (mkdir works only under a tmpfs).
 mkdir -p "$R$OUT_PATH" 2>/dev/null
 mount --bind /out "$R$OUT_PATH" || fail "cannot bind the output folder to $OUT_PATH"

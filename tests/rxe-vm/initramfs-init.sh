@@ -29,6 +29,8 @@ done
 opts=trans=virtio,version=9p2000.L,msize=512000
 mount -t 9p -o "$opts",ro,cache=loose hostroot /host || fail "cannot mount 9p hostroot"
 mount -t 9p -o "$opts" hostout /out || fail "cannot mount 9p hostout"
+mkdir -p /work
+mount -t 9p -o "$opts" hostwork /work || fail "cannot mount 9p hostwork"
 [ -f /out/.rxe-vm/guest.sh ] || fail "no /out/.rxe-vm/guest.sh"
 say "stage 1 done"
 exec /bin/sh /out/.rxe-vm/guest.sh

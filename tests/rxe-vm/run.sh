@@ -45,9 +45,15 @@ for f in vmlinuz initramfs.cpio.gz; do
     [ -f "$CACHE/$f" ] || die "$CACHE/$f missing; run tests/rxe-vm/setup.sh first"
 done
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing; run setup.sh"
+# The guest mounts fresh /tmp and /run over the shared host root: a working
+# folder under them (CI's clone may live in /tmp) is shared on its own and
+# bound back at its host path. Under /dev, /proc or /sys it cannot be.
+work=
 case $PWD/ in
-    /tmp/*|/run/*|/dev/*|/proc/*|/sys/*)
-        die "cannot run from $PWD: the guest mounts fresh /tmp, /run, /dev, /proc, /sys" ;;
+    /dev/*|/proc/*|/sys/*)
+        die "cannot run from $PWD: the guest mounts its own /dev, /proc and /sys" ;;
+    /tmp/*|/run/*)
+        work=$(git -C "$PWD" rev-parse --show-toplevel 2>/dev/null || echo "$PWD") ;;
 esac
 
 if [ -n "$out" ]; then
@@ -64,6 +70,7 @@ mkdir -p "$ctl"
 write_params() {
     echo "OUT_PATH=$(shq "$out")"
     echo "MTU=$(shq "${GS_RXE_MTU:-}")"
+    echo "WORK_PATH=$(shq "$work")"
 }
 write_cmd() {
     local name extra
@@ -108,6 +115,7 @@ boot() {
         -append "console=ttyS0 panic=-1 loglevel=4" \
         -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
         -virtfs "local,path=$out,mount_tag=hostout,security_model=none,multidevs=remap" \
+        -virtfs "local,path=${work:-$out},mount_tag=hostwork,security_model=none,multidevs=remap" \
         ${GS_RXE_QEMU:-} \
         >"$ctl/qemu.log" 2>&1 || rc=$?
     return $rc
