@@ -55,7 +55,8 @@ typedef struct bench_opts {
     double scale;
     const char *transport;
     int root;
-    bool inplace, pin, json;
+    bool inplace, no_pin, json;
+    bool pin; /* decided at setup */
 } bench_opts;
 
 typedef struct bench_row {
@@ -163,7 +164,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         case 'T': o->transport = optarg; break;
         case 'r': o->root = atoi(optarg); break;
         case 'i': o->inplace = true; break;
-        case 'p': o->pin = true; break;
+        case 'p': o->no_pin = true; break;
         case 'j': o->json = true; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -445,15 +446,26 @@ static void print_json(const bench *b, const bench_row *rows, int nrows)
 
 /* ---- main ---------------------------------------------------------------------- */
 
-static void pin(const gs_ctx *ctx)
+/* Pins local rank i to the i-th usable core when the ranks fit the cores
+ * (Open MPI's default binding for the baseline); returns whether it did. */
+static bool pin(const gs_ctx *ctx)
 {
-    cpu_set_t set;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = ctx->boot.local_rank >= 0 ? ctx->boot.local_rank : ctx->rank;
-    CPU_ZERO(&set);
-    CPU_SET((int)(local % (cores > 0 ? cores : 1)), &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0)
-        perror("gsbench: sched_setaffinity");
+    cpu_set_t usable, set;
+    int local = ctx->boot.local_rank >= 0 ? ctx->boot.local_rank : ctx->rank, seen = 0;
+    if (sched_getaffinity(0, sizeof(usable), &usable) != 0 || ctx->size > CPU_COUNT(&usable))
+        return false;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &usable) || seen++ != local)
+            continue;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+            perror("gsbench: sched_setaffinity");
+            return false;
+        }
+        return true;
+    }
+    return false;
 }
 
 static void setup(bench *b)
@@ -465,8 +477,8 @@ static void setup(bench *b)
         fail("gs_ctx_create", st);
     b->rank = gs_ctx_rank(b->ctx);
     b->n = gs_ctx_size(b->ctx);
-    if (b->o.pin)
-        pin(b->ctx);
+    if (!b->o.no_pin)
+        b->o.pin = pin(b->ctx);
     if ((st = gs_tp_open(b->ctx, b->o.transport, &b->tp)) != GS_OK)
         fail("gs_tp_open", st);
     if ((st = gs_comm_create(b->ctx, b->tp, &b->comm)) != GS_OK)

@@ -186,6 +186,9 @@ static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
         op->tensors = c->tensors;
         op->ntensors = c->ntensors;
     }
+    /* a result larger than the caches is streamed to memory */
+    size_t out_bytes = c->kind == GS_COLL_ALLGATHER ? call_bytes(comm, c, es) : op->count * es;
+    op->nt = out_bytes >= comm->nt_bytes;
     op->algo = gs_coll_select(comm, c->kind, call_bytes(comm, c, es));
     op->algo->start(op);
     return gs_engine_submit(comm, req);

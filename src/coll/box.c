@@ -5,11 +5,12 @@
  * Each rank owns one memfd segment that every peer maps:
  *
  *   line 0                 wake: the owner's waiting flag and futex doorbell
+ *   abort notice           a failure the owner announces (seq written last)
  *   GS_BOX_SLOTS slots     each: post number (u64) | call header | payload
  *
  * A post (the direct algorithm's send-to-all step) copies this rank's data
- * into its next slot, the call's descriptor beside it, and last, with a full
- * barrier, the post number. Readers (the receive-from-all step) wait until
+ * into its next slot, the call's descriptor beside it, and last (release)
+ * the post number. Readers (the receive-from-all step) wait until
  * every peer's slot shows the expected post number, check the descriptor
  * like a message header (a mismatch is caught by every rank at once) and
  * read the data in place: no message, no copy into the peer. Up to 8 payload
@@ -21,9 +22,9 @@
  * everyone's post p-2, the previous user of the slot.
  *
  * Waiting: spin on the post words (polling the transport now and then for
- * aborts and lost peers), yield when the host is oversubscribed, and after
- * GS_SPIN_US sleep on the futex doorbell, which a poster rings when it sees
- * the waiting flag.
+ * aborts and lost peers; yielding the CPU at every turn when the host has
+ * more ranks than cores), and after GS_SPIN_US sleep on the futex doorbell,
+ * which a poster rings when it sees the waiting flag.
  */
 #include "coll/coll.h"
 
@@ -53,12 +54,22 @@ typedef struct gs_box_wake {
     uint8_t pad[GS_COLL_LINE - 8];
 } gs_box_wake;
 
+/* A failure this rank announces (it also tells peers through the transport,
+ * but a peer waiting on boxes only polls that now and then). */
+typedef struct gs_box_abort {
+    uint64_t seq; /* the first failed call; stored last (release); 0: none */
+    int32_t status;
+    uint32_t len;
+    char text[GS_COLL_CTRL_BYTES - 16];
+} gs_box_abort;
+
 typedef struct gs_box_head {
     uint64_t post; /* stored last, with a full barrier */
     gs_coll_hdr hdr;
 } gs_box_head;
 
 _Static_assert(sizeof(gs_box_wake) == GS_COLL_LINE, "wake is one cache line");
+_Static_assert(sizeof(gs_box_abort) % GS_COLL_LINE == 0, "abort notice: whole lines");
 _Static_assert(sizeof(gs_box_head) == GS_BOX_HEAD_BYTES, "post word and header, then the payload");
 
 struct gs_box {
@@ -84,9 +95,17 @@ static gs_box_wake *wake_of(uint8_t *seg)
     return (gs_box_wake *)seg;
 }
 
+#define GS_BOX_SLOTS_OFF (GS_COLL_LINE + sizeof(gs_box_abort))
+
+static gs_box_abort *abort_of(uint8_t *seg)
+{
+    return (gs_box_abort *)(seg + GS_COLL_LINE);
+}
+
 static gs_box_head *slot_of(const gs_box *box, int rank, uint64_t post)
 {
-    return (gs_box_head *)(box->seg[rank] + GS_COLL_LINE + (size_t)(post % GS_BOX_SLOTS) * box->slot_stride);
+    return (gs_box_head *)(box->seg[rank] + GS_BOX_SLOTS_OFF +
+                           (size_t)(post % GS_BOX_SLOTS) * box->slot_stride);
 }
 
 static uint8_t *payload_of(gs_box_head *head)
@@ -104,7 +123,7 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
 static gs_status create_segment(gs_comm *comm, gs_box *box)
 {
     box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->chunk, GS_COLL_LINE);
-    box->len = gs_round_up(GS_COLL_LINE + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
+    box->len = gs_round_up(GS_BOX_SLOTS_OFF + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
     box->fd = memfd_create("gradsync-coll-box", MFD_CLOEXEC);
     if (box->fd < 0 || ftruncate(box->fd, (off_t)box->len) != 0)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_SYSTEM,
@@ -205,7 +224,7 @@ gs_status gs_box_open(gs_comm *comm)
     return st; /* only a failing store is an error */
 }
 
-/* ---- posting and reading ----------------------------------------------------- */
+/* ---- failures ------------------------------------------------------------------ */
 
 /* Wakes the peers that sleep on their doorbell. */
 static void ring_sleepers(gs_comm *comm)
@@ -218,6 +237,46 @@ static void ring_sleepers(gs_comm *comm)
         }
     }
 }
+
+void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text)
+{
+    gs_box_abort *a = abort_of(comm->box->seg[comm->rank]);
+    size_t len = strlen(text);
+    if (__atomic_load_n(&a->seq, __ATOMIC_RELAXED))
+        return; /* told once */
+    if (len >= sizeof(a->text))
+        len = sizeof(a->text) - 1;
+    memcpy(a->text, text, len);
+    a->text[len] = '\0';
+    a->len = (uint32_t)len;
+    a->status = (int32_t)status;
+    __atomic_store_n(&a->seq, seq ? seq : 1, __ATOMIC_RELEASE);
+    ring_sleepers(comm);
+}
+
+/* A peer announced a failure that concerns op: fail it (and the
+ * communicator) with the peer's words. */
+static gs_status peer_failed(gs_coll_op *op)
+{
+    gs_comm *c = op->comm;
+    for (int q = 0; q < c->size; q++) {
+        gs_box_abort *a = abort_of(c->box->seg[q]);
+        uint64_t seq = q == c->rank ? 0 : __atomic_load_n(&a->seq, __ATOMIC_ACQUIRE);
+        if (seq && seq <= op->seq) {
+            char text[sizeof(a->text)];
+            size_t len = a->len < sizeof(text) ? a->len : sizeof(text) - 1;
+            memcpy(text, a->text, len);
+            text[len] = '\0';
+            gs_status st = a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL;
+            gs_engine_fail(c, st, seq, text, false);
+            gs_error_restore(text);
+            return st;
+        }
+    }
+    return GS_OK;
+}
+
+/* ---- posting and reading ----------------------------------------------------- */
 
 gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 {
@@ -233,14 +292,15 @@ gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
         memcpy(dst, p->local, p->bytes);
     }
     gs_desc_fill(op, &head->hdr, p->send_unit, p->bytes);
-    /* the exchange is the release store and the full barrier before the
-     * waiting flags are read */
-    __atomic_exchange_n(&head->post, post, __ATOMIC_SEQ_CST);
+    /* a plain release store: a locked instruction would wait for the line
+     * to come back from the readers. A sleeper whose flag this rank misses
+     * (store and flag load crossing) wakes at its 1 ms timeout and sees it. */
+    __atomic_store_n(&head->post, post, __ATOMIC_RELEASE);
     box->posts = post;
     op->box_post = post;
     ring_sleepers(c);
     if (p->out && p->local && p->out != p->local && p->bytes && !p->stride)
-        memcpy(p->out, p->local, p->bytes);
+        gs_coll_copy_out(op, p->out, p->local, p->bytes);
     c->progress_count++;
     return GS_OK;
 }
@@ -269,12 +329,42 @@ static const uint8_t *operand(const gs_coll_op *op, const gs_prim *p, int q)
     return payload_of(head) + piece;
 }
 
+/* out = x_0 op x_1 op ... op x_{n-1}, in rank order. No operand aliases out
+ * (mine is the copy in my box unless local was given, and then out is not
+ * local), so partial results may go straight to out, except when they must
+ * stay in cache (streamed results, avg's division): then in the scratch. */
+static void reduce_all(gs_coll_op *op, const gs_prim *p, size_t n)
+{
+    gs_comm *c = op->comm;
+    int last = c->size - 1;
+    bool staged = p->finish || (op->nt && c->size > 2);
+    uint8_t *acc = staged ? c->scratch : p->out;
+    if (c->size == 2 && !staged) {
+        gs_coll_reduce_out(op, p->out, operand(op, p, 0), operand(op, p, 1), n);
+        return;
+    }
+    gs_red_apply(op->dtype, op->redop, acc, operand(op, p, 0), operand(op, p, 1), n);
+    for (int q = 2; q < (staged && !p->finish ? last : c->size); q++)
+        gs_red_apply(op->dtype, op->redop, acc, acc, operand(op, p, q), n);
+    if (p->finish) {
+        gs_red_avg_finish(op->dtype, acc, n, c->size);
+        gs_coll_copy_out(op, p->out, acc, p->bytes);
+    } else if (staged) {
+        gs_coll_reduce_out(op, p->out, acc, operand(op, p, last), n);
+    }
+}
+
 gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
     gs_status st;
     size_t n = p->bytes / op->es;
-    if (!gs_box_ready(op))
+    bool ready = gs_box_ready(op);
+    /* checked after the posts: a peer that failed before posting said so
+     * first, and then this call must fail too */
+    if ((st = peer_failed(op)) != GS_OK)
+        return st;
+    if (!ready)
         return GS_INPROGRESS;
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank)
@@ -285,24 +375,18 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
             return st;
     }
     if (p->mode == GS_PRIM_REDUCE) {
-        /* in rank order, straight into out: no operand aliases it (mine is
-         * the copy in my box unless local was given) */
-        gs_red_apply(op->dtype, op->redop, p->out, operand(op, p, 0), operand(op, p, 1), n);
-        for (int q = 2; q < c->size; q++)
-            gs_red_apply(op->dtype, op->redop, p->out, p->out, operand(op, p, q), n);
-        if (p->finish)
-            gs_red_avg_finish(op->dtype, p->out, n, c->size);
+        reduce_all(op, p, n);
     } else if (p->mode == GS_PRIM_GATHER && p->out && p->bytes) {
         for (int q = 0; q < c->size; q++) {
             uint8_t *dst = p->out + (size_t)q * p->stride;
             const uint8_t *src = operand(op, p, q);
             if (dst != src)
-                memcpy(dst, src, p->bytes);
+                gs_coll_copy_out(op, dst, src, p->bytes);
         }
     } else if (p->mode == GS_PRIM_BCAST && p->out && p->bytes) {
         const uint8_t *src = operand(op, p, p->root);
         if (src != p->out)
-            memcpy(p->out, src, p->bytes);
+            gs_coll_copy_out(op, p->out, src, p->bytes);
     }
     c->progress_count++;
     return GS_OK;
@@ -310,16 +394,30 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
 
 /* ---- waiting ----------------------------------------------------------------- */
 
-void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns)
+/* Whether some peer announced a failure (without acting on it). */
+static uint64_t peer_failed_quiet(const gs_coll_op *op)
+{
+    const gs_comm *c = op->comm;
+    for (int q = 0; q < c->size; q++)
+        if (q != c->rank && __atomic_load_n(&abort_of(c->box->seg[q])->seq, __ATOMIC_ACQUIRE))
+            return 1;
+    return 0;
+}
+
+void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned turn)
 {
     gs_box_wake *w = wake_of(comm->box->seg[comm->rank]);
     uint64_t spin = comm->cfg->poll == GS_POLL_SPIN ? UINT64_MAX
                     : comm->cfg->poll == GS_POLL_EVENT
                         ? 0
                         : (uint64_t)(comm->cfg->spin_us > 0 ? comm->cfg->spin_us : 0) * 1000u;
+    (void)turn;
     if (idle_ns < spin) {
+        /* more ranks than cores: the rank we wait for may need this CPU.
+         * Otherwise spin: a yield would hand the core to unrelated work
+         * for a whole time slice. */
         if (comm->oversubscribed)
-            sched_yield(); /* the rank we wait for may need this CPU */
+            sched_yield();
         else
             gs_cpu_relax();
         return;
@@ -328,7 +426,7 @@ void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns)
     struct timespec ts = {0, 1000000};
     __atomic_store_n(&w->waiting, 1, __ATOMIC_SEQ_CST);
     uint32_t bell = __atomic_load_n(&w->doorbell, __ATOMIC_SEQ_CST);
-    if (!gs_box_ready(op))
+    if (!gs_box_ready(op) && peer_failed_quiet(op) == 0)
         futex(&w->doorbell, FUTEX_WAIT, bell, &ts);
     __atomic_store_n(&w->waiting, 0, __ATOMIC_RELAXED);
 }

@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct gs_coll_op gs_coll_op;
 typedef struct gs_box gs_box;
@@ -139,6 +140,7 @@ struct gs_coll_op {
     bool have_prim;
     bool started;      /* reached the head of the queue */
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
+    bool nt;           /* results written with streaming stores (too large for the cache) */
     uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
@@ -193,6 +195,8 @@ struct gs_comm {
     uint64_t progress_seen;  /* its value when progress_ns was taken */
     uint64_t progress_ns;    /* when it last changed, as far as the waiter saw (for the deadline) */
     gs_box *box;             /* shared-memory boxes of the direct algorithm, or NULL */
+    size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
+    uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
     gs_status failed;        /* GS_OK, or the error every later call returns */
     uint64_t failed_seq;     /* the first call the failure concerns */
     char failed_text[GS_COLL_CTRL_BYTES];
@@ -217,6 +221,27 @@ static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
 static inline uint8_t *gs_coll_payload(uint8_t *slot)
 {
     return slot + GS_COLL_HDR_BYTES;
+}
+
+/* Results of calls this large are written with non-temporal stores. */
+#define GS_COLL_NT_BYTES (8u << 20)
+
+/* Writing into the caller's result buffer. */
+static inline void gs_coll_copy_out(const gs_coll_op *op, void *dst, const void *src, size_t bytes)
+{
+    if (op->nt)
+        gs_red_copy_nt(dst, src, bytes);
+    else if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static inline void gs_coll_reduce_out(const gs_coll_op *op, void *dst, const void *a, const void *b,
+                                      size_t count)
+{
+    if (op->nt)
+        gs_red_apply_nt(op->dtype, op->redop, dst, a, b, count);
+    else
+        gs_red_apply(op->dtype, op->redop, dst, a, b, count);
 }
 
 /* ---- chan.c */
@@ -305,8 +330,10 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *prim);
 bool gs_box_ready(const gs_coll_op *op);
 /* One turn of waiting for it, idle_ns after the last progress: spin, yield
  * or sleep on the doorbell. */
-void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns);
+void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned turn);
 void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap);
+/* Announces a failure in this rank's box (peers waiting on boxes see it). */
+void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);

@@ -72,6 +72,9 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
     if (!comm->out_pending || !comm->chans || !comm->peer_inbox)
         return GS_ERR_NOMEM;
+    gs_status st2 = gs_pages_alloc(comm->chunk, (void **)&comm->scratch);
+    if (st2 != GS_OK)
+        return st2;
     uint8_t *in = gs_mr_addr(comm->inbox);
     uint64_t *credit_words = (uint64_t *)(comm->out_slots + (size_t)comm->out_nslots * comm->slot_stride);
     for (int p = 0; p < comm->size; p++) {
@@ -177,6 +180,7 @@ static void release(gs_comm *comm)
     if (comm->threaded)
         gs_engine_thread_stop(comm);
     gs_box_close(comm);
+    gs_pages_free(comm->scratch, comm->chunk);
     free_request_list(comm->free_reqs);
     free_request_list(comm->head);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
@@ -213,6 +217,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
     comm->rank = ctx->rank;
     comm->size = ctx->size;
     comm->id = atomic_fetch_add(&comm_count, 1);
+    comm->nt_bytes = GS_COLL_NT_BYTES;
     comm->tp = tp;
     if (!tp) {
         st = gs_tp_open(ctx, NULL, &comm->tp);

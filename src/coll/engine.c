@@ -100,6 +100,8 @@ void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *t
     snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
     if (tell)
         tell_peers(comm, status, seq, comm->failed_text);
+    if (tell && comm->box)
+        gs_box_tell(comm, status, seq, comm->failed_text);
     /* calls before the failed one still finish: their messages were all
      * sent before any rank entered the failed call */
     while (*link && (*link)->op.seq < seq)
@@ -283,6 +285,8 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
     comm->tail = req;
     if (comm->threaded)
         pthread_cond_broadcast(&comm->cond);
+    else if (req->op.box && comm->head == req)
+        run_queue(comm); /* start at once; a shared-memory post needs no poll first */
     else
         gs_engine_progress(comm); /* start at once: the first sends need no one */
     unlock(comm);
@@ -322,7 +326,7 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
         }
         const gs_coll_op *boxed = box_waiter(comm);
         if (boxed) {
-            gs_box_idle(comm, boxed, idle_ns);
+            gs_box_idle(comm, boxed, idle_ns, turn);
         } else if (comm->oversubscribed && idle_ns < spin_ns(comm)) {
             sched_yield(); /* the rank we wait for may need this CPU */
         } else {

@@ -59,16 +59,19 @@ static void combine(gs_coll_op *op, const gs_prim *p, uint8_t *data, bool forwar
     uint8_t *result = data;
     size_t n = p->bytes / op->es;
     if (p->mode == GS_PRIM_REDUCE) {
-        uint8_t *dst = forward || !p->out ? data : p->out;
         const void *a = p->recv_first ? (const void *)data : p->local;
         const void *b = p->recv_first ? p->local : (const void *)data;
-        gs_red_apply(op->dtype, op->redop, dst, a, b, n);
-        result = dst;
+        if (forward || !p->out || p->finish) { /* in the slot: it goes on, or is finished first */
+            gs_red_apply(op->dtype, op->redop, data, a, b, n);
+        } else {
+            gs_coll_reduce_out(op, p->out, a, b, n);
+            result = p->out;
+        }
     }
     if (p->finish)
         gs_red_avg_finish(op->dtype, result, n, op->comm->size);
     if (p->out && p->out != result && p->bytes)
-        memcpy(p->out, result, p->bytes);
+        gs_coll_copy_out(op, p->out, result, p->bytes);
 }
 
 static gs_status run_pair(gs_coll_op *op, gs_prim *p)
@@ -87,7 +90,7 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
     }
     if (!rx) {
         if (p->out && p->local && p->out != p->local && p->bytes)
-            memcpy(p->out, p->local, p->bytes);
+            gs_coll_copy_out(op, p->out, p->local, p->bytes);
         return GS_OK;
     }
     /* 2. the message, and room at the next peer if the result goes on */
@@ -151,7 +154,7 @@ static gs_status run_send_all(gs_coll_op *op, gs_prim *p)
         c->out_pending[p->out_slot]++;
     }
     if (p->out && p->local && p->out != p->local && p->bytes)
-        memcpy(p->out, p->local, p->bytes);
+        gs_coll_copy_out(op, p->out, p->local, p->bytes);
     return GS_OK;
 }
 
@@ -174,17 +177,22 @@ static void reduce_all(gs_coll_op *op, const gs_prim *p)
     gs_comm *c = op->comm;
     size_t n = p->bytes / op->es;
     int last = c->size - 1;
-    if (c->size == 2) {
-        gs_red_apply(op->dtype, op->redop, p->out, operand(op, p, 0), operand(op, p, 1), n);
-    } else {
-        uint8_t *acc = gs_coll_payload(gs_chan_head(c, &c->chans[c->rank == 0 ? 1 : 0]));
+    uint8_t *acc = c->size == 2 ? NULL : gs_coll_payload(gs_chan_head(c, &c->chans[c->rank == 0 ? 1 : 0]));
+    if (acc) {
         gs_red_apply(op->dtype, op->redop, acc, operand(op, p, 0), operand(op, p, 1), n);
         for (int q = 2; q < last; q++)
             gs_red_apply(op->dtype, op->redop, acc, acc, operand(op, p, q), n);
-        gs_red_apply(op->dtype, op->redop, p->out, acc, operand(op, p, last), n);
     }
-    if (p->finish)
-        gs_red_avg_finish(op->dtype, p->out, n, c->size);
+    if (p->finish) { /* the division needs the sum in cache: finish in the slot, then store */
+        if (!acc)
+            acc = c->scratch;
+        gs_red_apply(op->dtype, op->redop, acc, acc == c->scratch ? operand(op, p, 0) : acc,
+                     operand(op, p, last), n);
+        gs_red_avg_finish(op->dtype, acc, n, c->size);
+        gs_coll_copy_out(op, p->out, acc, p->bytes);
+        return;
+    }
+    gs_coll_reduce_out(op, p->out, acc ? acc : operand(op, p, 0), operand(op, p, last), n);
 }
 
 static gs_status run_recv_all(gs_coll_op *op, gs_prim *p)
@@ -207,11 +215,11 @@ static gs_status run_recv_all(gs_coll_op *op, gs_prim *p)
     } else if (p->mode == GS_PRIM_GATHER && p->out && p->bytes) {
         for (int q = 0; q < c->size; q++)
             if (q != c->rank || p->out + (size_t)q * p->stride != p->local)
-                memcpy(p->out + (size_t)q * p->stride, operand(op, p, q), p->bytes);
+                gs_coll_copy_out(op, p->out + (size_t)q * p->stride, operand(op, p, q), p->bytes);
     } else if (p->mode == GS_PRIM_BCAST && p->out && p->bytes) {
         const uint8_t *src = operand(op, p, p->root);
         if (src != p->out)
-            memcpy(p->out, src, p->bytes);
+            gs_coll_copy_out(op, p->out, src, p->bytes);
     }
     for (int q = 0; q < c->size; q++)
         if (q != c->rank)

@@ -42,6 +42,11 @@ gs_red_fn gs_red_kernel(gs_dtype dtype, gs_redop op);
 void gs_red_apply(gs_dtype dtype, gs_redop op, void *dst, const void *a, const void *b, size_t count);
 /* GS_AVG's final step: buf[i] = buf[i] / divisor (see above). */
 void gs_red_avg_finish(gs_dtype dtype, void *buf, size_t count, int divisor);
+/* Results too large for the cache: the same, writing dst with streaming
+ * (non-temporal) stores. dst may be exactly a or b. */
+void gs_red_apply_nt(gs_dtype dtype, gs_redop op, void *dst, const void *a, const void *b, size_t count);
+/* memcpy with streaming stores (non-overlapping buffers). */
+void gs_red_copy_nt(void *dst, const void *src, size_t len);
 /* Tests: true restricts f16 to the portable integer conversion (instead of
  * the F16C instructions), so both paths can be checked. */
 void gs_red_force_portable(bool on);

@@ -6,6 +6,8 @@
  */
 #include "coll_check.h"
 
+#include "coll/coll.h"
+
 #define SMALL_CHUNK_ENV "GS_CHUNK_BYTES=4096"
 #define COLUMNS_COUNT   3077 /* 12 KiB of f32: several 4 KiB chunks per segment */
 
@@ -20,6 +22,8 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, arg->transport, &tp);
     char what[160];
+    if (arg->param) /* every result streamed: odd sizes through the non-temporal paths */
+        comm->nt_bytes = 0;
 
     for (size_t a = 0; a < sizeof(cc_algos) / sizeof(cc_algos[0]); a++) {
         cc_set_algo(ctx, cc_algos[a]);
@@ -48,10 +52,10 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
     free(out);
 }
 
-static void run_matrix(const char *transport, int n)
+static void run_matrix_opts(const char *transport, int n, int streamed)
 {
     const char *env[] = {SMALL_CHUNK_ENV, NULL};
-    cc_arg arg = {.transport = transport};
+    cc_arg arg = {.transport = transport, .param = streamed};
     gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
     int status[GS_TEST_RANKS_MAX];
     int ok = gs_test_run_ranks_opts(&opts, matrix_body, &arg, status);
@@ -60,6 +64,19 @@ static void run_matrix(const char *transport, int n)
     GS_ASSERT_EQ(ok, n);
 }
 
+static void run_matrix(const char *transport, int n)
+{
+    run_matrix_opts(transport, n, 0);
+}
+
+CC_TEST(allreduce_matrix_streamed_2_ranks)
+{
+    run_matrix_opts(transport, 2, 1);
+}
+CC_TEST(allreduce_matrix_streamed_3_ranks)
+{
+    run_matrix_opts(transport, 3, 1);
+}
 CC_TEST(allreduce_matrix_1_rank)
 {
     run_matrix(transport, 1);
@@ -114,8 +131,10 @@ static void large_body(gs_ctx *ctx, int rank, void *argp)
     uint64_t h = 1469598103934665603ull;
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, arg->transport, &tp);
-    for (size_t c = 0; c < sizeof(large_cases) / sizeof(large_cases[0]); c++) {
-        const large_case *lc = &large_cases[c];
+    for (size_t c = 0; c < 2 * sizeof(large_cases) / sizeof(large_cases[0]); c++) {
+        const large_case *lc = &large_cases[c % (sizeof(large_cases) / sizeof(large_cases[0]))];
+        /* the second round streams every result (as calls above 8 MiB do) */
+        comm->nt_bytes = c < sizeof(large_cases) / sizeof(large_cases[0]) ? GS_COLL_NT_BYTES : 0;
         size_t bytes = count * gs_dtype_size(lc->dtype);
         char what[96];
         snprintf(what, sizeof(what), "rank %d large %s", rank, cc_algo_names[lc->algo]);

@@ -6,6 +6,8 @@
  */
 #include "coll_check.h"
 
+#include "coll/coll.h"
+
 #include <unistd.h>
 
 #define COLUMNS_COUNT 1500 /* with 4 KiB chunks: 2 columns of f32, 3 of f64 */
@@ -99,6 +101,8 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
     uint64_t h = 1469598103934665603ull;
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, arg->transport, &tp);
+    if (arg->param) /* every result streamed */
+        comm->nt_bytes = 0;
     b.in = cc_alloc(b.cap);
     b.out = cc_alloc(b.cap);
 
@@ -123,10 +127,10 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
     free(b.out);
 }
 
-static void run_matrix(const char *transport, int n)
+static void run_matrix_opts(const char *transport, int n, int streamed)
 {
     const char *env[] = {"GS_CHUNK_BYTES=4096", NULL};
-    cc_arg arg = {.transport = transport};
+    cc_arg arg = {.transport = transport, .param = streamed};
     gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
     int status[GS_TEST_RANKS_MAX];
     int ok = gs_test_run_ranks_opts(&opts, matrix_body, &arg, status);
@@ -135,6 +139,15 @@ static void run_matrix(const char *transport, int n)
     GS_ASSERT_EQ(ok, n);
 }
 
+static void run_matrix(const char *transport, int n)
+{
+    run_matrix_opts(transport, n, 0);
+}
+
+CC_TEST(collectives_matrix_streamed_3_ranks)
+{
+    run_matrix_opts(transport, 3, 1);
+}
 CC_TEST(collectives_matrix_1_rank)
 {
     run_matrix(transport, 1);
