@@ -214,12 +214,16 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--limit", type=int, default=0, help="first N training images (0: all)")
     p.add_argument("--test-limit", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--threads", type=int, default=1, help="torch and BLAS threads per rank")
     p.add_argument("--data", default=DATA_DIR)
     p.add_argument("--json", action="store_true")
     p.add_argument("--timeout", type=int, default=600,
                    help="seconds before a stuck collective or the whole run is given up")
     args = p.parse_args()
+    # torch's GEMMs go to the system BLAS (Debian: OpenBLAS), which starts one
+    # thread per core unless told: --threads per rank, as gstrain's --threads.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
     if not args.json:
         print(f"train_ddp: {args.ranks} ranks, DDP over gloo (torch {torch.__version__}), "
               f"global batch {args.batch}, lr {args.lr}, momentum {args.momentum}, "
