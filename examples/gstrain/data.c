@@ -11,12 +11,13 @@
 
 #define IDX_MAGIC_LABELS 0x00000801u /* unsigned byte, 1 dimension */
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned byte, 3 dimensions */
-#define INSTALL_HINT "install it with `apt-get install dataset-fashion-mnist` or pass --data DIR"
-#define CORRUPT_HINT "the file is corrupt; reinstall it with `apt-get install --reinstall dataset-fashion-mnist`"
+#define INSTALL_HINT     "install it with `apt-get install dataset-fashion-mnist` or pass --data DIR"
+#define CORRUPT_HINT                                                                                         \
+    "the file is corrupt; reinstall it with `apt-get install --reinstall dataset-fashion-mnist`"
 
 /* Fashion-MNIST training-set pixel mean and standard deviation (of x/255). */
 #define PIXEL_MEAN 0.2860f
-#define PIXEL_STD 0.3530f
+#define PIXEL_STD  0.3530f
 
 typedef struct idx_file {
     gzFile gz;
@@ -65,8 +66,8 @@ static gs_status idx_header(idx_file *f, uint32_t magic, int dims, uint32_t *dim
     if (st != GS_OK)
         return st;
     if (be32(head) != magic)
-        return gt_fail(GS_ERR_IO, "%s: bad IDX magic 0x%08x (expected 0x%08x); %s", f->path, be32(head), magic,
-                       CORRUPT_HINT);
+        return gt_fail(GS_ERR_IO, "%s: bad IDX magic 0x%08x (expected 0x%08x); %s", f->path, be32(head),
+                       magic, CORRUPT_HINT);
     for (int i = 0; i < dims; i++)
         dim[i] = be32(head + 4 * (i + 1));
     return GS_OK;

@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 #define GT_DATA_DIR_DEFAULT "/usr/share/datasets/fashion-mnist"
-#define GT_IMAGE_SIDE 28
-#define GT_IMAGE_PIXELS (GT_IMAGE_SIDE * GT_IMAGE_SIDE)
-#define GT_CLASSES 10
+#define GT_IMAGE_SIDE       28
+#define GT_IMAGE_PIXELS     (GT_IMAGE_SIDE * GT_IMAGE_SIDE)
+#define GT_CLASSES          10
 
 typedef struct gt_dataset {
     size_t count;

@@ -7,7 +7,8 @@
  * the sync step sums those over the ranks, so every rank applies the same
  * mean gradient and the math does not depend on the number of ranks (only
  * the order of float additions does). At the end, a hash of the weights is
- * compared across ranks: they must be bitwise identical.
+ * compared across ranks: they must be bitwise identical. With --sync ps some
+ * ranks are parameter servers: they run serve() instead of the training.
  */
 #include "data.h"
 #include "mlp.h"
@@ -164,9 +165,14 @@ static gs_status save_weights(const trainer *t)
 
 static gt_sync_params sync_params(const gt_options *opt)
 {
-    gt_sync_params sp = {.method = opt->method, .overlap = opt->overlap, .split_wait = opt->split_wait,
-                         .count = gt_mlp_param_count(), .nsegments = GT_LAYERS, .lr = opt->lr,
-                         .momentum = opt->momentum, .weight_decay = opt->weight_decay};
+    gt_sync_params sp = {.method = opt->method,
+                         .overlap = opt->overlap,
+                         .split_wait = opt->split_wait,
+                         .count = gt_mlp_param_count(),
+                         .nsegments = GT_LAYERS,
+                         .lr = opt->lr,
+                         .momentum = opt->momentum,
+                         .weight_decay = opt->weight_decay};
     for (int l = 0; l < GT_LAYERS; l++) {
         gt_layer layer = gt_mlp_layer(l);
         sp.segments[l] = (gt_segment){.offset = layer.offset, .count = layer.count};
@@ -230,18 +236,32 @@ static void teardown(trainer *t)
         fprintf(stderr, "gstrain: rank %d: warning: leaving the job failed: %s\n", t->rank, gs_last_error());
 }
 
+static const char *sync_name(const trainer *t)
+{
+    if (t->opt.method == GT_SYNC_PS)
+        return t->opt.overlap ? "ps+overlap" : "ps";
+    if (t->size == 1)
+        return "none";
+    return t->opt.overlap ? "allreduce+overlap" : "allreduce";
+}
+
 static void describe(trainer *t)
 {
-    int ps = t->opt.method == GT_SYNC_PS;
-    t->info = (gt_run_info){.ranks = t->size, .servers = gt_sync_servers(t->sync),
+    t->info = (gt_run_info){.ranks = t->size,
+                            .servers = gt_sync_servers(t->sync),
                             .transport = gt_sync_transport(t->sync),
-                            .sync = t->size == 1 && !ps ? "none"
-                                    : t->opt.overlap    ? (ps ? "ps+overlap" : "allreduce+overlap")
-                                                        : (ps ? "ps" : "allreduce"),
-                            .epochs = t->opt.epochs, .batch = t->opt.batch, .lr = t->opt.lr,
-                            .momentum = t->opt.momentum, .weight_decay = t->opt.weight_decay, .seed = t->opt.seed,
-                            .train_images = t->train.count, .test_images = t->test.count,
-                            .params = t->nparams, .threads = t->opt.threads, .split_wait = t->opt.split_wait};
+                            .sync = sync_name(t),
+                            .epochs = t->opt.epochs,
+                            .batch = t->opt.batch,
+                            .lr = t->opt.lr,
+                            .momentum = t->opt.momentum,
+                            .weight_decay = t->opt.weight_decay,
+                            .seed = t->opt.seed,
+                            .train_images = t->train.count,
+                            .test_images = t->test.count,
+                            .params = t->nparams,
+                            .threads = t->opt.threads,
+                            .split_wait = t->opt.split_wait};
 }
 
 /* A parameter-server rank: serves in the background (started by

@@ -139,8 +139,8 @@ void gt_mlp_forward(gt_mlp *mlp, size_t n, const uint8_t *labels, double *loss_s
             relu(mlp->act[l + 1], n * mlp->layer[l].out);
     }
     for (size_t r = 0; r < n; r++)
-        *loss_sum += softmax_row(mlp->act[GT_LAYERS] + r * widths[GT_LAYERS], widths[GT_LAYERS], labels[r],
-                                 correct);
+        *loss_sum +=
+            softmax_row(mlp->act[GT_LAYERS] + r * widths[GT_LAYERS], widths[GT_LAYERS], labels[r], correct);
 }
 
 /* The gradient of the summed loss with respect to the logits, times scale:

@@ -11,11 +11,11 @@
 
 /* Defaults: chosen so `gsrun -n 4 gstrain` passes 85% test accuracy in a
  * few epochs on a 2-core machine (docs/gstrain.md has the measurements). */
-#define DEFAULT_EPOCHS 5
-#define DEFAULT_BATCH 256
-#define DEFAULT_LR 0.05f
+#define DEFAULT_EPOCHS   5
+#define DEFAULT_BATCH    256
+#define DEFAULT_LR       0.05f
 #define DEFAULT_MOMENTUM 0.9f
-#define DEFAULT_SEED 1
+#define DEFAULT_SEED     1
 
 static void usage(FILE *out)
 {
@@ -90,8 +90,22 @@ static int parse_choice(const char *name, const char *text, const char *const *c
 }
 
 enum {
-    OPT_DATA = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_SEED, OPT_LIMIT, OPT_TEST_LIMIT,
-    OPT_THREADS, OPT_SYNC, OPT_NO_OVERLAP, OPT_SPLIT_WAIT, OPT_PROGRESS, OPT_JSON, OPT_SAVE,
+    OPT_DATA = 256,
+    OPT_EPOCHS,
+    OPT_BATCH,
+    OPT_LR,
+    OPT_MOMENTUM,
+    OPT_WD,
+    OPT_SEED,
+    OPT_LIMIT,
+    OPT_TEST_LIMIT,
+    OPT_THREADS,
+    OPT_SYNC,
+    OPT_NO_OVERLAP,
+    OPT_SPLIT_WAIT,
+    OPT_PROGRESS,
+    OPT_JSON,
+    OPT_SAVE,
 };
 
 static const struct option long_options[] = {
@@ -131,9 +145,13 @@ static int apply(int c, const char *arg, gt_options *opt)
     case OPT_WD: rc = parse_float("--weight-decay", arg, 0.0f, 1.0f, &opt->weight_decay); break;
     case OPT_SEED: rc = parse_ulong("--seed", arg, 0, UINT64_MAX, &u), opt->seed = u; break;
     case OPT_LIMIT: rc = parse_ulong("--limit", arg, 1, SIZE_MAX, &u), opt->limit = (size_t)u; break;
-    case OPT_TEST_LIMIT: rc = parse_ulong("--test-limit", arg, 1, SIZE_MAX, &u), opt->test_limit = (size_t)u; break;
+    case OPT_TEST_LIMIT:
+        rc = parse_ulong("--test-limit", arg, 1, SIZE_MAX, &u), opt->test_limit = (size_t)u;
+        break;
     case OPT_THREADS: rc = parse_ulong("--threads", arg, 1, 1024, &u), opt->threads = (int)u; break;
-    case OPT_SYNC: rc = parse_choice("--sync", arg, methods, &choice), opt->method = (gt_sync_method)choice; break;
+    case OPT_SYNC:
+        rc = parse_choice("--sync", arg, methods, &choice), opt->method = (gt_sync_method)choice;
+        break;
     case OPT_NO_OVERLAP: opt->overlap = 0; break;
     case OPT_SPLIT_WAIT: opt->split_wait = 1; break;
     case OPT_PROGRESS: rc = parse_choice("--progress", arg, progress, &choice), opt->progress = choice; break;
@@ -147,9 +165,16 @@ static int apply(int c, const char *arg, gt_options *opt)
 int gt_options_parse(int argc, char **argv, gt_options *opt)
 {
     int c, progress_given = 0;
-    *opt = (gt_options){.data_dir = GT_DATA_DIR_DEFAULT, .epochs = DEFAULT_EPOCHS, .batch = DEFAULT_BATCH,
-                        .lr = DEFAULT_LR, .momentum = DEFAULT_MOMENTUM, .seed = DEFAULT_SEED, .threads = 1,
-                        .method = GT_SYNC_ALLREDUCE, .overlap = 1, .progress = GT_PROGRESS_AUTO};
+    *opt = (gt_options){.data_dir = GT_DATA_DIR_DEFAULT,
+                        .epochs = DEFAULT_EPOCHS,
+                        .batch = DEFAULT_BATCH,
+                        .lr = DEFAULT_LR,
+                        .momentum = DEFAULT_MOMENTUM,
+                        .seed = DEFAULT_SEED,
+                        .threads = 1,
+                        .method = GT_SYNC_ALLREDUCE,
+                        .overlap = 1,
+                        .progress = GT_PROGRESS_AUTO};
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
         if (c == 'h') {

@@ -26,8 +26,13 @@ void gt_progress_begin(gt_progress *p, gt_progress_mode mode, FILE *out, int epo
 {
     if (mode == GT_PROGRESS_AUTO)
         mode = isatty(fileno(out)) ? GT_PROGRESS_BAR : GT_PROGRESS_LINES;
-    *p = (gt_progress){.mode = mode, .out = out, .epoch = epoch, .epochs = epochs, .steps = steps,
-                       .last_tenth = 0, .start_s = gt_now_s()};
+    *p = (gt_progress){.mode = mode,
+                       .out = out,
+                       .epoch = epoch,
+                       .epochs = epochs,
+                       .steps = steps,
+                       .last_tenth = 0,
+                       .start_s = gt_now_s()};
 }
 
 void gt_progress_update(gt_progress *p, size_t done, size_t images, double loss, double sync_share)
@@ -99,22 +104,24 @@ void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *st
             "\"train_images\": %zu, "
             "\"test_images\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"weight_decay\": %g, "
             "\"seed\": %" PRIu64 ", \"threads\": %d, \"split_wait\": %s, \"epochs\": [",
-            info->ranks, info->servers, info->transport, info->sync, info->params, info->train_images, info->test_images,
-            info->batch, (double)info->lr, (double)info->momentum, (double)info->weight_decay, info->seed,
-            info->threads, info->split_wait ? "true" : "false");
+            info->ranks, info->servers, info->transport, info->sync, info->params, info->train_images,
+            info->test_images, info->batch, (double)info->lr, (double)info->momentum,
+            (double)info->weight_decay, info->seed, info->threads, info->split_wait ? "true" : "false");
     for (int i = 0; i < n; i++) {
         const gt_epoch_stats *s = &stats[i];
         double step = s->compute_s + s->wait_s + s->sync_s;
-        fprintf(out,
-                "%s{\"epoch\": %d, \"train_loss\": %.6f, \"train_acc\": %.6f, \"test_loss\": %.6f, "
-                "\"test_acc\": %.6f, \"time_s\": %.4f, \"eval_s\": %.4f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
-                "\"sync_s\": %.4f, \"wait_share\": %.4f, \"sync_share\": %.4f, \"images_per_s\": %.1f}",
-                i ? ", " : "", s->epoch, s->train_loss, s->train_acc, s->test_loss, s->test_acc, s->time_s,
-                s->eval_s, s->compute_s, s->wait_s, s->sync_s, share(s->wait_s, step) / 100,
-                share(s->sync_s, step) / 100, s->images_per_s);
+        fprintf(
+            out,
+            "%s{\"epoch\": %d, \"train_loss\": %.6f, \"train_acc\": %.6f, \"test_loss\": %.6f, "
+            "\"test_acc\": %.6f, \"time_s\": %.4f, \"eval_s\": %.4f, \"compute_s\": %.4f, \"wait_s\": %.4f, "
+            "\"sync_s\": %.4f, \"wait_share\": %.4f, \"sync_share\": %.4f, \"images_per_s\": %.1f}",
+            i ? ", " : "", s->epoch, s->train_loss, s->train_acc, s->test_loss, s->test_acc, s->time_s,
+            s->eval_s, s->compute_s, s->wait_s, s->sync_s, share(s->wait_s, step) / 100,
+            share(s->sync_s, step) / 100, s->images_per_s);
     }
-    fprintf(out, "], \"final_test_acc\": %.6f, \"total_s\": %.3f, \"weights_hash\": \"%016" PRIx64 "\", "
-                 "\"weights_identical\": %s}\n",
+    fprintf(out,
+            "], \"final_test_acc\": %.6f, \"total_s\": %.3f, \"weights_hash\": \"%016" PRIx64 "\", "
+            "\"weights_identical\": %s}\n",
             n ? stats[n - 1].test_acc : 0.0, total_s, hash, same ? "true" : "false");
     fflush(out);
 }

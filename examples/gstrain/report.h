@@ -32,12 +32,12 @@ typedef struct gt_epoch_stats {
     int epoch;
     double train_loss, train_acc; /* over the epoch's batches, all ranks */
     double test_loss, test_acc;
-    double time_s;                /* wall time of the training steps */
-    double eval_s;                /* wall time of the test-set evaluation */
-    double compute_s;             /* per rank (mean over ranks): forward, backward, update */
-    double wait_s;                /* per rank: waiting for the slowest rank (--split-wait, else 0) */
-    double sync_s;                /* per rank: exchanging gradients (with --split-wait, after the wait) */
-    double images_per_s;          /* all ranks together */
+    double time_s;       /* wall time of the training steps */
+    double eval_s;       /* wall time of the test-set evaluation */
+    double compute_s;    /* per rank (mean over ranks): forward, backward, update */
+    double wait_s;       /* per rank: waiting for the slowest rank (--split-wait, else 0) */
+    double sync_s;       /* per rank: exchanging gradients (with --split-wait, after the wait) */
+    double images_per_s; /* all ranks together */
 } gt_epoch_stats;
 
 typedef struct gt_progress {

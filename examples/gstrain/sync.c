@@ -30,7 +30,8 @@ static gs_status join(gt_sync *sync)
         return gt_fail(st, "cannot join the job: %s", gs_last_error());
     gt_rank = gs_ctx_rank(sync->ctx);
     if (gs_ctx_size(sync->ctx) > 1 && (st = gs_comm_create(sync->ctx, NULL, &sync->comm)) != GS_OK) {
-        gt_fail(st, "cannot create the communicator over %d ranks: %s", gs_ctx_size(sync->ctx), gs_last_error());
+        gt_fail(st, "cannot create the communicator over %d ranks: %s", gs_ctx_size(sync->ctx),
+                gs_last_error());
         gs_ctx_destroy(sync->ctx);
     }
     return st;
@@ -157,7 +158,8 @@ gs_status gt_sync_ready(gt_sync *sync, size_t offset, size_t count)
     double start;
     size_t i = 0;
     if (!find_segment(sync, offset, count, &i))
-        return gt_fail(GS_ERR_INVALID, "gradient segment [%zu, %zu) was not declared", offset, offset + count);
+        return gt_fail(GS_ERR_INVALID, "gradient segment [%zu, %zu) was not declared", offset,
+                       offset + count);
     sync->announced += count;
     if (sync->p.overlap)
         st = wait_for_all(sync);
@@ -175,8 +177,8 @@ gs_status gt_sync_finish(gt_sync *sync)
     if (st == GS_OK)
         st = sync->ops->finish(sync);
     if (st == GS_OK && sync->p.overlap && sync->announced != sync->p.count)
-        st = gt_fail(GS_ERR_INVALID, "the backward pass announced %zu of %zu gradient floats", sync->announced,
-                     sync->p.count);
+        st = gt_fail(GS_ERR_INVALID, "the backward pass announced %zu of %zu gradient floats",
+                     sync->announced, sync->p.count);
     sync->announced = 0;
     sync->waited = 0;
     sync->sync_s += gt_now_s() - start;

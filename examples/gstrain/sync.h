@@ -35,10 +35,10 @@ typedef struct gt_segment {
 
 typedef struct gt_sync_params {
     gt_sync_method method;
-    int overlap;    /* exchange each segment as soon as backward produced it */
-    int split_wait; /* a barrier before each step's synchronization, to time the
-                       wait for the slowest rank apart from the data exchange */
-    size_t count;   /* floats in the gradient vector */
+    int overlap;                               /* exchange each segment as soon as backward produced it */
+    int split_wait;                            /* a barrier before each step's synchronization, to time the
+                                                  wait for the slowest rank apart from the data exchange */
+    size_t count;                              /* floats in the gradient vector */
     gt_segment segments[GT_SYNC_MAX_SEGMENTS]; /* what gt_sync_ready announces */
     size_t nsegments;
     float lr, momentum, weight_decay; /* ps: the servers' optimizer (as gt_sgd) */

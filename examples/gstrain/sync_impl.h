@@ -23,7 +23,7 @@ struct gt_sync {
     gt_sync_params p;
     const gt_sync_ops *ops;
     gs_ctx *ctx;
-    gs_comm *comm; /* every rank of the job; NULL with one rank */
+    gs_comm *comm;  /* every rank of the job; NULL with one rank */
     int rank, size; /* among the trainers */
     int server;     /* this rank is a parameter server */
     int servers;
@@ -36,8 +36,8 @@ struct gt_sync {
     size_t npending;
     /* ps */
     gs_ps *ps;
-    float *params;                            /* the trainer's weights */
-    float *pulled;                            /* where pulls land until finish */
+    float *params;                               /* the trainer's weights */
+    float *pulled;                               /* where pulls land until finish */
     gs_ps_req *ps_pending[GT_SYNC_MAX_SEGMENTS]; /* per segment; NULL when none */
 };
 

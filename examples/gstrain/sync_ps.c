@@ -19,8 +19,9 @@ static gs_status ps_open(gt_sync *sync)
     gs_ps_params pp;
     gs_status st;
     if (gs_ctx_size(sync->ctx) < 2)
-        return gt_fail(GS_ERR_INVALID, "--sync ps needs at least 2 ranks (trainers and GS_PS_SERVERS servers); "
-                                       "run it under gsrun -n 2 or more");
+        return gt_fail(GS_ERR_INVALID,
+                       "--sync ps needs at least 2 ranks (trainers and GS_PS_SERVERS servers); "
+                       "run it under gsrun -n 2 or more");
     gs_ps_params_init(sync->ctx, &pp);
     pp.optim.kind = sync->p.momentum > 0 ? GS_PS_MOMENTUM : GS_PS_SGD;
     pp.optim.lr = sync->p.lr;
@@ -47,8 +48,8 @@ static gs_status ps_start(gt_sync *sync, float *params)
         const gt_segment *seg = &sync->p.segments[i];
         st = gs_ps_register(sync->ps, i, seg->count, params ? params + seg->offset : NULL);
         if (st != GS_OK)
-            gt_fail(st, "cannot register layer %zu (%zu weights) with the parameter server: %s", i, seg->count,
-                    gs_last_error());
+            gt_fail(st, "cannot register layer %zu (%zu weights) with the parameter server: %s", i,
+                    seg->count, gs_last_error());
     }
     if (st == GS_OK && sync->server && (st = gs_ps_serve_start(sync->ps)) != GS_OK)
         gt_fail(st, "cannot start serving: %s", gs_last_error());

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define GT_DATASET "/usr/share/datasets/fashion-mnist"
-#define GT_PARAMS 535818 /* 784*512+512 + 512*256+256 + 256*10+10 */
+#define GT_PARAMS  535818 /* 784*512+512 + 512*256+256 + 256*10+10 */
 #define GT_OUT_MAX (1 << 18)
 
 typedef struct gt_run {

@@ -80,14 +80,15 @@ GS_TEST(short_run_learns)
 {
     gt_run r;
     gt_require_dataset();
-    gt_run_gstrain(&r, 0,
-                   (const char *[]){"--limit", "4096", "--test-limit", "2000", "--epochs", "3", "--json", NULL});
+    gt_run_gstrain(
+        &r, 0, (const char *[]){"--limit", "4096", "--test-limit", "2000", "--epochs", "3", "--json", NULL});
     GS_ASSERT_EQ(r.exit_code, 0);
     double loss1 = gt_json_number(strstr(r.out, "\"epoch\": 1"), "train_loss");
     double loss2 = gt_json_number(strstr(r.out, "\"epoch\": 2"), "train_loss");
     double loss3 = gt_json_number(strstr(r.out, "\"epoch\": 3"), "train_loss");
     double acc = gt_json_number(r.out, "final_test_acc");
-    fprintf(stderr, "  train loss per epoch %.4f %.4f %.4f, final test accuracy %.4f\n", loss1, loss2, loss3, acc);
+    fprintf(stderr, "  train loss per epoch %.4f %.4f %.4f, final test accuracy %.4f\n", loss1, loss2, loss3,
+            acc);
     GS_ASSERT(loss2 < loss1 && loss3 < loss2);
     GS_ASSERT(acc >= 0.75);
     GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
@@ -99,7 +100,8 @@ GS_TEST(seed_determines_the_weights)
     char a[32], b[32], c[32];
     gt_run r;
     gt_require_dataset();
-    const char *args[] = {"--limit", "1000", "--test-limit", "500", "--epochs", "1", "--json", "--seed", "7", NULL};
+    const char *args[] = {"--limit", "1000",   "--test-limit", "500", "--epochs",
+                          "1",       "--json", "--seed",       "7",   NULL};
     gt_run_gstrain(&r, 0, args);
     GS_ASSERT_EQ(r.exit_code, 0);
     gt_json_string(r.out, "weights_hash", a, sizeof(a));
@@ -140,8 +142,8 @@ GS_TEST(save_writes_the_weights)
     GS_ASSERT(fd >= 0);
     close(fd);
     gt_run_gstrain(&r, 0,
-                   (const char *[]){"--limit", "512", "--test-limit", "100", "--epochs", "1", "--progress", "none",
-                                    "--save", path, NULL});
+                   (const char *[]){"--limit", "512", "--test-limit", "100", "--epochs", "1", "--progress",
+                                    "none", "--save", path, NULL});
     GS_ASSERT_EQ(r.exit_code, 0);
     GS_ASSERT_EQ(stat(path, &st), 0);
     unlink(path);

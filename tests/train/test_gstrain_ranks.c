@@ -15,7 +15,7 @@
 #include "gstrain_run.h"
 
 #define TOL_MAX_ABS 1e-5
-#define TOL_REL_L2 1e-6
+#define TOL_REL_L2  1e-6
 
 static float weights[3][GT_PARAMS];
 
@@ -24,7 +24,8 @@ static float weights[3][GT_PARAMS];
 static void train_and_load(int ranks, const char *const *extra, float *w)
 {
     char path[] = "/tmp/gstrain-weights-XXXXXX";
-    const char *args[32] = {"--limit", "1024", "--test-limit", "500", "--epochs", "1", "--json", "--save", path};
+    const char *args[32] = {"--limit", "1024",   "--test-limit", "500", "--epochs",
+                            "1",       "--json", "--save",       path};
     int argc = 9, fd = mkstemp(path);
     gt_run r;
     GS_ASSERT(fd >= 0);
@@ -111,8 +112,8 @@ GS_TEST(four_ranks_are_deterministic)
  * still takes part (zero gradient); the math is unchanged. */
 GS_TEST(ranks_with_empty_shares)
 {
-    const char *small[] = {"--limit", "30", "--test-limit", "100", "--epochs", "1", "--batch", "3", "--json",
-                           "--save", NULL, NULL};
+    const char *small[] = {"--limit", "30", "--test-limit", "100",    "--epochs", "1",
+                           "--batch", "3",  "--json",       "--save", NULL,       NULL};
     char path[2][32] = {"/tmp/gstrain-w1-XXXXXX", "/tmp/gstrain-w4-XXXXXX"};
     gt_run r;
     gt_require_dataset();
@@ -179,7 +180,8 @@ GS_TEST(ps_two_trainers_match_allreduce)
     train_and_load(2, NULL, weights[0]);
     train_and_load(3, (const char *[]){"--sync", "ps", NULL}, weights[1]);
     assert_close(weights[0], weights[1], "ps (2 trainers + 1 server) vs allreduce (2 ranks)");
-    fprintf(stderr, "  bitwise equal: %s\n", memcmp(weights[0], weights[1], sizeof(weights[0])) ? "no" : "yes");
+    fprintf(stderr, "  bitwise equal: %s\n",
+            memcmp(weights[0], weights[1], sizeof(weights[0])) ? "no" : "yes");
 }
 
 /* One trainer + one server, without overlap: the single-process math. */
