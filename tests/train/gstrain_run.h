@@ -50,8 +50,9 @@ static inline void gt_read_all(int fd, char *buf, size_t cap)
     close(fd);
 }
 
-/* Runs gstrain args (NULL-terminated); ranks > 0: under gsrun -n ranks. */
-static inline void gt_run_gstrain(gt_run *r, int ranks, const char *const *args)
+/* Runs gstrain args (NULL-terminated); ranks > 0: under gsrun -n ranks
+ * (--transport transport unless NULL). */
+static inline void gt_run_gstrain_over(gt_run *r, int ranks, const char *transport, const char *const *args)
 {
     char gstrain[4096], gsrun[4096], nranks[16];
     const char *argv[64];
@@ -63,6 +64,10 @@ static inline void gt_run_gstrain(gt_run *r, int ranks, const char *const *args)
         argv[argc++] = gsrun;
         argv[argc++] = "-n";
         argv[argc++] = nranks;
+        if (transport) {
+            argv[argc++] = "--transport";
+            argv[argc++] = transport;
+        }
         argv[argc++] = "--";
     }
     argv[argc++] = gstrain;
@@ -87,6 +92,11 @@ static inline void gt_run_gstrain(gt_run *r, int ranks, const char *const *args)
     gt_read_all(err, r->err, sizeof(r->err));
     if (r->exit_code != 0)
         fprintf(stderr, "  gstrain exited with %d; its stderr:\n%s\n", r->exit_code, r->err);
+}
+
+static inline void gt_run_gstrain(gt_run *r, int ranks, const char *const *args)
+{
+    gt_run_gstrain_over(r, ranks, NULL, args);
 }
 
 /* The number after the first "key": in text (NULL: fails). */

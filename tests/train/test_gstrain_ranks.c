@@ -19,9 +19,9 @@
 
 static float weights[3][GT_PARAMS];
 
-/* Trains 4 steps of 256 images on `ranks` ranks (0: no launcher) and loads
- * the weights it saved. */
-static void train_and_load(int ranks, const char *const *extra, float *w)
+/* Trains 4 steps of 256 images on `ranks` ranks (0: no launcher) over
+ * transport (NULL: gsrun's default) and loads the weights it saved. */
+static void train_over_and_load(int ranks, const char *transport, const char *const *extra, float *w)
 {
     char path[] = "/tmp/gstrain-weights-XXXXXX";
     const char *args[32] = {"--limit", "1024",   "--test-limit", "500", "--epochs",
@@ -33,7 +33,7 @@ static void train_and_load(int ranks, const char *const *extra, float *w)
     for (int i = 0; extra && extra[i]; i++)
         args[argc++] = extra[i];
     args[argc] = NULL;
-    gt_run_gstrain(&r, ranks, args);
+    gt_run_gstrain_over(&r, ranks, transport, args);
     if (r.exit_code == 0)
         gt_load_weights(path, w);
     unlink(path);
@@ -50,6 +50,11 @@ static void train_and_load(int ranks, const char *const *extra, float *w)
 static double absolute(double x)
 {
     return x < 0 ? -x : x;
+}
+
+static void train_and_load(int ranks, const char *const *extra, float *w)
+{
+    train_over_and_load(ranks, NULL, extra, w);
 }
 
 /* Max absolute and squared relative L2 difference of b from a. */
@@ -200,4 +205,14 @@ GS_TEST(ps_alone_is_a_clear_error)
     gt_run_gstrain(&r, 0, (const char *[]){"--sync", "ps", "--limit", "100", NULL});
     GS_ASSERT_EQ(r.exit_code, 1);
     GS_ASSERT_CONTAINS(r.err, "--sync ps needs at least 2 ranks");
+}
+
+/* The transport moves the bytes and never changes them: over tcp the same
+ * 2-rank run ends with bitwise the weights of the run over shm. */
+GS_TEST(tcp_and_shm_give_the_same_bits)
+{
+    gt_require_dataset();
+    train_over_and_load(2, "shm", NULL, weights[0]);
+    train_over_and_load(2, "tcp", NULL, weights[1]);
+    GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
 }
