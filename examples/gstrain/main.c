@@ -163,20 +163,21 @@ static gs_status save_weights(const trainer *t)
     return st;
 }
 
+static size_t bucket_floats(const gt_options *opt)
+{
+    return opt->bucket_kb * 1024 / sizeof(float);
+}
+
 static gt_sync_params sync_params(const gt_options *opt)
 {
     gt_sync_params sp = {.method = opt->method,
                          .overlap = opt->overlap,
                          .split_wait = opt->split_wait,
                          .count = gt_mlp_param_count(),
-                         .nsegments = GT_LAYERS,
                          .lr = opt->lr,
                          .momentum = opt->momentum,
                          .weight_decay = opt->weight_decay};
-    for (int l = 0; l < GT_LAYERS; l++) {
-        gt_layer layer = gt_mlp_layer(l);
-        sp.segments[l] = (gt_segment){.offset = layer.offset, .count = layer.count};
-    }
+    sp.nsegments = gt_mlp_buckets(bucket_floats(opt), sp.segments, GT_SYNC_MAX_SEGMENTS);
     return sp;
 }
 
@@ -197,7 +198,7 @@ static gs_status setup_trainer(trainer *t)
     if (!t->params || !t->order || !t->labels || !t->stats)
         return gt_fail(GS_ERR_NOMEM, "no memory for a model of %zu parameters and %zu images", t->nparams,
                        t->train.count);
-    st = gt_mlp_create(t->params, gt_sync_grads(t->sync), t->batch_cap, &t->mlp);
+    st = gt_mlp_create(t->params, gt_sync_grads(t->sync), t->batch_cap, bucket_floats(&t->opt), &t->mlp);
     if (st == GS_OK && !gt_sync_updates_weights(t->sync))
         st = gt_sgd_create(t->nparams, &(gt_sgd_params){t->opt.lr, t->opt.momentum, t->opt.weight_decay},
                            &t->sgd);
@@ -209,7 +210,11 @@ static gs_status setup_trainer(trainer *t)
 static gs_status setup(trainer *t)
 {
     gt_sync_params sp = sync_params(&t->opt);
-    gs_status st = gt_sync_create(&sp, &t->sync);
+    gs_status st;
+    if (sp.nsegments > GT_SYNC_MAX_SEGMENTS)
+        return gt_fail(GS_ERR_INVALID, "--bucket-kb %zu cuts the gradient into %zu buckets, more than %d",
+                       t->opt.bucket_kb, sp.nsegments, GT_SYNC_MAX_SEGMENTS);
+    st = gt_sync_create(&sp, &t->sync);
     if (st != GS_OK)
         return st;
     t->rank = gt_sync_rank(t->sync);

@@ -15,6 +15,7 @@ static const size_t widths[GT_LAYERS + 1] = {784, 512, 256, 10};
 struct gt_mlp {
     float *params, *grads;
     size_t batch_cap;
+    size_t blocks[GT_LAYERS]; /* row blocks of each layer's weight gradient */
     gt_layer layer[GT_LAYERS];
     float *act[GT_LAYERS + 1]; /* act[0] input, act[l+1] output of layer l (last: probabilities) */
     float *delta[2];           /* backward scratch: loss gradient w.r.t. a layer's output */
@@ -35,13 +36,48 @@ size_t gt_mlp_param_count(void)
     return last.offset + last.count;
 }
 
+/* Row blocks of layer l's W for buckets of bucket_floats (0: one). */
+static size_t row_blocks(const gt_layer *ly, size_t bucket_floats)
+{
+    size_t w = ly->out * ly->in, blocks = bucket_floats ? (w + bucket_floats - 1) / bucket_floats : 1;
+    return blocks > ly->out ? ly->out : blocks < 1 ? 1 : blocks;
+}
+
+/* Rows [*first, *last) of block k of n over `out` rows, split evenly. */
+static void block_rows(size_t out, size_t n, size_t k, size_t *first, size_t *last)
+{
+    *first = out * k / n;
+    *last = out * (k + 1) / n;
+}
+
+static gt_segment block_segment(const gt_layer *ly, size_t n, size_t k)
+{
+    size_t first, last;
+    block_rows(ly->out, n, k, &first, &last);
+    return (gt_segment){.offset = ly->offset + first * ly->in,
+                        .count = (last - first) * ly->in + (k == n - 1 ? ly->out : 0)};
+}
+
+size_t gt_mlp_buckets(size_t bucket_floats, gt_segment *out, size_t cap)
+{
+    size_t count = 0;
+    for (int l = GT_LAYERS - 1; l >= 0; l--) {
+        gt_layer ly = gt_mlp_layer(l);
+        size_t n = row_blocks(&ly, bucket_floats);
+        for (size_t k = 0; k < n; k++, count++)
+            if (count < cap)
+                out[count] = block_segment(&ly, n, k);
+    }
+    return count;
+}
+
 static float *alloc_floats(size_t count)
 {
     size_t bytes = (count * sizeof(float) + 63) & ~(size_t)63;
     return aligned_alloc(64, bytes ? bytes : 64);
 }
 
-gs_status gt_mlp_create(float *params, float *grads, size_t batch_cap, gt_mlp **mlp_p)
+gs_status gt_mlp_create(float *params, float *grads, size_t batch_cap, size_t bucket_floats, gt_mlp **mlp_p)
 {
     gt_mlp *mlp = calloc(1, sizeof(*mlp));
     int ok = 1;
@@ -50,8 +86,10 @@ gs_status gt_mlp_create(float *params, float *grads, size_t batch_cap, gt_mlp **
     mlp->params = params;
     mlp->grads = grads;
     mlp->batch_cap = batch_cap ? batch_cap : 1;
-    for (int l = 0; l < GT_LAYERS; l++)
+    for (int l = 0; l < GT_LAYERS; l++) {
         mlp->layer[l] = gt_mlp_layer(l);
+        mlp->blocks[l] = row_blocks(&mlp->layer[l], bucket_floats);
+    }
     for (int l = 0; l <= GT_LAYERS; l++)
         ok &= (mlp->act[l] = alloc_floats(mlp->batch_cap * widths[l])) != NULL;
     for (int i = 0; i < 2; i++)
@@ -168,19 +206,38 @@ static void relu_mask(const float *restrict in, float *restrict d_in, size_t len
         d_in[i] = in[i] > 0.0f ? d_in[i] : 0.0f;
 }
 
-/* dW = delta^T in (summed over the n rows), db = column sums of delta. */
-static void linear_backward_params(const gt_layer *ly, const float *delta, const float *in, size_t n,
-                                   float *grads)
+/* Rows [first, last) of dW = delta^T in (summed over the n rows). */
+static void weight_gradient_rows(const gt_layer *ly, const float *delta, const float *in, size_t n,
+                                 size_t first, size_t last, float *dw)
 {
-    float *dw = grads + ly->offset, *db = dw + ly->out * ly->in;
-    memset(db, 0, ly->out * sizeof(float));
     if (n == 0) {
-        memset(dw, 0, ly->out * ly->in * sizeof(float));
+        memset(dw + first * ly->in, 0, (last - first) * ly->in * sizeof(float));
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ly->out, (int)ly->in, (int)n, 1.0f, delta,
-                (int)ly->out, in, (int)ly->in, 0.0f, dw, (int)ly->in);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(last - first), (int)ly->in, (int)n, 1.0f,
+                delta + first, (int)ly->out, in, (int)ly->in, 0.0f, dw + first * ly->in, (int)ly->in);
+}
+
+/* The gradient of layer l's W and b, block after block of W's rows (b
+ * first: it completes the last block), each block announced when done. */
+static gs_status layer_gradient(gt_mlp *mlp, int l, const float *delta, size_t n, gt_grad_ready_fn ready,
+                                void *arg)
+{
+    const gt_layer *ly = &mlp->layer[l];
+    float *dw = mlp->grads + ly->offset, *db = dw + ly->out * ly->in;
+    gs_status st = GS_OK;
+    memset(db, 0, ly->out * sizeof(float));
     column_sums(delta, n, ly->out, db);
+    for (size_t k = 0; k < mlp->blocks[l] && st == GS_OK; k++) {
+        size_t first, last;
+        block_rows(ly->out, mlp->blocks[l], k, &first, &last);
+        weight_gradient_rows(ly, delta, mlp->act[l], n, first, last, dw);
+        if (ready) {
+            gt_segment seg = block_segment(ly, mlp->blocks[l], k);
+            st = ready(arg, seg.offset, seg.count);
+        }
+    }
+    return st;
 }
 
 /* d_in = delta W, zeroed where the layer's input (a ReLU output) was 0. */
@@ -202,9 +259,7 @@ gs_status gt_mlp_backward(gt_mlp *mlp, size_t n, const uint8_t *labels, float sc
     loss_gradient(mlp->act[GT_LAYERS], labels, n, widths[GT_LAYERS], scale, delta);
     for (int l = GT_LAYERS - 1; l >= 0 && st == GS_OK; l--) {
         const gt_layer *ly = &mlp->layer[l];
-        linear_backward_params(ly, delta, mlp->act[l], n, mlp->grads);
-        if (ready)
-            st = ready(arg, ly->offset, ly->count);
+        st = layer_gradient(mlp, l, delta, n, ready, arg);
         if (l > 0) {
             float *t = delta;
             linear_backward_input(ly, mlp->params, delta, mlp->act[l], n, next);

@@ -9,6 +9,7 @@
 #define GT_MLP_H
 
 #include "gradsync.h"
+#include "util.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,9 +24,15 @@ typedef struct gt_layer {
 
 typedef struct gt_mlp gt_mlp;
 
-/* Called by the backward pass as soon as one layer's gradient segment
+/* Called by the backward pass as soon as one bucket of the gradient
  * [offset, offset + count) is final (last layer first). */
 typedef gs_status (*gt_grad_ready_fn)(void *arg, size_t offset, size_t count);
+
+/* The buckets the backward pass announces, in its order: each layer's W cut
+ * into blocks of whole rows of at most bucket_floats (0: no cut; at least
+ * one row), split evenly, the layer's b riding with its last block. Writes
+ * up to cap of them to out; returns how many there are. */
+size_t gt_mlp_buckets(size_t bucket_floats, gt_segment *out, size_t cap);
 
 /* Number of floats in the parameter (and gradient) vector. */
 size_t gt_mlp_param_count(void);
@@ -33,8 +40,9 @@ size_t gt_mlp_param_count(void);
 gt_layer gt_mlp_layer(int l);
 
 /* A model over caller-owned params and grads (gt_mlp_param_count floats
- * each) with activations for batches of up to batch_cap images. */
-gs_status gt_mlp_create(float *params, float *grads, size_t batch_cap, gt_mlp **mlp_p);
+ * each) with activations for batches of up to batch_cap images, announcing
+ * its gradient in buckets of bucket_floats (see gt_mlp_buckets). */
+gs_status gt_mlp_create(float *params, float *grads, size_t batch_cap, size_t bucket_floats, gt_mlp **mlp_p);
 void gt_mlp_destroy(gt_mlp *mlp);
 
 /* He-uniform weights (U(-sqrt(6/in), sqrt(6/in))), zero biases, drawn from
@@ -52,7 +60,8 @@ void gt_mlp_forward(gt_mlp *mlp, size_t n, const uint8_t *labels, double *loss_s
 /* Backward pass after gt_mlp_forward(n): grads = scale * (sum over the n
  * rows of the gradient of each row's loss). With scale = 1 / global batch
  * and the per-rank results summed, that is the global batch mean. Calls
- * ready (if not NULL) per layer, last layer first; stops at its first error. */
+ * ready (if not NULL) per bucket, in gt_mlp_buckets' order; stops at its
+ * first error. */
 gs_status gt_mlp_backward(gt_mlp *mlp, size_t n, const uint8_t *labels, float scale, gt_grad_ready_fn ready,
                           void *arg);
 

@@ -11,11 +11,12 @@
 
 /* Defaults: chosen so `gsrun -n 4 gstrain` passes 85% test accuracy in a
  * few epochs on a 2-core machine (docs/gstrain.md has the measurements). */
-#define DEFAULT_EPOCHS   5
-#define DEFAULT_BATCH    256
-#define DEFAULT_LR       0.05f
-#define DEFAULT_MOMENTUM 0.9f
-#define DEFAULT_SEED     1
+#define DEFAULT_EPOCHS    5
+#define DEFAULT_BATCH     256
+#define DEFAULT_LR        0.05f
+#define DEFAULT_MOMENTUM  0.9f
+#define DEFAULT_SEED      1
+#define DEFAULT_BUCKET_KB 512
 
 static void usage(FILE *out)
 {
@@ -37,6 +38,8 @@ static void usage(FILE *out)
             "                      the ranks serve, the others train)\n"
             "  --no-overlap        reduce the whole gradient after the backward pass instead of\n"
             "                      each layer's gradient as soon as it is computed\n"
+            "  --bucket-kb N       exchange the gradient in buckets of at most N KiB (whole rows of a\n"
+            "                      layer's weights; 0: one bucket per layer; default %d)\n"
             "  --split-wait        time the wait for the slowest rank apart from the exchange\n"
             "                      (a barrier before each step's synchronization)\n"
             "  --progress MODE     auto (bar on a terminal, else a line every 10%%), bar, lines, none\n"
@@ -44,7 +47,7 @@ static void usage(FILE *out)
             "  --save FILE         write the final weights (float32, layer by layer: W then b)\n"
             "  -h, --help          this text\n",
             GT_DATA_DIR_DEFAULT, DEFAULT_EPOCHS, DEFAULT_BATCH, (double)DEFAULT_LR, (double)DEFAULT_MOMENTUM,
-            DEFAULT_SEED);
+            DEFAULT_SEED, DEFAULT_BUCKET_KB);
 }
 
 static int parse_ulong(const char *name, const char *text, unsigned long long min, unsigned long long max,
@@ -103,6 +106,7 @@ enum {
     OPT_SYNC,
     OPT_NO_OVERLAP,
     OPT_SPLIT_WAIT,
+    OPT_BUCKET_KB,
     OPT_PROGRESS,
     OPT_JSON,
     OPT_SAVE,
@@ -122,6 +126,7 @@ static const struct option long_options[] = {
     {"sync", required_argument, NULL, OPT_SYNC},
     {"no-overlap", no_argument, NULL, OPT_NO_OVERLAP},
     {"split-wait", no_argument, NULL, OPT_SPLIT_WAIT},
+    {"bucket-kb", required_argument, NULL, OPT_BUCKET_KB},
     {"progress", required_argument, NULL, OPT_PROGRESS},
     {"json", no_argument, NULL, OPT_JSON},
     {"save", required_argument, NULL, OPT_SAVE},
@@ -154,6 +159,9 @@ static int apply(int c, const char *arg, gt_options *opt)
         break;
     case OPT_NO_OVERLAP: opt->overlap = 0; break;
     case OPT_SPLIT_WAIT: opt->split_wait = 1; break;
+    case OPT_BUCKET_KB:
+        rc = parse_ulong("--bucket-kb", arg, 0, 1u << 20, &u), opt->bucket_kb = (size_t)u;
+        break;
     case OPT_PROGRESS: rc = parse_choice("--progress", arg, progress, &choice), opt->progress = choice; break;
     case OPT_JSON: opt->json = 1; break;
     case OPT_SAVE: opt->save = arg; break;
@@ -174,6 +182,7 @@ int gt_options_parse(int argc, char **argv, gt_options *opt)
                         .threads = 1,
                         .method = GT_SYNC_ALLREDUCE,
                         .overlap = 1,
+                        .bucket_kb = DEFAULT_BUCKET_KB,
                         .progress = GT_PROGRESS_AUTO};
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {

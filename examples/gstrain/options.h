@@ -19,6 +19,7 @@ typedef struct gt_options {
     gt_sync_method method;
     int overlap;
     int split_wait;
+    size_t bucket_kb; /* gradient exchanged in buckets of at most this (0: per layer) */
     gt_progress_mode progress;
     int json;
     const char *save; /* write the final weights here (rank 0) */

@@ -16,6 +16,7 @@
 #define GT_SYNC_H
 
 #include "gradsync.h"
+#include "util.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,12 +27,7 @@ typedef enum gt_sync_method {
                           optimizer; the trainers pull the new weights */
 } gt_sync_method;
 
-/* A part of the parameter/gradient vector announced as one (a layer). */
-typedef struct gt_segment {
-    size_t offset, count;
-} gt_segment;
-
-#define GT_SYNC_MAX_SEGMENTS 16
+#define GT_SYNC_MAX_SEGMENTS 64
 
 typedef struct gt_sync_params {
     gt_sync_method method;
@@ -39,7 +35,7 @@ typedef struct gt_sync_params {
     int split_wait;                            /* a barrier before each step's synchronization, to time the
                                                   wait for the slowest rank apart from the data exchange */
     size_t count;                              /* floats in the gradient vector */
-    gt_segment segments[GT_SYNC_MAX_SEGMENTS]; /* what gt_sync_ready announces */
+    gt_segment segments[GT_SYNC_MAX_SEGMENTS]; /* what gt_sync_ready announces (buckets) */
     size_t nsegments;
     float lr, momentum, weight_decay; /* ps: the servers' optimizer (as gt_sgd) */
 } gt_sync_params;

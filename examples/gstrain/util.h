@@ -9,6 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A contiguous part [offset, offset + count) of the parameter / gradient
+ * vector, exchanged as one (a bucket). */
+typedef struct gt_segment {
+    size_t offset, count;
+} gt_segment;
+
 /* This process's rank, printed with every error (-1 before it is known). */
 extern int gt_rank;
 

@@ -216,3 +216,18 @@ GS_TEST(tcp_and_shm_give_the_same_bits)
     train_over_and_load(2, "tcp", NULL, weights[1]);
     GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
 }
+
+/* The gradient goes out in buckets (whole rows of a layer's W, b with the
+ * last block): 34 buckets of at most 64 KiB or one per layer, the same bits
+ * on two ranks; too many buckets is a clear error. */
+GS_TEST(bucket_sizes_keep_the_bits)
+{
+    gt_run r;
+    gt_require_dataset();
+    train_and_load(2, (const char *[]){"--bucket-kb", "64", NULL}, weights[0]);
+    train_and_load(2, (const char *[]){"--bucket-kb", "0", NULL}, weights[1]);
+    GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
+    gt_run_gstrain(&r, 0, (const char *[]){"--bucket-kb", "16", "--limit", "100", NULL});
+    GS_ASSERT_EQ(r.exit_code, 1);
+    GS_ASSERT_CONTAINS(r.err, "--bucket-kb 16 cuts the gradient into 131 buckets, more than 64");
+}
