@@ -6,7 +6,8 @@
  *                      [-t f32|f64|f16|bf16|i32|i64] [-o sum|avg|min|max|prod]
  *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
  *                      [--warmup N] [--scale S] [--transport T] [--root R]
- *                      [--inplace] [--pin] [--json]
+ *                      [--inplace] [--no-pin] [--json]
+ *   gsbench --kernels      reduction-kernel throughput, one process, no gsrun
  *
  * Method (the same as ../shared/bench, so the numbers compare with Open MPI
  * and gloo measured there): per size, a warm-up, then iterations each
@@ -55,7 +56,7 @@ typedef struct bench_opts {
     double scale;
     const char *transport;
     int root;
-    bool inplace, no_pin, json;
+    bool inplace, no_pin, json, kernels;
     bool pin; /* decided at setup */
 } bench_opts;
 
@@ -96,7 +97,8 @@ static void usage(FILE *f)
             "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
             "      --root R      broadcast root (default 0)\n"
             "      --inplace     in place (recvbuf == sendbuf or its block)\n"
-            "      --pin         pin each rank to core (local rank mod cores)\n"
+            "      --no-pin      do not pin ranks to cores (default: rank i on the i-th usable core when\n"
+            "                    the ranks fit the cores, as Open MPI binds; never when they do not)\n"
             "      --json        one JSON object instead of the table\n"
             "Algorithm: GS_ALGO; chunk: GS_CHUNK_BYTES (gsinfo --params lists them).\n");
 }
@@ -136,8 +138,9 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"transport", required_argument, NULL, 'T'},
         {"root", required_argument, NULL, 'r'},
         {"inplace", no_argument, NULL, 'i'},
-        {"pin", no_argument, NULL, 'p'},
+        {"no-pin", no_argument, NULL, 'p'},
         {"json", no_argument, NULL, 'j'},
+        {"kernels", no_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -166,6 +169,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         case 'i': o->inplace = true; break;
         case 'p': o->no_pin = true; break;
         case 'j': o->json = true; break;
+        case 'k': o->kernels = true; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -444,6 +448,43 @@ static void print_json(const bench *b, const bench_row *rows, int nrows)
     printf("\n]}\n");
 }
 
+/* ---- the reduction kernels alone ---------------------------------------------- */
+
+/* dst = dst op src, in place as the ring does it, for every type at 64 KiB
+ * (L2), 1 MiB and 64 MiB (memory); GB/s of one operand. */
+static int bench_kernels(const bench_opts *o)
+{
+    static const size_t sizes[] = {64u << 10, 1u << 20, 64u << 20};
+    void *a, *b;
+    if (gs_pages_alloc(64u << 20, &a) != GS_OK || gs_pages_alloc(64u << 20, &b) != GS_OK)
+        fail("allocating buffers", GS_ERR_NOMEM);
+    printf("# reduction kernels: dst = dst %s src, GB/s of one operand (median of 5 runs)\n",
+           gs_redop_name(o->op));
+    printf("%6s %12s %12s %12s\n", "type", "64KiB", "1MiB", "64MiB");
+    for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+        printf("%6s", gs_dtype_name((gs_dtype)t));
+        for (size_t i = 0; i < 3; i++) {
+            size_t n = sizes[i] / gs_dtype_size((gs_dtype)t);
+            long reps = (long)((1u << 28) / sizes[i]) + 2;
+            double runs[5];
+            memset(a, 0, sizes[i]);
+            memset(b, 0, sizes[i]);
+            for (int r = 0; r < 5; r++) {
+                uint64_t t0 = gs_now_ns();
+                for (long k = 0; k < reps; k++)
+                    gs_red_apply((gs_dtype)t, o->op, a, a, b, n);
+                runs[r] = (double)sizes[i] * (double)reps / (double)(gs_now_ns() - t0);
+            }
+            qsort(runs, 5, sizeof(double), cmp_double);
+            printf(" %12.2f", runs[2]);
+        }
+        printf("\n");
+    }
+    gs_pages_free(a, 64u << 20);
+    gs_pages_free(b, 64u << 20);
+    return 0;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 /* Pins local rank i to the i-th usable core when the ranks fit the cores
@@ -477,12 +518,12 @@ static void setup(bench *b)
         fail("gs_ctx_create", st);
     b->rank = gs_ctx_rank(b->ctx);
     b->n = gs_ctx_size(b->ctx);
-    if (!b->o.no_pin)
-        b->o.pin = pin(b->ctx);
     if ((st = gs_tp_open(b->ctx, b->o.transport, &b->tp)) != GS_OK)
         fail("gs_tp_open", st);
     if ((st = gs_comm_create(b->ctx, b->tp, &b->comm)) != GS_OK)
         fail("gs_comm_create", st);
+    if (!b->o.no_pin)
+        b->o.pin = pin(b->ctx);
     for (int i = 0; i < b->o.nsizes; i++) {
         maxb = b->o.sizes[i] > maxb ? b->o.sizes[i] : maxb;
         maxit = iterations(b, b->o.sizes[i]) > maxit ? iterations(b, b->o.sizes[i]) : maxit;
@@ -503,6 +544,8 @@ int main(int argc, char **argv)
     bench_row rows[64];
     int nrows = 0;
     parse_opts(argc, argv, &b.o);
+    if (b.o.kernels)
+        return bench_kernels(&b.o);
     setup(&b);
     if (b.o.root < 0 || b.o.root >= b.n) {
         fprintf(stderr, "gsbench: --root %d is not a rank\n", b.o.root);

@@ -90,8 +90,8 @@ static gs_status check_call(const gs_comm *comm, const gs_call *c)
     if (c->kind == GS_COLL_BROADCAST && (c->root < 0 || c->root >= comm->size))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: root %d is not a rank (0..%d)", c->fn, c->root,
                        comm->size - 1);
-    size_t es = gs_dtype_size(c->dtype);
-    if (c->count > SIZE_MAX / es / (size_t)comm->size)
+    size_t es = gs_dtype_size(c->dtype), total;
+    if (__builtin_mul_overflow(c->count, es * (size_t)comm->size, &total))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: count %zu is too large", c->fn, c->count);
     return check_buffers(comm, c, es);
 }

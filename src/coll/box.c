@@ -23,8 +23,9 @@
  *
  * Waiting: spin on the post words (polling the transport now and then for
  * aborts and lost peers; yielding the CPU at every turn when the host has
- * more ranks than cores), and after GS_SPIN_US sleep on the futex doorbell,
- * which a poster rings when it sees the waiting flag.
+ * more ranks than cores, now and then after 20 us otherwise), and after
+ * GS_SPIN_US sleep on the futex doorbell, which a poster rings when it sees
+ * the waiting flag.
  */
 #include "coll/coll.h"
 
@@ -122,7 +123,7 @@ static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *t
 
 static gs_status create_segment(gs_comm *comm, gs_box *box)
 {
-    box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->chunk, GS_COLL_LINE);
+    box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->box_chunk, GS_COLL_LINE);
     box->len = gs_round_up(GS_BOX_SLOTS_OFF + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
     box->fd = memfd_create("gradsync-coll-box", MFD_CLOEXEC);
     if (box->fd < 0 || ftruncate(box->fd, (off_t)box->len) != 0)
@@ -411,16 +412,15 @@ void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned
                     : comm->cfg->poll == GS_POLL_EVENT
                         ? 0
                         : (uint64_t)(comm->cfg->spin_us > 0 ? comm->cfg->spin_us : 0) * 1000u;
-    (void)turn;
     if (idle_ns < spin) {
         /* more ranks than cores: the rank we wait for may need this CPU.
-         * Otherwise spin: a yield would hand the core to unrelated work
-         * for a whole time slice. */
-        if (comm->oversubscribed)
+         * Otherwise spin, and only after 20 us (far beyond a small call)
+         * yield now and then, in case the peer was put on this CPU. */
+        if (comm->oversubscribed || (idle_ns >= 20000 && (turn & 15) == 0))
             sched_yield();
-        else
+        else if (idle_ns >= 20000)
             gs_cpu_relax();
-        return;
+        return; /* no pause at first: in a VM a pause loop ends in an exit to the host */
     }
     /* long wait: sleep until a poster rings (or 1 ms, to poll the transport) */
     struct timespec ts = {0, 1000000};

@@ -48,7 +48,7 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
                        const gs_coll_op *op, uint32_t unit, uint64_t wr_id)
 {
     uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
-    uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, ch->rx_released);
+    uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, unit, ch->rx_released);
     gs_desc_fill(op, gs_coll_hdr_of(slot), unit, bytes);
     gs_status st = gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
                                    &comm->peer_inbox[ch->peer], off, imm, wr_id, GS_OP_SIGNALED);
@@ -71,7 +71,7 @@ gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch)
     gs_status st = gs_ep_write_imm(
         gs_tp_ep(comm->tp, ch->peer), ch->credit_src, comm->outbox, sizeof(uint64_t),
         &comm->peer_inbox[ch->peer], ch->remote_off + GS_COLL_SLOTS * comm->slot_stride,
-        GS_COLL_IMM(GS_COLL_IMM_CREDIT, 0), GS_WR_ID(GS_WR_CREDIT, ch->peer, 0), GS_OP_SIGNALED);
+        GS_COLL_IMM(GS_COLL_IMM_CREDIT, 0, 0), GS_WR_ID(GS_WR_CREDIT, ch->peer, 0), GS_OP_SIGNALED);
     if (st == GS_ERR_AGAIN)
         return GS_OK; /* sent again after the next completion */
     if (st != GS_OK)
@@ -82,10 +82,10 @@ gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch)
     return GS_OK;
 }
 
-/* A credit value that arrived as the low 30 bits of an immediate. */
+/* A credit value that arrived as the low 16 bits of an immediate. */
 static void take_ack(gs_chan *ch, uint32_t low)
 {
-    uint64_t delta = (low - (uint32_t)ch->tx_acked) & 0x3fffffffu;
+    uint64_t delta = (low - (uint32_t)ch->tx_acked) & 0xffffu;
     if (ch->tx_acked + delta <= ch->tx_sent)
         ch->tx_acked += delta;
 }
@@ -137,10 +137,17 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
                        "rank %d: unexpected notification 0x%08x from rank %d (%llu messages queued)",
                        comm->rank, wc->imm, wc->peer, (unsigned long long)(ch->rx_arrived - ch->rx_next));
     uint8_t *slot = ch->slots + (size_t)(ch->rx_arrived % GS_COLL_SLOTS) * comm->slot_stride;
+    const gs_coll_hdr *h = gs_coll_hdr_of(slot);
     ch->rx_arrived++;
     comm->progress_count++;
-    take_ack(ch, GS_COLL_IMM_LOW(wc->imm));
-    return check_arrival(comm, ch, gs_coll_hdr_of(slot));
+    take_ack(ch, GS_COLL_IMM_ACK(wc->imm));
+    if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != GS_COLL_HDR_BYTES + h->bytes)
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+                       "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x "
+                       "and %u bytes",
+                       comm->rank, wc->peer, GS_COLL_IMM_UNIT(wc->imm), wc->len, h->unit,
+                       (unsigned)(GS_COLL_HDR_BYTES + h->bytes));
+    return check_arrival(comm, ch, h);
 }
 
 /* A write of ours completed: its source may be reused. */

@@ -174,6 +174,7 @@ struct gs_comm {
     bool all_local;      /* every rank on this host */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
+    size_t box_chunk;   /* payload bytes per shared-memory box slot (GS_BOX_CHUNK_FACTOR x chunk) */
     size_t slot_stride; /* header + chunk, rounded to cache lines */
     size_t peer_block;  /* one peer's part of the inbox */
     gs_mr *inbox;
@@ -222,6 +223,10 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 {
     return slot + GS_COLL_HDR_BYTES;
 }
+
+/* A box column is this many slot chunks: a post costs a synchronization,
+ * not a message, so fewer and larger columns pay off. */
+#define GS_BOX_CHUNK_FACTOR 2
 
 /* Results of calls this large are written with non-temporal stores. */
 #define GS_COLL_NT_BYTES (8u << 20)
@@ -340,7 +345,7 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
 
 /* ---- layout.c */
 /* Chunk columns for payloads of at most max_bytes: at least 1. */
-size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes);
+size_t gs_coll_columns(size_t chunk, size_t max_bytes);
 /* Sets ncols and col_elems for segments of at most max_seg elements and
  * puts the cursor at the start. */
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);

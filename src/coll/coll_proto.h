@@ -11,12 +11,12 @@
  * A data message is one WRITE_IMM of header + payload into the next slot of
  * the receiver's block for the sender (message m goes to slot m mod
  * GS_COLL_SLOTS). The sender may have at most GS_COLL_SLOTS messages
- * unreleased by the receiver. Credits come back piggy-backed in the
- * immediate of data messages flowing the other way (GS_COLL_IMM_DATA with
- * the low 30 bits of the sender's released count for that channel), or as
- * an 8-byte WRITE_IMM of the credit word (GS_COLL_IMM_CREDIT). The header
- * holds nothing specific to one channel, so one outbox copy can be written
- * to every peer.
+ * unreleased by the receiver. The immediate carries the message's chunk and
+ * step id (low bits) and, piggy-backed, a credit: the sender's released
+ * count of the channel flowing the other way; without traffic that way
+ * credits go as an 8-byte WRITE_IMM of the credit word (GS_COLL_IMM_CREDIT).
+ * The header holds nothing specific to one channel, so one outbox copy can
+ * be written to every peer.
  *
  * Every header carries the full call descriptor (collective, count, type,
  * operator, root, algorithm, sequence number), so the receiver checks each
@@ -71,12 +71,17 @@ typedef struct gs_coll_hdr {
 _Static_assert(offsetof(gs_coll_hdr, version) == 0, "version byte first");
 _Static_assert(sizeof(gs_coll_hdr) == GS_COLL_HDR_BYTES, "header layout");
 
-/* Immediates: the kind in the top 2 bits; for data the low 30 bits of the
- * sender's released count of the opposite channel (a credit), else 0. */
+/* Immediates: the kind in the top 2 bits. Data: bits 16..29 the low 14 bits
+ * of the message's step id (checked against its header), bits 0..15 the
+ * low 16 bits of the sender's released count of the opposite channel (a
+ * credit: at most GS_COLL_SLOTS apart from what the receiver knows). Credit
+ * and abort: 0 (the word or notice written carries the rest). */
 enum { GS_COLL_IMM_DATA = 0, GS_COLL_IMM_CREDIT = 1, GS_COLL_IMM_ABORT = 2 };
-#define GS_COLL_IMM(kind, low) (((uint32_t)(kind) << 30) | ((uint32_t)(low)&0x3fffffffu))
-#define GS_COLL_IMM_KIND(imm)  ((uint32_t)(imm) >> 30)
-#define GS_COLL_IMM_LOW(imm)   ((uint32_t)(imm)&0x3fffffffu)
+#define GS_COLL_IMM(kind, unit, ack)                                                                         \
+    (((uint32_t)(kind) << 30) | (((uint32_t)(unit)&0x3fffu) << 16) | ((uint32_t)(ack)&0xffffu))
+#define GS_COLL_IMM_KIND(imm) ((uint32_t)(imm) >> 30)
+#define GS_COLL_IMM_UNIT(imm) (((uint32_t)(imm) >> 16) & 0x3fffu)
+#define GS_COLL_IMM_ACK(imm)  ((uint32_t)(imm)&0xffffu)
 
 /* The abort notice: a rank found a mismatch or failed; every peer fails its
  * current call (and the communicator) with status and this text. */

@@ -47,6 +47,7 @@ static gs_status layout(gs_comm *comm)
                        "GS_CHUNK_BYTES=%llu is out of range: use 4K to 1G (default 256K)",
                        (unsigned long long)chunk);
     comm->chunk = (size_t)chunk / GS_COLL_LINE * GS_COLL_LINE;
+    comm->box_chunk = GS_BOX_CHUNK_FACTOR * comm->chunk;
     comm->slot_stride = gs_round_up(GS_COLL_HDR_BYTES + comm->chunk, GS_COLL_LINE);
     comm->peer_block = GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE + GS_COLL_CTRL_BYTES;
     comm->out_nslots = comm->size > 3 ? 2 * (comm->size - 1) : 4;
@@ -72,7 +73,7 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
     if (!comm->out_pending || !comm->chans || !comm->peer_inbox)
         return GS_ERR_NOMEM;
-    gs_status st2 = gs_pages_alloc(comm->chunk, (void **)&comm->scratch);
+    gs_status st2 = gs_pages_alloc(comm->box_chunk, (void **)&comm->scratch); /* the larger of the two */
     if (st2 != GS_OK)
         return st2;
     uint8_t *in = gs_mr_addr(comm->inbox);
@@ -180,7 +181,7 @@ static void release(gs_comm *comm)
     if (comm->threaded)
         gs_engine_thread_stop(comm);
     gs_box_close(comm);
-    gs_pages_free(comm->scratch, comm->chunk);
+    gs_pages_free(comm->scratch, comm->box_chunk);
     free_request_list(comm->free_reqs);
     free_request_list(comm->head);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);

@@ -54,7 +54,7 @@ static void tell_peers(gs_comm *comm, gs_status status, uint64_t seq, const char
         gs_status st = gs_ep_write_imm(
             gs_tp_ep(comm->tp, p), a, comm->outbox, offsetof(gs_coll_abort, text) + len + 1,
             &comm->peer_inbox[p], ch->remote_off + GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE,
-            GS_COLL_IMM(GS_COLL_IMM_ABORT, 0), GS_WR_ID(GS_WR_ABORT, p, 0), GS_OP_SIGNALED);
+            GS_COLL_IMM(GS_COLL_IMM_ABORT, 0, 0), GS_WR_ID(GS_WR_ABORT, p, 0), GS_OP_SIGNALED);
         if (st != GS_OK)
             gs_log_debug(COLL, "rank %d: could not tell rank %d about the failure: %s", comm->rank, p,
                          gs_status_name(st));

@@ -6,9 +6,9 @@
  */
 #include "coll/coll.h"
 
-size_t gs_coll_columns(const gs_comm *comm, size_t max_bytes)
+size_t gs_coll_columns(size_t chunk, size_t max_bytes)
 {
-    size_t cols = (max_bytes + comm->chunk - 1) / comm->chunk;
+    size_t cols = (max_bytes + chunk - 1) / chunk;
     return cols ? cols : 1;
 }
 
@@ -19,8 +19,14 @@ void gs_coll_layout(gs_coll_op *op, size_t max_seg)
 
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces)
 {
-    op->ncols = gs_coll_columns(op->comm, max_seg * op->es * pieces);
-    op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
+    size_t chunk = op->box ? op->comm->box_chunk : op->comm->chunk;
+    if (max_seg * op->es * pieces <= chunk) { /* one column: no division */
+        op->ncols = 1;
+        op->col_elems = max_seg;
+    } else {
+        op->ncols = gs_coll_columns(chunk, max_seg * op->es * pieces);
+        op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
+    }
     op->col = 0;
     op->step = 0;
 }

@@ -31,7 +31,7 @@ for r in $(seq "$reps"); do
     raw_bw=$(awk '/^bw64M/ { print $2 }' <<<"$out")
     lat_h=$(perf_col write_imm hybrid --lat --min 8 --max 8)
     lat_e=$(perf_col write_imm event --lat --min 8 --max 8)
-    bw=$(perf_col write hybrid --bw --min 67108864 --max 67108864)
+    bw=$(perf_col write hybrid --bw --min 67108864 --max 67108864 --iters 16)
     echo "$raw_lat $raw_bw $lat_h $lat_e $bw" >>"$build/tcp_bench.txt"
     echo "rep $r: raw 8 B one-way ${raw_lat} us, raw 64 MiB ${raw_bw} GB/s;" \
         "tcp write_imm 8 B ${lat_h} us (hybrid) ${lat_e} us (event), tcp write 64 MiB ${bw} GB/s"

@@ -155,6 +155,7 @@ typedef struct gs_tcp_tp {
     uint32_t ep_cursor;   /* where the next harvest starts (fairness) */
     bool progressed;      /* something became ready to poll since the last wake */
     bool rx_bytes;        /* the current pass read bytes from the current endpoint */
+    uint64_t rx_reads;    /* reads that brought bytes, ever (hybrid waits spin on after activity) */
 
     /* the progress thread */
     int thread_wake_fd; /* eventfd: wakes the progress thread */

@@ -175,22 +175,36 @@ static gs_status block_once(gs_tcp_tp *tp, uint64_t deadline_ns)
     return GS_OK;
 }
 
+/* Hybrid waits spin GS_SPIN_US after the last bytes that arrived (a target
+ * serving a stream of READs stays awake), then block. */
+static uint64_t spin_end(const gs_tcp_tp *tp, uint64_t now)
+{
+    int mode = tp->base.cfg->poll;
+    if (mode == GS_POLL_SPIN)
+        return UINT64_MAX;
+    return mode == GS_POLL_HYBRID ? now + (uint64_t)tp->base.cfg->spin_us * 1000ull : 0;
+}
+
 gs_status gs_tcp_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
 {
     gs_tcp_tp *tp = gs_tcp_tp_of(base);
-    int mode = base->cfg->poll, n = 0;
-    uint64_t spin_until = mode == GS_POLL_SPIN     ? UINT64_MAX
-                          : mode == GS_POLL_HYBRID ? gs_now_ns() + (uint64_t)base->cfg->spin_us * 1000ull
-                                                   : 0;
+    int n = 0;
+    uint64_t spin_until = spin_end(tp, gs_now_ns()), reads = __atomic_load_n(&tp->rx_reads, __ATOMIC_RELAXED);
     gs_status status = GS_OK;
     for (unsigned idle = 0; status == GS_OK; idle++) {
+        uint64_t now;
         status = gs_tcp_poll(base, wcs, max, &n);
         if (status != GS_OK || n > 0)
             break;
         if (gs_deadline_passed(deadline_ns))
             return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT, "rank %d: no tcp completion before the deadline",
                            base->rank);
-        if (gs_now_ns() < spin_until) {
+        now = gs_now_ns();
+        if (reads != __atomic_load_n(&tp->rx_reads, __ATOMIC_RELAXED)) { /* activity: stay awake longer */
+            reads = __atomic_load_n(&tp->rx_reads, __ATOMIC_RELAXED);
+            spin_until = spin_end(tp, now);
+        }
+        if (now < spin_until) {
             if (idle % 64 == 63)
                 sched_yield(); /* more ranks than cores: let the others run */
             continue;

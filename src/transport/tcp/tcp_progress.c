@@ -160,6 +160,7 @@ static bool rx_payload(gs_tcp_tp *tp, gs_tcp_ep *ep)
         rx->dst += got;
         rx->left -= (uint64_t)got;
         tp->rx_bytes = true;
+        __atomic_fetch_add(&tp->rx_reads, 1, __ATOMIC_RELAXED);
     }
     if (rx->left == 0)
         gs_tcp_frame_finish(tp, ep);
@@ -181,7 +182,7 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
         rx->rpos = 0;
     }
     want = GS_TCP_RBUF - rx->rlen;
-    if (rx->last_len >= GS_TCP_RBUF)
+    if (rx->last_len >= GS_TCP_RBUF && rx->rlen < HDR_BYTES) /* (less than a header is buffered here) */
         want = (uint32_t)HDR_BYTES - rx->rlen;
     got = recv(ep->fd, rx->buf + rx->rlen, want, MSG_DONTWAIT);
     if (got <= 0)
@@ -189,6 +190,7 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
     rx->drained = (uint32_t)got < want;
     rx->rlen += (uint32_t)got;
     tp->rx_bytes = true;
+    __atomic_fetch_add(&tp->rx_reads, 1, __ATOMIC_RELAXED);
     return true;
 }
 

@@ -1,0 +1,55 @@
+#!/bin/bash
+# gsbench allreduce against Open MPI's MPI_Allreduce (../shared/bench), run
+# interleaved in one session: REPS rounds of [probe, gsbench, probe, MPI],
+# every run by the same method (barrier, max over ranks, median over
+# iterations), f32 sum, sizes 8 B .. 64 MiB. Prints each size's median over
+# rounds and the ratio MPI/gradsync of the per-round medians.
+#
+#   tests/coll/bench_vs_mpi.sh BUILD_DIR [RANKS] [REPS] [extra gsbench args...]
+#
+# The probe is the 10 ms cross-core cache-line ping-pong of the baseline
+# (about 50 ns or about 200 ns one way here: the host moves the vCPUs), so
+# rounds can be compared in the same placement. Needs openmpi-bin and the
+# baseline built (/work/shared/bench/run.sh deps; make in $BENCH_WORK).
+set -euo pipefail
+build=${1:?usage: bench_vs_mpi.sh BUILD_DIR [RANKS] [REPS] [gsbench args...]}
+ranks=${2:-2}
+reps=${3:-5}
+shift $(($# < 3 ? $# : 3))
+bench=${BENCH_WORK:-/tmp/gradsync-baselines}
+sizes=8,64,1K,4K,64K,1M,16M,64M
+scale=1
+oversub=
+if [ "$ranks" -gt "$(nproc)" ]; then scale=0.25; oversub=--oversubscribe; fi
+out=$(mktemp -d)
+for r in $(seq "$reps"); do
+    p1=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
+    "$build/tools/gsrun" -n "$ranks" --transport shm "$build/tools/gsbench" --sizes "$sizes" --scale "$scale" \
+        --json "$@" | sed 's/^\[0\] //' > "$out/gs.$r.json"
+    p2=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
+    timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "$bench/bin/mpi_allreduce" "$scale" \
+        > "$out/mpi.$r.txt" 2>/dev/null
+    echo "round $r: probe before gsbench ${p1} ns, before MPI ${p2} ns" >&2
+done
+python3 - "$out" "$reps" <<'EOF'
+import json, statistics, sys
+out, reps = sys.argv[1], int(sys.argv[2])
+gs, mpi = {}, {}
+for r in range(1, reps + 1):
+    for row in json.load(open(f"{out}/gs.{r}.json"))["rows"]:
+        gs.setdefault(row["bytes"], []).append((row["time_us"], row["busbw_GBps"], row["wrong"]))
+    for line in open(f"{out}/mpi.{r}.txt"):
+        f = line.split()
+        if f and f[0] == "allreduce":
+            mpi.setdefault(int(f[1]), []).append((float(f[2]), float(f[6])))
+print("| size | gradsync us | MPI us | MPI/gradsync time (per-round median, min..max) | gradsync busbw GB/s | MPI busbw GB/s | #wrong |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for b in sorted(gs):
+    g, m = gs[b], mpi.get(b, [])
+    ratios = [mm[0] / gg[0] for gg, mm in zip(g, m)]
+    med = lambda v: statistics.median(v) if v else float("nan")
+    print(f"| {b} | {med([x[0] for x in g]):.2f} | {med([x[0] for x in m]):.2f} | "
+          f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med([x[1] for x in g]):.3f} | "
+          f"{med([x[1] for x in m]):.3f} | {sum(x[2] for x in g)} |")
+EOF
+rm -rf "$out"
