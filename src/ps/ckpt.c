@@ -140,8 +140,10 @@ gs_status gs_ps_ckpt_write(const char *path, const gs_ps_ckpt_meta *meta, const 
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (w.fd < 0)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_IO, "checkpoint: creating %s failed: %s (is GS_PS_CHECKPOINT a "
-                       "writable path prefix?)", tmp, strerror(errno));
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_IO,
+                       "checkpoint: creating %s failed: %s (is GS_PS_CHECKPOINT a "
+                       "writable path prefix?)",
+                       tmp, strerror(errno));
     /* Step 1: the payload after a placeholder header, its CRC on the way. */
     fill_header(&h, meta, nshards);
     put_raw(&w, &h, sizeof(h));
@@ -226,7 +228,8 @@ static const void *take(cursor *c, uint64_t len)
 static gs_status damaged(const char *path, const char *what)
 {
     return gs_fail(GS_SUBSYS_PS, GS_ERR_IO,
-                   "checkpoint %s is damaged (%s): restore a good copy or remove it to start fresh", path, what);
+                   "checkpoint %s is damaged (%s): restore a good copy or remove it to start fresh", path,
+                   what);
 }
 
 static gs_status check_header(const char *path, const gs_ps_ckpt_header *h, size_t len)
@@ -246,8 +249,12 @@ static gs_status check_header(const char *path, const gs_ps_ckpt_header *h, size
 
 static void meta_from_header(gs_ps_ckpt_meta *m, const gs_ps_ckpt_header *h)
 {
-    m->optim = (gs_ps_optim){.kind = (gs_ps_optimizer)h->optimizer, .lr = h->lr, .momentum = h->momentum,
-                             .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
+    m->optim = (gs_ps_optim){.kind = (gs_ps_optimizer)h->optimizer,
+                             .lr = h->lr,
+                             .momentum = h->momentum,
+                             .beta1 = h->beta1,
+                             .beta2 = h->beta2,
+                             .eps = h->eps,
                              .weight_decay = h->weight_decay};
     m->mode = (gs_ps_mode)h->mode;
     m->server = h->server;

@@ -36,7 +36,7 @@ gs_status gs_ps_fixed_encode(const gs_ps_fixed *fx, const float *g, int64_t *q, 
     double limit = limit_of(fx);
     for (size_t i = 0; i < count; i++) {
         double x = (double)g[i] * fx->scale; /* exact: a power-of-two scaling of an f32 */
-        if (!(fabs(x) <= limit)) {            /* also catches NaN */
+        if (!(fabs(x) <= limit)) {           /* also catches NaN */
             *bad_p = i;
             return GS_ERR_OVERFLOW;
         }

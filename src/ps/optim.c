@@ -1,5 +1,6 @@
 #include "ps/optim.h"
 
+#include "coll/reduce.h"
 #include "util/log.h"
 
 #include <math.h>
@@ -87,6 +88,27 @@ static void apply_adam(const gs_ps_optim *o, float *restrict w, const float *res
         v[i] = b2 * v[i] + (1.0f - b2) * (g * g);
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;
         w[i] = w[i] - step_size * (m[i] / denom);
+    }
+}
+
+#define FUSE_BLOCK 2048 /* elements summed into a buffer that stays in L1 */
+
+void gs_ps_optim_apply_sum(const gs_ps_optim *o, float *w, const float *const *grads, int ngrads,
+                           float grad_scale, float *const *state, uint64_t step, size_t count)
+{
+    float sum[FUSE_BLOCK] __attribute__((aligned(64)));
+    gs_red_fn add = gs_red_kernel(GS_F32, GS_SUM);
+    if (ngrads == 1) {
+        gs_ps_optim_apply(o, w, grads[0], grad_scale, state, step, count);
+        return;
+    }
+    for (size_t at = 0; at < count; at += FUSE_BLOCK) {
+        size_t n = count - at < FUSE_BLOCK ? count - at : FUSE_BLOCK;
+        float *st[2] = {state[0] ? state[0] + at : NULL, state[1] ? state[1] + at : NULL};
+        add(sum, grads[0] + at, grads[1] + at, n);
+        for (int g = 2; g < ngrads; g++)
+            add(sum, sum, grads[g] + at, n);
+        gs_ps_optim_apply(o, w + at, sum, grad_scale, st, step, n);
     }
 }
 

@@ -119,15 +119,18 @@ gs_status gs_ps_plan_add(gs_ps_plan *plan, uint64_t key, size_t count)
                            (unsigned long long)key, server, GS_PS_MAX_SERVER_SHARDS);
         }
         /* Step 2: to the least loaded server. */
-        plan->shards[plan->nshards + i] = (gs_ps_shard_info){
-            .key = key, .index = (uint32_t)i, .server = server, .slot = plan->nslots[server],
-            .offset = offset, .count = n};
+        plan->shards[plan->nshards + i] = (gs_ps_shard_info){.key = key,
+                                                             .index = (uint32_t)i,
+                                                             .server = server,
+                                                             .slot = plan->nslots[server],
+                                                             .offset = offset,
+                                                             .count = n};
         plan->load[server] += (uint64_t)n * plan->elem_bytes;
         plan->nslots[server]++;
         offset += n;
     }
-    plan->keys[plan->nkeys++] = (gs_ps_key_info){
-        .key = key, .count = count, .first_shard = plan->nshards, .nshards = nshards};
+    plan->keys[plan->nkeys++] =
+        (gs_ps_key_info){.key = key, .count = count, .first_shard = plan->nshards, .nshards = nshards};
     plan->nshards += nshards;
     return GS_OK;
 }

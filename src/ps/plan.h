@@ -35,8 +35,8 @@ typedef struct gs_ps_plan {
     int servers;
     size_t shard_bytes; /* largest shard, a multiple of the element size */
     size_t elem_bytes;
-    uint64_t *load;     /* [servers] bytes assigned */
-    uint32_t *nslots;   /* [servers] shards assigned */
+    uint64_t *load;   /* [servers] bytes assigned */
+    uint32_t *nslots; /* [servers] shards assigned */
     gs_ps_shard_info *shards;
     size_t nshards, shards_cap;
     gs_ps_key_info *keys;

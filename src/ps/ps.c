@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define GS_PS_SHARD_BYTES_MAX (1ull << 30)
-#define GS_PS_TX_RECORDS 1024
+#define GS_PS_TX_RECORDS      1024
 
 static unsigned create_count; /* store tags: every rank creates its gs_ps in the same order */
 
@@ -21,7 +21,7 @@ void gs_ps_params_init(const gs_ctx *ctx, gs_ps_params *p)
 {
     const gs_config *cfg = &ctx->cfg;
     memset(p, 0, sizeof(*p));
-    p->role = cfg->role == GS_ROLE_SERVER ? GS_PS_ROLE_SERVER
+    p->role = cfg->role == GS_ROLE_SERVER   ? GS_PS_ROLE_SERVER
               : cfg->role == GS_ROLE_WORKER ? GS_PS_ROLE_WORKER
                                             : GS_PS_ROLE_AUTO;
     p->servers = (int)cfg->ps_servers;
@@ -31,8 +31,13 @@ void gs_ps_params_init(const gs_ctx *ctx, gs_ps_params *p)
     p->agg = cfg->ps_agg == GS_PS_AGG_ATOMIC ? GS_PS_AGG_FETCH_ADD : GS_PS_AGG_WRITE_SLOTS;
     p->atomic_frac_bits = (int)cfg->ps_atomic_frac_bits;
     p->shard_bytes = (size_t)cfg->ps_shard_bytes;
-    p->optim = (gs_ps_optim){.kind = GS_PS_SGD, .lr = 0.01f, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f,
-                             .eps = 1e-8f, .weight_decay = 0.0f};
+    p->optim = (gs_ps_optim){.kind = GS_PS_SGD,
+                             .lr = 0.01f,
+                             .momentum = 0.9f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.999f,
+                             .eps = 1e-8f,
+                             .weight_decay = 0.0f};
     p->average = 1;
     p->checkpoint = cfg->ps_checkpoint;
     p->checkpoint_every = (int)cfg->ps_checkpoint_every;
@@ -93,8 +98,8 @@ static gs_status check_params(const gs_ctx *ctx, const gs_ps_params *p)
     else if (p->checkpoint_every < 0)
         why = "GS_PS_CHECKPOINT_EVERY must be >= 0";
     if (why)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG, "rank %d: parameter server: %s (%d ranks)", ctx->rank, why,
-                       ctx->size);
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG, "rank %d: parameter server: %s (%d ranks)", ctx->rank,
+                       why, ctx->size);
     return gs_ps_optim_check(&p->optim);
 }
 
@@ -141,8 +146,9 @@ gs_status gs_ps_take_roles(gs_ps *ps, const uint8_t *all)
                        "servers and %d workers",
                        ps->rank, ps->nservers, ps->nworkers);
     if (ps->nworkers > (1 << 20) || ps->nservers > 4095)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG, "rank %d: %d workers and %d servers: at most 2^20 and 4095",
-                       ps->rank, ps->nworkers, ps->nservers);
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
+                       "rank %d: %d workers and %d servers: at most 2^20 and 4095", ps->rank, ps->nworkers,
+                       ps->nservers);
     ps->is_server = all[ps->rank];
     ps->index = ps->role_index[ps->rank];
     return GS_OK;
@@ -239,7 +245,8 @@ gs_status gs_ps_connect(gs_ps *ps)
     char tag[64];
     gs_rmr mine;
     gs_ps_tx *tx = ps->is_server ? &ps->srv.tx : &ps->wrk.tx;
-    gs_status st = gs_buf_alloc(ps->tp, GS_PS_ALIGN, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &ps->ctrl);
+    gs_status st =
+        gs_buf_alloc(ps->tp, GS_PS_ALIGN, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &ps->ctrl);
     if (st == GS_OK)
         st = gs_ps_tx_init(ps, tx, GS_PS_TX_RECORDS);
     if (st == GS_OK && !ps->ctrl_rmrs && !(ps->ctrl_rmrs = gs_calloc((size_t)ps->size, sizeof(gs_rmr))))
@@ -287,7 +294,8 @@ static void ps_free(gs_ps *ps)
 static gs_status open_transport(gs_ps *ps)
 {
     gs_status st = gs_tp_open(ps->ctx, ps->transport, &ps->tp);
-    if (st == GS_OK && ps->params.agg == GS_PS_AGG_FETCH_ADD && !(ps->tp->ops->caps(ps->tp) & GS_TP_CAP_ATOMIC))
+    if (st == GS_OK && ps->params.agg == GS_PS_AGG_FETCH_ADD &&
+        !(ps->tp->ops->caps(ps->tp) & GS_TP_CAP_ATOMIC))
         st = gs_fail(GS_SUBSYS_PS, GS_ERR_UNSUPPORTED,
                      "rank %d: GS_PS_AGG=atomic needs remote atomics, which the %s transport lacks here; use "
                      "GS_PS_AGG=write",
@@ -352,24 +360,25 @@ static gs_status say_goodbye(gs_ps *ps)
 {
     char tag[64];
     gs_status st = GS_OK;
+    uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
     if (!ps->is_server) {
         for (size_t k = 0; k < ps->wrk.nkeys; k++)
             if (ps->wrk.keys[k].head) {
                 gs_ps_worker_fail_all(ps, gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID,
-                                                  "rank %d: gs_ps_destroy with requests not waited for", ps->rank));
+                                                  "rank %d: gs_ps_destroy with requests not waited for",
+                                                  ps->rank));
                 break;
             }
         for (int s = 0; s < ps->nservers; s++) {
-            uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
             if (ps->wrk.server_lost[s])
                 continue;
             while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_BYE, 0)) == GS_ERR_AGAIN &&
                    !gs_deadline_passed(deadline))
-                gs_ps_worker_progress(ps, 1);
+                gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         }
         /* let the BYEs leave before the barrier */
-        for (int i = 0; i < 100 && ps->wrk.tx.nfree < ps->wrk.tx.cap; i++)
-            if (gs_ps_worker_progress(ps, 10) != GS_OK)
+        while (ps->wrk.tx.nfree < ps->wrk.tx.cap && !gs_deadline_passed(deadline))
+            if (gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
                 break;
     }
     gs_ps_tag(ps, tag, sizeof(tag), "bye");

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define GS_PS_LAYOUT_VERSION 1
-#define GS_PS_ALIGN 64
+#define GS_PS_ALIGN          64
 
 static inline uint64_t gs_ps_align_up(uint64_t bytes)
 {
@@ -107,8 +107,8 @@ typedef struct gs_ps_notice {
     uint64_t applied;
     uint64_t saved;
     uint64_t epoch;
-    int32_t status;    /* GS_OK, or an error the server reports on this shard */
-    int32_t worker;    /* the worker an error is about, -1 if none */
+    int32_t status; /* GS_OK, or an error the server reports on this shard */
+    int32_t worker; /* the worker an error is about, -1 if none */
     uint64_t pad;
 } gs_ps_notice;
 _Static_assert(sizeof(gs_ps_notice) == GS_PS_ALIGN, "a notice is one cache line");
@@ -121,9 +121,9 @@ _Static_assert(sizeof(gs_ps_notice) == GS_PS_ALIGN, "a notice is one cache line"
  * shard's index in the worker's table. CTRL (both ways): bits 29..24 the
  * command, 23..0 its argument. */
 enum { GS_PS_IMM_PUSH = 0, GS_PS_IMM_ATOMIC = 1, GS_PS_IMM_CTRL = 2, GS_PS_IMM_NOTICE = 3 };
-#define GS_PS_IMM_SHARD_BITS 18
-#define GS_PS_IMM_STEP_BITS 12
-#define GS_PS_IMM_STEP_MASK ((1u << GS_PS_IMM_STEP_BITS) - 1)
+#define GS_PS_IMM_SHARD_BITS    18
+#define GS_PS_IMM_STEP_BITS     12
+#define GS_PS_IMM_STEP_MASK     ((1u << GS_PS_IMM_STEP_BITS) - 1)
 #define GS_PS_MAX_SERVER_SHARDS (1u << GS_PS_IMM_SHARD_BITS)
 #define GS_PS_MAX_WORKER_SHARDS (1u << 30)
 
@@ -134,6 +134,7 @@ enum {
     GS_PS_CTRL_CKPT_FAILED, /* server -> worker: checkpoint failed; arg = request number */
     GS_PS_CTRL_RECOVER,     /* either way: join recovery; arg = server << 12 | incarnation */
     GS_PS_CTRL_INIT,        /* worker 0 -> server: initial values are in slot 0; arg = server shard index */
+    GS_PS_CTRL_FIRST,       /* worker -> server: first to add to a step (atomic); arg = server shard index */
 };
 
 static inline uint32_t gs_ps_imm_push(int kind, uint32_t shard, uint64_t step)
@@ -189,24 +190,24 @@ static inline uint32_t gs_ps_imm_ctrl_arg(uint32_t imm)
  * record stays 8-byte aligned. payload_crc is CRC-32C over everything after the header; header_crc over
  * the header with header_crc itself zero.
  */
-#define GS_PS_CKPT_MAGIC "GSPSCKPT"
+#define GS_PS_CKPT_MAGIC   "GSPSCKPT"
 #define GS_PS_CKPT_VERSION 1
 
 typedef struct gs_ps_ckpt_header {
-    char magic[8];          /* GS_PS_CKPT_MAGIC, no NUL */
-    uint8_t version;        /* GS_PS_CKPT_VERSION */
-    uint8_t optimizer;      /* gs_ps_optimizer */
-    uint8_t mode;           /* gs_ps_mode */
-    uint8_t nstate;         /* optimizer state vectors per shard */
-    uint32_t header_bytes;  /* sizeof(gs_ps_ckpt_header) */
-    uint32_t server;        /* index of the server among the servers */
+    char magic[8];         /* GS_PS_CKPT_MAGIC, no NUL */
+    uint8_t version;       /* GS_PS_CKPT_VERSION */
+    uint8_t optimizer;     /* gs_ps_optimizer */
+    uint8_t mode;          /* gs_ps_mode */
+    uint8_t nstate;        /* optimizer state vectors per shard */
+    uint32_t header_bytes; /* sizeof(gs_ps_ckpt_header) */
+    uint32_t server;       /* index of the server among the servers */
     uint32_t servers;
     uint32_t workers;
     uint32_t nkeys;
-    uint32_t nshards;       /* shards of this server in the file */
-    uint32_t epoch;         /* incarnation of the server that wrote it */
-    uint64_t step;          /* smallest shard version in the file */
-    uint64_t shard_bytes;   /* GS_PS_SHARD_BYTES of the plan */
+    uint32_t nshards;     /* shards of this server in the file */
+    uint32_t epoch;       /* incarnation of the server that wrote it */
+    uint64_t step;        /* smallest shard version in the file */
+    uint64_t shard_bytes; /* GS_PS_SHARD_BYTES of the plan */
     uint64_t payload_bytes;
     float lr, momentum, beta1, beta2, eps, weight_decay;
     uint32_t payload_crc;
@@ -224,9 +225,9 @@ _Static_assert(sizeof(gs_ps_ckpt_key) == 16, "key record is 16 bytes");
 
 typedef struct gs_ps_ckpt_shard {
     uint64_t key;
-    uint32_t index;     /* shard index within the key */
+    uint32_t index; /* shard index within the key */
     uint32_t pad;
-    uint64_t offset;    /* first element within the key */
+    uint64_t offset; /* first element within the key */
     uint64_t count;
     uint64_t version;
     uint64_t opt_steps; /* optimizer steps taken (Adam's t) */

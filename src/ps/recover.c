@@ -179,9 +179,9 @@ static gs_status rebuild(gs_ps *ps, uint32_t gen, bool restarted)
         st = gs_store_put(ps->ctx, key, &gen, sizeof(gen));
     }
     if (st == GS_OK)
-        gs_log_warn(PS, "rank %d: %s %d: recovery %u done in %.1f ms (transport rebuilt, %zu keys re-exchanged)",
-                    ps->rank, gs_ps_role_name(ps), ps->index, gen, (double)(gs_now_ns() - t0) / 1e6,
-                    ps->plan.nkeys);
+        gs_log_warn(
+            PS, "rank %d: %s %d: recovery %u done in %.1f ms (transport rebuilt, %zu keys re-exchanged)",
+            ps->rank, gs_ps_role_name(ps), ps->index, gen, (double)(gs_now_ns() - t0) / 1e6, ps->plan.nkeys);
     return st;
 }
 
@@ -193,8 +193,8 @@ gs_status gs_ps_recover_server(gs_ps *ps)
     uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
     ps->srv.recover_asked = false;
     if (ps->srv.recover_arg != (gen & 0xffffffu)) {
-        gs_log_warn(PS, "rank %d: server %d: recovery request for generation %u while at %u (ignored)", ps->rank,
-                    ps->index, ps->srv.recover_arg, ps->gen);
+        gs_log_warn(PS, "rank %d: server %d: recovery request for generation %u while at %u (ignored)",
+                    ps->rank, ps->index, ps->srv.recover_arg, ps->gen);
         return GS_OK;
     }
     /* every worker hears of it, also those that never talk to the lost server */
@@ -202,7 +202,7 @@ gs_status gs_ps_recover_server(gs_ps *ps)
         if (!ps->srv.lost[w] && !ps->srv.bye[w])
             gs_ps_server_reply(ps, w, GS_PS_CTRL_RECOVER, gen & 0xffffffu);
     while ((ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) && !gs_deadline_passed(deadline))
-        if (gs_ps_server_progress(ps, 1) != GS_OK)
+        if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
     return rebuild(ps, gen, false);
 }
@@ -212,8 +212,8 @@ static gs_status get_u32(gs_ps *ps, const char *key, void *buf, size_t len)
     size_t got = 0;
     gs_status st = gs_store_get(ps->ctx, key, buf, len, &got);
     if (st == GS_OK && got != len)
-        st = gs_fail(GS_SUBSYS_PS, GS_ERR_PROTOCOL, "rank %d: store key %s holds %zu bytes, expected %zu", ps->rank,
-                     key, got, len);
+        st = gs_fail(GS_SUBSYS_PS, GS_ERR_PROTOCOL, "rank %d: store key %s holds %zu bytes, expected %zu",
+                     ps->rank, key, got, len);
     return st;
 }
 
@@ -253,7 +253,8 @@ gs_status gs_ps_restart(gs_ps *ps)
                      "GS_PS_CHECKPOINT to the prefix the lost server wrote",
                      ps->rank, ps->index);
     for (uint32_t k = 0; st == GS_OK && k < ps->srv.restore->meta.nkeys; k++)
-        st = gs_ps_plan_add(&ps->plan, ps->srv.restore->meta.keys[k].key, ps->srv.restore->meta.keys[k].count);
+        st =
+            gs_ps_plan_add(&ps->plan, ps->srv.restore->meta.keys[k].key, ps->srv.restore->meta.keys[k].count);
     /* Step 3: back; everyone else rebuilds with us. */
     ps->gen = gen + 1;
     ps->restarted = true;
@@ -261,9 +262,11 @@ gs_status gs_ps_restart(gs_ps *ps)
     if (st == GS_OK)
         st = gs_store_put(ps->ctx, key, &ps->srv.epoch, sizeof(ps->srv.epoch));
     if (st == GS_OK)
-        gs_log_warn(PS, "rank %d: server %d restarted (incarnation %u) from its checkpoint at step %llu; joining "
+        gs_log_warn(PS,
+                    "rank %d: server %d restarted (incarnation %u) from its checkpoint at step %llu; joining "
                     "recovery %u",
-                    ps->rank, ps->index, ps->srv.epoch, (unsigned long long)ps->srv.restore->meta.step, ps->gen);
+                    ps->rank, ps->index, ps->srv.epoch, (unsigned long long)ps->srv.restore->meta.step,
+                    ps->gen);
     return st == GS_OK ? rebuild(ps, ps->gen, true) : st;
 }
 
@@ -290,8 +293,8 @@ static gs_status gather(gs_ps *ps, uint32_t gen)
         if (!ps->wrk.server_lost[s])
             continue;
         gs_ps_tag(ps, key, sizeof(key), "back.s%d", s);
-        gs_log_warn(PS, "rank %d: worker %d waits for server %d (rank %d) to be restarted", ps->rank, ps->index, s,
-                    ps->server_ranks[s]);
+        gs_log_warn(PS, "rank %d: worker %d waits for server %d (rank %d) to be restarted", ps->rank,
+                    ps->index, s, ps->server_ranks[s]);
         st = get_u32(ps, key, &epoch, sizeof(epoch));
     }
     ps->gen = old_gen;
@@ -299,15 +302,17 @@ static gs_status gather(gs_ps *ps, uint32_t gen)
         gs_status sst;
         if (ps->wrk.server_lost[s])
             continue;
-        while ((sst = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_RECOVER, gen & 0xffffffu)) == GS_ERR_AGAIN &&
+        while ((sst = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_RECOVER, gen & 0xffffffu)) ==
+                   GS_ERR_AGAIN &&
                !gs_deadline_passed(deadline))
-            gs_ps_worker_progress(ps, 1);
+            gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
         if (sst != GS_OK)
-            gs_log_info(PS, "rank %d: recovery request to server rank %d not sent (%s): it may be recovering already",
-                        ps->rank, ps->server_ranks[s], gs_status_name(sst));
+            gs_log_info(
+                PS, "rank %d: recovery request to server rank %d not sent (%s): it may be recovering already",
+                ps->rank, ps->server_ranks[s], gs_status_name(sst));
     }
     while (st == GS_OK && ps->wrk.tx.nfree < ps->wrk.tx.cap && !gs_deadline_passed(deadline))
-        gs_ps_worker_progress(ps, 1);
+        gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     return st;
 }
 
@@ -321,12 +326,14 @@ static gs_status queue_replays(gs_ps *ps, gs_ps_wkey *wk)
     if (lo >= hi)
         return GS_OK;
     if (hi - lo >= wk->depth)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_IO,
-                       "rank %d: worker %d: key %llu: a server restored step %llu, but this worker keeps its pushes from "
-                       "step %llu on only: %llu updates are lost (set GS_PS_CHECKPOINT_EVERY >= 1 so that workers keep "
-                       "what the checkpoints do not cover)",
-                       ps->rank, ps->index, (unsigned long long)wk->key, (unsigned long long)lo,
-                       (unsigned long long)(hi - wk->depth + 1), (unsigned long long)(hi - lo));
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_IO,
+            "rank %d: worker %d: key %llu: a server restored step %llu, but this worker keeps its pushes "
+            "from "
+            "step %llu on only: %llu updates are lost (set GS_PS_CHECKPOINT_EVERY >= 1 so that workers keep "
+            "what the checkpoints do not cover)",
+            ps->rank, ps->index, (unsigned long long)wk->key, (unsigned long long)lo,
+            (unsigned long long)(hi - wk->depth + 1), (unsigned long long)(hi - lo));
     for (uint64_t t = lo; t < hi; t++) {
         gs_ps_req *req = gs_calloc(1, sizeof(*req));
         if (!req)
@@ -352,12 +359,13 @@ static gs_status replay(gs_ps *ps)
         st = queue_replays(ps, &ps->wrk.keys[k]);
     while (st == GS_OK && requests_pending(ps)) {
         if (gs_deadline_passed(deadline))
-            st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
-                         "rank %d: worker %d: re-sent pushes not applied within GS_TIMEOUT_MS=%lld (are all workers "
-                         "recovering?)",
-                         ps->rank, ps->index, (long long)ps->timeout_ms);
+            st = gs_fail(
+                GS_SUBSYS_PS, GS_ERR_TIMEOUT,
+                "rank %d: worker %d: re-sent pushes not applied within GS_TIMEOUT_MS=%lld (are all workers "
+                "recovering?)",
+                ps->rank, ps->index, (long long)ps->timeout_ms);
         else
-            st = gs_ps_worker_progress(ps, 10);
+            st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     }
     if (st == GS_OK)
         st = ps->wrk.replay_status;
@@ -371,14 +379,16 @@ gs_status gs_ps_recover(gs_ps *ps)
     uint32_t gen;
     gs_status st;
     if (!ps || ps->is_server)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_recover: %s",
-                       ps ? "a worker call (a restarted server recovers in gs_ps_create, the others in gs_ps_serve)"
-                          : "ps is NULL");
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_recover: %s",
+            ps ? "a worker call (a restarted server recovers in gs_ps_create, the others in gs_ps_serve)"
+               : "ps is NULL");
     if (requests_pending(ps))
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "rank %d: gs_ps_recover: wait for every request first",
                        ps->rank);
     if (ps->wrk.fatal == GS_OK)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "rank %d: gs_ps_recover: nothing to recover from", ps->rank);
+        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "rank %d: gs_ps_recover: nothing to recover from",
+                       ps->rank);
     gen = ps->gen + 1;
     st = gather(ps, gen);
     if (st == GS_OK)

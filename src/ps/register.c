@@ -170,8 +170,7 @@ static gs_status alloc_worker_key(gs_ps *ps, gs_ps_wkey *wk)
         return GS_ERR_NOMEM;
     for (size_t i = 0; i < wk->nshards; i++) {
         wk->pull_off[i] = pull_bytes;
-        pull_bytes += 2 * GS_PS_ALIGN +
-                      gs_ps_param_region_bytes((uint32_t)ps->nworkers, ps->plan.shards[wk->first + i].count);
+        pull_bytes += gs_ps_pull_stage_bytes((uint32_t)ps->nworkers, ps->plan.shards[wk->first + i].count);
     }
     st = gs_buf_alloc(ps->tp, wk->depth * wk->entry_bytes, GS_ACCESS_LOCAL_WRITE, &wk->log);
     if (st == GS_OK)
@@ -221,10 +220,14 @@ gs_status gs_ps_worker_add_key(gs_ps *ps, const gs_ps_key_info *key)
     wk->nshards = key->nshards;
     for (size_t i = 0; i < key->nshards; i++) {
         const gs_ps_shard_info *info = &ps->plan.shards[key->first_shard + i];
-        ps->wrk.shards[key->first_shard + i] = (gs_ps_wshard){
-            .gid = (uint32_t)(key->first_shard + i), .keyi = (uint32_t)(ps->wrk.nkeys - 1),
-            .kindex = (uint32_t)i, .server = (int)info->server, .server_rank = ps->server_ranks[info->server],
-            .offset = info->offset, .count = info->count, .slot = info->slot};
+        ps->wrk.shards[key->first_shard + i] = (gs_ps_wshard){.gid = (uint32_t)(key->first_shard + i),
+                                                              .keyi = (uint32_t)(ps->wrk.nkeys - 1),
+                                                              .kindex = (uint32_t)i,
+                                                              .server = (int)info->server,
+                                                              .server_rank = ps->server_ranks[info->server],
+                                                              .offset = info->offset,
+                                                              .count = info->count,
+                                                              .slot = info->slot};
     }
     return alloc_worker_key(ps, wk);
 }
@@ -254,7 +257,8 @@ static gs_status server_exchange(gs_ps *ps, const gs_ps_key_info *key, bool *ini
         descs[n].epoch = gs_ps_head_of(sh)->epoch;
         for (size_t w = 0; w < W; w++) {
             const gs_ps_wstate *ws = &gs_ps_wstate_of(sh)[w];
-            prog[n * W + w] = (wprogress){__atomic_load_n(&ws->received, __ATOMIC_ACQUIRE), ws->applied, ws->saved};
+            prog[n * W + w] =
+                (wprogress){__atomic_load_n(&ws->received, __ATOMIC_ACQUIRE), ws->applied, ws->saved};
         }
         n++;
     }
@@ -296,10 +300,11 @@ static gs_status worker_take_blob(gs_ps *ps, gs_ps_wkey *wk, int s, const char *
         n += ps->wrk.shards[wk->first + i].server == s;
     size_t want = n * sizeof(shard_desc) + n * W * sizeof(wprogress);
     if (len != want)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_MISMATCH,
-                       "rank %d: register key %llu: server %d described %zu bytes of shards, expected %zu for %zu "
-                       "shards (do all ranks register the same keys in the same order?)",
-                       ps->rank, (unsigned long long)wk->key, s, len, want, n);
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_MISMATCH,
+            "rank %d: register key %llu: server %d described %zu bytes of shards, expected %zu for %zu "
+            "shards (do all ranks register the same keys in the same order?)",
+            ps->rank, (unsigned long long)wk->key, s, len, want, n);
     const wprogress *prog = (const wprogress *)(blob + n * sizeof(shard_desc));
     size_t j = 0;
     for (size_t i = 0; i < wk->nshards; i++) {
@@ -316,8 +321,13 @@ static gs_status worker_take_blob(gs_ps *ps, gs_ps_wkey *wk, int s, const char *
         wprogress p = prog[j * W + (size_t)ps->index];
         ws->pushed = p.received;
         memset(&ws->seen, 0, sizeof(ws->seen));
-        ws->seen = (gs_ps_notice){.version = d.version, .min_step = d.min_step, .received = p.received,
-                                  .applied = p.applied, .saved = p.saved, .epoch = d.epoch, .worker = -1};
+        ws->seen = (gs_ps_notice){.version = d.version,
+                                  .min_step = d.min_step,
+                                  .received = p.received,
+                                  .applied = p.applied,
+                                  .saved = p.saved,
+                                  .epoch = d.epoch,
+                                  .worker = -1};
         ws->error = GS_OK;
         ws->error_version = 0;
         ws->phase = GS_PS_IDLE;
@@ -367,17 +377,22 @@ static gs_status send_init(gs_ps *ps, gs_ps_wkey *wk, const float *init)
         gs_ps_wshard *ws = &ps->wrk.shards[wk->first + i];
         if (ws->restored)
             continue; /* the checkpoint wins */
-        do {
-            st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), stage + ws->offset * sizeof(float), wk->log,
-                                 ws->count * sizeof(float), &ws->slots, 0,
+        for (;;) {    /* a full send queue: take completions, post again */
+            st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), stage + ws->offset * sizeof(float),
+                                 wk->log, ws->count * sizeof(float), &ws->slots, 0,
                                  gs_ps_imm_ctrl(GS_PS_CTRL_INIT, ws->slot), gs_ps_wr(GS_PS_WR_INIT, ws->gid),
                                  GS_OP_SIGNALED);
-            if (st == GS_ERR_AGAIN && gs_deadline_passed(deadline))
-                st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT, "rank %d: register key %llu: send queue to server rank "
-                             "%d stayed full", ps->rank, (unsigned long long)wk->key, ws->server_rank);
-            else if (st == GS_ERR_AGAIN)
-                st = gs_ps_worker_progress(ps, 1);
-        } while (st == GS_ERR_AGAIN);
+            if (st != GS_ERR_AGAIN)
+                break;
+            if (gs_deadline_passed(deadline)) {
+                st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
+                             "rank %d: register key %llu: send queue to server rank "
+                             "%d stayed full",
+                             ps->rank, (unsigned long long)wk->key, ws->server_rank);
+                break;
+            }
+            gs_ps_worker_progress(ps, 0);
+        }
         posted += st == GS_OK;
     }
     ps->wrk.init_pending += posted;
@@ -387,7 +402,7 @@ static gs_status send_init(gs_ps *ps, gs_ps_wkey *wk, const float *init)
                          "rank %d: register key %llu: initial values not delivered within %lld ms", ps->rank,
                          (unsigned long long)wk->key, (long long)ps->timeout_ms);
         else
-            st = gs_ps_worker_progress(ps, 10);
+            st = gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     }
     return st;
 }
@@ -406,8 +421,9 @@ static gs_status server_wait_init(gs_ps *ps, uint64_t key)
             return gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
                            "rank %d: register key %llu: %d shards never got their initial values from worker "
                            "rank %d within %lld ms",
-                           ps->rank, (unsigned long long)key, pending, ps->worker_ranks[0], (long long)ps->timeout_ms);
-        st = gs_ps_server_progress(ps, 10);
+                           ps->rank, (unsigned long long)key, pending, ps->worker_ranks[0],
+                           (long long)ps->timeout_ms);
+        st = gs_ps_server_progress(ps, gs_ps_wait_ms(deadline));
     }
 }
 
@@ -434,6 +450,17 @@ gs_status gs_ps_exchange_key(gs_ps *ps, size_t ki, const float *init)
     return st;
 }
 
+/* A key restored from a checkpoint goes on from the step its servers hold
+ * (the lowest, if shards differ: those ahead skip the steps they have). */
+static void start_at_restored_step(gs_ps *ps, gs_ps_wkey *wk)
+{
+    uint64_t step = UINT64_MAX;
+    for (size_t i = 0; i < wk->nshards; i++)
+        if (ps->wrk.shards[wk->first + i].pushed < step)
+            step = ps->wrk.shards[wk->first + i].pushed;
+    wk->next_step = step;
+}
+
 gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *init)
 {
     const gs_ps_key_info *info;
@@ -448,8 +475,8 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
         if (info && info->count == count)
             return GS_OK;
         return gs_fail(GS_SUBSYS_PS, GS_ERR_MISMATCH,
-                       "rank %d: restarted server %d: key %llu (%zu elements) is not in its checkpoint%s", ps->rank,
-                       ps->index, (unsigned long long)key, count, info ? " with that size" : "");
+                       "rank %d: restarted server %d: key %llu (%zu elements) is not in its checkpoint%s",
+                       ps->rank, ps->index, (unsigned long long)key, count, info ? " with that size" : "");
     }
     st = gs_ps_plan_add(&ps->plan, key, count);
     if (st != GS_OK)
@@ -458,6 +485,8 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
     st = ps->is_server ? gs_ps_server_add_key(ps, info) : gs_ps_worker_add_key(ps, info);
     if (st == GS_OK)
         st = gs_ps_exchange_key(ps, ps->plan.nkeys - 1, init);
+    if (st == GS_OK && !ps->is_server)
+        start_at_restored_step(ps, &ps->wrk.keys[ps->wrk.nkeys - 1]);
     if (st == GS_OK)
         gs_log_debug(PS, "rank %d: key %llu registered: %zu elements in %zu shards", ps->rank,
                      (unsigned long long)key, count, info->nshards);

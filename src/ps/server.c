@@ -15,9 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#define SERVE_SLICE_MS 100
+#define IDLE_WAIT_MS    (1 << 30)   /* nothing due: only a completion wakes the loop */
 #define PROBE_PERIOD_NS 10000000ull /* 10 ms */
-#define SCAN_PERIOD_NS 10000000ull
 
 gs_status gs_ps_server_init(gs_ps *ps)
 {
@@ -69,8 +68,8 @@ static void flush_outbox(gs_ps *ps)
     while (done < srv->noutbox) {
         int w = (int)(srv->outbox[done] >> 8);
         gs_status st = srv->lost[w] ? GS_OK
-                                     : gs_ps_ctrl_send(ps, ps->worker_ranks[w], srv->outbox[done] & 0xffu,
-                                                       srv->outbox[done + 1]);
+                                    : gs_ps_ctrl_send(ps, ps->worker_ranks[w], srv->outbox[done] & 0xffu,
+                                                      srv->outbox[done + 1]);
         if (st == GS_ERR_AGAIN)
             break;
         if (st != GS_OK && !srv->bye[w]) {
@@ -110,10 +109,11 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
             gs_ps_notify_all(ps, sh);
     }
     if (ps->params.mode == GS_PS_MODE_SYNC) {
-        srv->verdict = gs_fail(GS_SUBSYS_PS, st,
-                               "rank %d: server %d: worker %d (rank %d) %s; sync mode cannot go on without it (the "
-                               "other workers are told)",
-                               ps->rank, ps->index, w, ps->worker_ranks[w], why);
+        srv->verdict =
+            gs_fail(GS_SUBSYS_PS, st,
+                    "rank %d: server %d: worker %d (rank %d) %s; sync mode cannot go on without it (the "
+                    "other workers are told)",
+                    ps->rank, ps->index, w, ps->worker_ranks[w], why);
     } else {
         gs_log_warn(PS, "rank %d: server %d: worker %d (rank %d) %s; async mode goes on with the other %d",
                     ps->rank, ps->index, w, ps->worker_ranks[w], why, ps->nworkers - srv->finished);
@@ -162,8 +162,9 @@ static gs_ps_sshard *shard_at(gs_ps *ps, uint32_t slot, int peer, const char *wh
 {
     if (slot < ps->srv.nshards)
         return &ps->srv.shards[slot];
-    gs_log_error(PS, "rank %d: server %d: %s from rank %d for shard %u, but this server holds %u shards (ignored)",
-                 ps->rank, ps->index, what, peer, slot, ps->srv.nshards);
+    gs_log_error(
+        PS, "rank %d: server %d: %s from rank %d for shard %u, but this server holds %u shards (ignored)",
+        ps->rank, ps->index, what, peer, slot, ps->srv.nshards);
     return NULL;
 }
 
@@ -188,15 +189,20 @@ static void on_push(gs_ps *ps, int w, uint32_t imm)
     ws = &gs_ps_wstate_of(sh)[w];
     if ((ws->received & GS_PS_IMM_STEP_MASK) != gs_ps_imm_step(imm) ||
         (ps->params.mode == GS_PS_MODE_SYNC && ws->received != h->version)) {
-        gs_log_error(PS, "rank %d: server %d: key %llu shard %u: worker %d pushed step %u (mod 4096), expected %llu "
-                     "(version %llu); ignored",
-                     ps->rank, ps->index, (unsigned long long)sh->key, sh->kindex, w, gs_ps_imm_step(imm),
-                     (unsigned long long)ws->received, (unsigned long long)h->version);
+        gs_log_error(
+            PS,
+            "rank %d: server %d: key %llu shard %u: worker %d pushed step %u (mod 4096), expected %llu "
+            "(version %llu); ignored",
+            ps->rank, ps->index, (unsigned long long)sh->key, sh->kindex, w, gs_ps_imm_step(imm),
+            (unsigned long long)ws->received, (unsigned long long)h->version);
         sh->status = GS_ERR_PROTOCOL;
         sh->status_about = w;
         gs_ps_notify(ps, sh, w);
         return;
     }
+    gs_log_trace(PS, "rank %d: server %d: key %llu shard %u: worker %d step %llu arrived (version %llu)",
+                 ps->rank, ps->index, (unsigned long long)sh->key, sh->kindex, w,
+                 (unsigned long long)ws->received, (unsigned long long)h->version);
     /* outside the seqlock: a pull needs params and version consistent, not this count */
     __atomic_store_n(&ws->received, ws->received + 1, __ATOMIC_RELEASE);
     if (ps->params.mode == GS_PS_MODE_ASYNC) {
@@ -218,11 +224,12 @@ static void on_atomic(gs_ps *ps, int w, uint32_t imm)
     ah = gs_mr_addr(sh->acc);
     if (__atomic_load_n(&ah->arrivals, __ATOMIC_ACQUIRE) != (uint64_t)ps->nworkers ||
         (gs_ps_head_of(sh)->version & GS_PS_IMM_STEP_MASK) != gs_ps_imm_step(imm)) {
-        gs_log_error(PS, "rank %d: server %d: key %llu shard %u: worker %d says step %u is complete but %llu of %d "
-                     "arrived at version %llu; ignored",
-                     ps->rank, ps->index, (unsigned long long)sh->key, sh->kindex, w, gs_ps_imm_step(imm),
-                     (unsigned long long)ah->arrivals, ps->nworkers,
-                     (unsigned long long)gs_ps_head_of(sh)->version);
+        gs_log_error(
+            PS,
+            "rank %d: server %d: key %llu shard %u: worker %d says step %u is complete but %llu of %d "
+            "arrived at version %llu; ignored",
+            ps->rank, ps->index, (unsigned long long)sh->key, sh->kindex, w, gs_ps_imm_step(imm),
+            (unsigned long long)ah->arrivals, ps->nworkers, (unsigned long long)gs_ps_head_of(sh)->version);
         return;
     }
     gs_ps_apply_atomic(ps, sh);
@@ -255,6 +262,10 @@ static void on_ctrl(gs_ps *ps, int w, uint32_t imm)
         gs_ps_server_reply(ps, w, st == GS_OK ? GS_PS_CTRL_CKPT_DONE : GS_PS_CTRL_CKPT_FAILED, arg);
         break;
     case GS_PS_CTRL_INIT: on_init(ps, w, arg); break;
+    case GS_PS_CTRL_FIRST:
+        if (arg < ps->srv.nshards && !ps->srv.shards[arg].waiting_since_ns)
+            ps->srv.shards[arg].waiting_since_ns = gs_now_ns();
+        break;
     case GS_PS_CTRL_RECOVER:
         ps->srv.recover_asked = true;
         ps->srv.recover_arg = arg;
@@ -269,8 +280,8 @@ static void on_arrival(gs_ps *ps, const gs_wc *wc)
 {
     int w = worker_of(ps, wc->peer);
     if (w < 0) {
-        gs_log_error(PS, "rank %d: server %d: message from rank %d, which is not a worker (ignored)", ps->rank,
-                     ps->index, wc->peer);
+        gs_log_error(PS, "rank %d: server %d: message from rank %d, which is not a worker (ignored)",
+                     ps->rank, ps->index, wc->peer);
         return;
     }
     switch (gs_ps_imm_kind(wc->imm)) {
@@ -325,19 +336,12 @@ gs_status gs_ps_server_progress(gs_ps *ps, int wait_ms)
 
 /* ---- deadlines ------------------------------------------------------------------------------ */
 
-/* Atomic mode: a step has begun once something arrived in the accumulator. */
-static void note_atomic_arrivals(gs_ps_sshard *sh, uint64_t now)
-{
-    if (sh->acc && !sh->waiting_since_ns &&
-        __atomic_load_n(&((gs_ps_acc_head *)gs_mr_addr(sh->acc))->arrivals, __ATOMIC_ACQUIRE) > 0)
-        sh->waiting_since_ns = now;
-}
-
 static bool arrived(const gs_ps_sshard *sh, int w)
 {
     uint64_t version = gs_ps_head_of(sh)->version;
     if (sh->acc) {
-        const uint64_t *words = (const uint64_t *)((const char *)gs_mr_addr(sh->acc) + sizeof(gs_ps_acc_head));
+        const uint64_t *words =
+            (const uint64_t *)((const char *)gs_mr_addr(sh->acc) + sizeof(gs_ps_acc_head));
         return __atomic_load_n(&words[w], __ATOMIC_ACQUIRE) > version;
     }
     return gs_ps_wstate_of(sh)[w].received > version;
@@ -348,12 +352,10 @@ static bool arrived(const gs_ps_sshard *sh, int w)
 static void check_deadlines(gs_ps *ps)
 {
     uint64_t now = gs_now_ns();
-    if (ps->params.mode != GS_PS_MODE_SYNC || now < ps->srv.next_scan_ns)
+    if (ps->params.mode != GS_PS_MODE_SYNC)
         return;
-    ps->srv.next_scan_ns = now + SCAN_PERIOD_NS;
     for (uint32_t i = 0; i < ps->srv.nshards && ps->srv.verdict == GS_OK; i++) {
         gs_ps_sshard *sh = &ps->srv.shards[i];
-        note_atomic_arrivals(sh, now);
         if (!sh->waiting_since_ns || now - sh->waiting_since_ns < (uint64_t)ps->timeout_ms * 1000000ull)
             continue;
         for (int w = 0; w < ps->nworkers; w++) {
@@ -370,12 +372,33 @@ static void check_deadlines(gs_ps *ps)
 
 /* ---- the loop ------------------------------------------------------------------------------------ */
 
+/* How long the loop may block: until the earliest step deadline (sync) or
+ * a completion. A transport logs
+ * every wait that times out, so the loop never sets one that need not. */
+static int serve_wait_ms(const gs_ps *ps)
+{
+    uint64_t now = gs_now_ns(), next = UINT64_MAX, timeout_ns = (uint64_t)ps->timeout_ms * 1000000ull;
+    if (ps->params.mode != GS_PS_MODE_SYNC)
+        return IDLE_WAIT_MS;
+    for (uint32_t i = 0; i < ps->srv.nshards; i++) {
+        const gs_ps_sshard *sh = &ps->srv.shards[i];
+        if (sh->waiting_since_ns && sh->waiting_since_ns + timeout_ns < next)
+            next = sh->waiting_since_ns + timeout_ns;
+    }
+    if (next == UINT64_MAX)
+        return IDLE_WAIT_MS;
+    if (next <= now + GS_PS_MIN_WAIT_MS * 1000000ull)
+        return 0; /* due soon: poll */
+    return (int)((next - now) / 1000000ull) + 1;
+}
+
 /* Lets the notices and replies owed leave before the loop ends. */
 static void drain(gs_ps *ps)
 {
     uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
-    while ((ps->srv.ndirty || ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) && !gs_deadline_passed(deadline))
-        if (gs_ps_server_progress(ps, 10) != GS_OK)
+    while ((ps->srv.ndirty || ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) &&
+           !gs_deadline_passed(deadline))
+        if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
 }
 
@@ -391,7 +414,7 @@ gs_status gs_ps_serve(gs_ps *ps)
     if (ps->checkpoint[0] && !ps->restarted)
         srv->verdict = gs_ps_server_checkpoint(ps);
     while (srv->finished < ps->nworkers && srv->verdict == GS_OK) {
-        gs_status st = gs_ps_server_progress(ps, SERVE_SLICE_MS);
+        gs_status st = gs_ps_server_progress(ps, serve_wait_ms(ps));
         if (st == GS_OK)
             check_deadlines(ps);
         if (st == GS_OK && srv->verdict == GS_OK)
@@ -420,7 +443,9 @@ gs_status gs_ps_serve_start(gs_ps *ps)
     int err;
     if (!ps || !ps->is_server || ps->thread_started)
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_serve_start: %s",
-                       !ps ? "ps is NULL" : !ps->is_server ? "called on a worker rank" : "already serving");
+                       !ps              ? "ps is NULL"
+                       : !ps->is_server ? "called on a worker rank"
+                                        : "already serving");
     err = pthread_create(&ps->thread, NULL, serve_thread, ps);
     if (err)
         return gs_fail(GS_SUBSYS_PS, GS_ERR_SYSTEM, "rank %d: cannot start the server thread: %s", ps->rank,

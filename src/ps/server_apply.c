@@ -44,6 +44,8 @@ static float *slot_of(const gs_ps_sshard *sh, int w)
     return (float *)((char *)gs_mr_addr(sh->slots) + (size_t)w * gs_ps_slot_bytes(sh->count));
 }
 
+#define GS_PS_FUSE_MAX 64 /* more workers: sum first, then one pass of the optimizer */
+
 static float grad_scale(const gs_ps *ps)
 {
     return ps->params.average ? 1.0f / (float)ps->nworkers : 1.0f;
@@ -62,13 +64,23 @@ gs_status gs_ps_apply_sync(gs_ps *ps, gs_ps_sshard *sh)
 {
     gs_ps_head *h = gs_ps_head_of(sh);
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
-    float *sum = slot_of(sh, 0);
-    /* Step 1: sum the slots in worker order (the same order every step). */
-    for (int w = 1; w < ps->nworkers; w++)
-        gs_red_apply(GS_F32, GS_SUM, sum, sum, slot_of(sh, w), sh->count);
-    /* Step 2: the optimizer on the mean, inside the seqlock. */
+    const float *grads[GS_PS_FUSE_MAX];
+    /* Step 1 and 2, fused block by block: the slots summed in worker order
+     * (the same order every step), the optimizer on the mean, inside the seqlock. */
     gs_ps_seq_begin(h);
-    update(ps, sh, sum);
+    if (ps->nworkers <= GS_PS_FUSE_MAX) {
+        for (int w = 0; w < ps->nworkers; w++)
+            grads[w] = slot_of(sh, w);
+        sh->opt_steps++;
+        gs_ps_optim_apply_sum(&ps->params.optim, gs_ps_params_of(sh), grads, ps->nworkers, grad_scale(ps),
+                              sh->state, sh->opt_steps, sh->count);
+        h->version++;
+    } else {
+        float *sum = slot_of(sh, 0);
+        for (int w = 1; w < ps->nworkers; w++)
+            gs_red_apply(GS_F32, GS_SUM, sum, sum, slot_of(sh, w), sh->count);
+        update(ps, sh, sum);
+    }
     for (int w = 0; w < ps->nworkers; w++)
         ws[w].applied = h->version;
     h->min_step = gs_ps_min_step(ps, sh);
@@ -154,10 +166,11 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
     sh->waiting_since_ns = 0;
     sh->status = overflow ? GS_ERR_OVERFLOW : GS_OK;
     if (overflow)
-        gs_log_error(PS,
-                     "rank %d: key %llu shard %u: a worker's fixed-point add wrapped the accumulator at step %llu; "
-                     "the step was not applied (lower GS_PS_ATOMIC_FRAC_BITS)",
-                     ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)(h->version - 1));
+        gs_log_error(
+            PS,
+            "rank %d: key %llu shard %u: a worker's fixed-point add wrapped the accumulator at step %llu; "
+            "the step was not applied (lower GS_PS_ATOMIC_FRAC_BITS)",
+            ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)(h->version - 1));
     gs_ps_notify_all(ps, sh);
     return GS_OK;
 }
@@ -193,8 +206,13 @@ static gs_status send_notice(gs_ps *ps, gs_ps_sshard *sh, int w)
 {
     const gs_ps_head *h = gs_ps_head_of(sh);
     const gs_ps_wstate *ws = &gs_ps_wstate_of(sh)[w];
-    gs_ps_notice n = {.version = h->version, .min_step = h->min_step, .received = ws->received,
-                      .applied = ws->applied, .saved = ws->saved, .epoch = h->epoch, .status = sh->status,
+    gs_ps_notice n = {.version = h->version,
+                      .min_step = h->min_step,
+                      .received = ws->received,
+                      .applied = ws->applied,
+                      .saved = ws->saved,
+                      .epoch = h->epoch,
+                      .status = sh->status,
                       .worker = sh->status_about};
     return gs_ps_tx_send(ps, &ps->srv.tx, ps->worker_ranks[w], &n, &sh->notice[w], sh->kindex * sizeof(n),
                          gs_ps_imm_notice(sh->gid));
@@ -214,7 +232,8 @@ gs_status gs_ps_flush_notices(gs_ps *ps)
                 break;
             if (st != GS_OK) {
                 char why[96];
-                snprintf(why, sizeof(why), "cannot be reached (a notice to it failed: %s)", gs_status_name(st));
+                snprintf(why, sizeof(why), "cannot be reached (a notice to it failed: %s)",
+                         gs_status_name(st));
                 gs_ps_server_worker_lost(ps, w, GS_ERR_PEER_LOST, why);
             }
             st = GS_OK;

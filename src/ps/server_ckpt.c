@@ -34,10 +34,11 @@ static gs_status check_meta(const gs_ps *ps, const char *path, const gs_ps_ckpt_
     else if (m->mode != ps->params.mode)
         what = "GS_PS_MODE";
     if (what)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
-                       "rank %d: checkpoint %s was written by a job with another %s; run with the same settings "
-                       "or remove the file",
-                       ps->rank, path, what);
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_CONFIG,
+            "rank %d: checkpoint %s was written by a job with another %s; run with the same settings "
+            "or remove the file",
+            ps->rank, path, what);
     return GS_OK;
 }
 
@@ -53,9 +54,9 @@ gs_status gs_ps_server_load_checkpoint(gs_ps *ps)
         st = check_meta(ps, path, &ps->srv.restore->meta);
     if (st == GS_OK && ps->srv.restore) {
         ps->srv.epoch = ps->srv.restore->meta.epoch + 1;
-        gs_log_info(PS, "rank %d: server %d restores from %s (step %llu, %u shards, incarnation %u)", ps->rank,
-                    ps->index, path, (unsigned long long)ps->srv.restore->meta.step, ps->srv.restore->nshards,
-                    ps->srv.epoch);
+        gs_log_info(PS, "rank %d: server %d restores from %s (step %llu, %u shards, incarnation %u)",
+                    ps->rank, ps->index, path, (unsigned long long)ps->srv.restore->meta.step,
+                    ps->srv.restore->nshards, ps->srv.epoch);
     }
     return st;
 }
@@ -71,10 +72,11 @@ gs_status gs_ps_server_restore_shard(gs_ps *ps, gs_ps_sshard *sh)
         if (v->rec.key != sh->key || v->rec.index != sh->kindex)
             continue;
         if (v->rec.count != sh->count)
-            return gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
-                           "rank %d: checkpoint holds key %llu shard %u with %llu elements, the job registered %zu",
-                           ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)v->rec.count,
-                           sh->count);
+            return gs_fail(
+                GS_SUBSYS_PS, GS_ERR_CONFIG,
+                "rank %d: checkpoint holds key %llu shard %u with %llu elements, the job registered %zu",
+                ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)v->rec.count,
+                sh->count);
         memcpy(gs_ps_params_of(sh), v->params, sh->count * sizeof(float));
         for (int s = 0; s < nstate; s++)
             memcpy(sh->state[s], v->state[s], sh->count * sizeof(float));
@@ -102,10 +104,15 @@ static gs_status build_views(gs_ps *ps, gs_ps_ckpt_view *views, uint64_t *applie
         uint64_t *a = applied + (size_t)i * (size_t)ps->nworkers;
         for (int w = 0; w < ps->nworkers; w++)
             a[w] = gs_ps_wstate_of(sh)[w].applied;
-        views[i] = (gs_ps_ckpt_view){
-            .rec = {.key = sh->key, .index = sh->kindex, .offset = info->offset, .count = sh->count,
-                    .version = gs_ps_head_of(sh)->version, .opt_steps = sh->opt_steps},
-            .applied = a, .params = gs_ps_params_of(sh), .state = {sh->state[0], sh->state[1]}};
+        views[i] = (gs_ps_ckpt_view){.rec = {.key = sh->key,
+                                             .index = sh->kindex,
+                                             .offset = info->offset,
+                                             .count = sh->count,
+                                             .version = gs_ps_head_of(sh)->version,
+                                             .opt_steps = sh->opt_steps},
+                                     .applied = a,
+                                     .params = gs_ps_params_of(sh),
+                                     .state = {sh->state[0], sh->state[1]}};
         if (views[i].rec.version < step)
             step = views[i].rec.version;
     }
@@ -135,14 +142,19 @@ gs_status gs_ps_server_checkpoint(gs_ps *ps)
     gs_ps_ckpt_view *views = gs_calloc(n ? n : 1, sizeof(*views));
     uint64_t *applied = gs_calloc((size_t)(n ? n : 1) * (size_t)ps->nworkers, sizeof(uint64_t));
     gs_ps_ckpt_key *keys = gs_calloc(ps->plan.nkeys ? ps->plan.nkeys : 1, sizeof(*keys));
-    gs_ps_ckpt_meta meta = {.optim = ps->params.optim, .mode = ps->params.mode, .server = (uint32_t)ps->index,
-                            .servers = (uint32_t)ps->nservers, .workers = (uint32_t)ps->nworkers,
-                            .epoch = ps->srv.epoch, .shard_bytes = ps->plan.shard_bytes, .keys = keys,
+    gs_ps_ckpt_meta meta = {.optim = ps->params.optim,
+                            .mode = ps->params.mode,
+                            .server = (uint32_t)ps->index,
+                            .servers = (uint32_t)ps->nservers,
+                            .workers = (uint32_t)ps->nworkers,
+                            .epoch = ps->srv.epoch,
+                            .shard_bytes = ps->plan.shard_bytes,
+                            .keys = keys,
                             .nkeys = (uint32_t)ps->plan.nkeys};
     gs_status st = views && applied && keys ? GS_OK : GS_ERR_NOMEM;
     if (st == GS_OK && !ps->checkpoint[0])
-        st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG, "rank %d: checkpoint requested but GS_PS_CHECKPOINT is not set",
-                     ps->rank);
+        st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
+                     "rank %d: checkpoint requested but GS_PS_CHECKPOINT is not set", ps->rank);
     if (st == GS_OK)
         st = build_views(ps, views, applied, keys, &meta.step);
     if (st == GS_OK) {

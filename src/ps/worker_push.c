@@ -51,17 +51,19 @@ static gs_status reported_error(gs_ps *ps, gs_ps_wshard *ws, const char *during)
 
 /* ---- WRITE path ------------------------------------------------------------------ */
 
-static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const char *src)
+static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const char *src, gs_mr *lmr)
 {
+    gs_log_trace(PS, "rank %d: worker %d: key %llu shard %u: push step %llu to rank %d", ps->rank, ps->index,
+                 (unsigned long long)wk->key, ws->kindex, (unsigned long long)ws->pushed, ws->server_rank);
     uint64_t off = (uint64_t)ps->index * gs_ps_slot_bytes(ws->count);
-    gs_status st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), src, wk->log, ws->count * sizeof(float),
+    gs_status st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), src, lmr, ws->count * sizeof(float),
                                    &ws->slots, off, gs_ps_imm_push(GS_PS_IMM_PUSH, ws->slot, ws->pushed),
                                    gs_ps_wr(GS_PS_WR_PUSH, ws->gid), GS_OP_SIGNALED);
     if (st == GS_OK) {
         ws->pushed++;
         ws->phase = GS_PS_PUSH_POSTED;
     }
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 /* ---- atomic path ------------------------------------------------------------------- */
@@ -87,12 +89,13 @@ gs_status gs_ps_atomic_check(gs_ps *ps, const gs_ps_wkey *wk, const float *grad)
     for (size_t i = 0; i < wk->count; i += 256) {
         size_t n = wk->count - i < 256 ? wk->count - i : 256;
         if (gs_ps_fixed_encode(&ps->fixed, grad + i, q, n, &bad) != GS_OK)
-            return gs_fail(GS_SUBSYS_PS, GS_ERR_OVERFLOW,
-                           "rank %d: worker %d: key %llu element %zu = %g is beyond what atomic aggregation can add "
-                           "without overflow (|g| <= %g with %d workers and GS_PS_ATOMIC_FRAC_BITS=%d); nothing was "
-                           "pushed",
-                           ps->rank, ps->index, (unsigned long long)wk->key, i + bad, (double)grad[i + bad],
-                           gs_ps_fixed_max_abs(&ps->fixed), ps->nworkers, ps->fixed.frac_bits);
+            return gs_fail(
+                GS_SUBSYS_PS, GS_ERR_OVERFLOW,
+                "rank %d: worker %d: key %llu element %zu = %g is beyond what atomic aggregation can add "
+                "without overflow (|g| <= %g with %d workers and GS_PS_ATOMIC_FRAC_BITS=%d); nothing was "
+                "pushed",
+                ps->rank, ps->index, (unsigned long long)wk->key, i + bad, (double)grad[i + bad],
+                gs_ps_fixed_max_abs(&ps->fixed), ps->nworkers, ps->fixed.frac_bits);
     }
     return GS_OK;
 }
@@ -102,7 +105,8 @@ static void begin_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, size_t star
     const float *g = (const float *)(log_entry(wk, ws->pushed - 1) + ws->offset * sizeof(float));
     size_t bad;
     ws->chunk_start = ws->next = start;
-    ws->chunk_end = start + GS_PS_ATOMIC_CHUNK_ELEMS < ws->count ? start + GS_PS_ATOMIC_CHUNK_ELEMS : ws->count;
+    ws->chunk_end =
+        start + GS_PS_ATOMIC_CHUNK_ELEMS < ws->count ? start + GS_PS_ATOMIC_CHUNK_ELEMS : ws->count;
     /* checked at the start of the request: cannot fail here */
     gs_ps_fixed_encode(&ps->fixed, g + start, atomic_q(wk, ws), ws->chunk_end - start, &bad);
 }
@@ -118,10 +122,8 @@ static gs_status post_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
         unsigned flags = ws->next + 1 == ws->chunk_end ? GS_OP_SIGNALED : 0;
         gs_status st = gs_ep_fetch_add(ep, (uint64_t *)&old[j], wk->atomic, &ws->acc, data_off + ws->next * 8,
                                        (uint64_t)q[j], gs_ps_wr(GS_PS_WR_ATOMIC, ws->gid), flags);
-        if (st == GS_ERR_AGAIN)
-            return GS_OK;
         if (st != GS_OK)
-            return st;
+            return gs_ps_again(ps, st);
         ws->next++;
     }
     return GS_OK;
@@ -140,7 +142,7 @@ static gs_status post_arrive(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
                              gs_ps_wr(GS_PS_WR_ARRIVE, ws->gid), GS_OP_SIGNALED | GS_OP_FENCE);
     if (st == GS_OK)
         ws->posted = true;
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 static gs_status post_notify(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
@@ -150,7 +152,7 @@ static gs_status post_notify(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
                                    gs_ps_wr(GS_PS_WR_NOTIFY, ws->gid), GS_OP_SIGNALED);
     if (st == GS_OK)
         ws->posted = true;
-    return st == GS_ERR_AGAIN ? GS_OK : st;
+    return gs_ps_again(ps, st);
 }
 
 /* Every old value returned: did any add wrap the accumulator? Then flag
@@ -164,11 +166,12 @@ static gs_status check_chunk(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws)
         gs_ep_fetch_add(gs_tp_ep(ps->tp, ws->server_rank), &atomic_res(wk, ws)[2], wk->atomic, &ws->acc,
                         offsetof(gs_ps_acc_head, overflow), 1, 0, 0);
         ws->error_version = ws->pushed + 1; /* the server's refusal of this step is no news to us */
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_OVERFLOW,
-                       "rank %d: worker %d: key %llu element %zu: adding %lld to the accumulator's %lld wrapped "
-                       "around int64; the server refuses the step",
-                       ps->rank, ps->index, (unsigned long long)wk->key, ws->offset + ws->chunk_start + j,
-                       (long long)q[j], (long long)old[j]);
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_OVERFLOW,
+            "rank %d: worker %d: key %llu element %zu: adding %lld to the accumulator's %lld wrapped "
+            "around int64; the server refuses the step",
+            ps->rank, ps->index, (unsigned long long)wk->key, ws->offset + ws->chunk_start + j,
+            (long long)q[j], (long long)old[j]);
     }
     return GS_OK;
 }
@@ -192,13 +195,15 @@ gs_status gs_ps_push_advance(gs_ps *ps, gs_ps_req *req, size_t i)
     }
     if (ws->pushed < req->step || !ready(ps, wk, ws))
         return GS_OK; /* an earlier step (a replay) goes first; or the server is not ready */
+    if (req->grad_mr) /* zero copy: straight from the caller's gradient */
+        return post_write(ps, wk, ws, (const char *)(req->grad + ws->offset), req->grad_mr);
     /* The gradient goes into the log entry of its step: the source of the
      * transfer, and what a replay re-sends after a server restart. */
     entry = log_entry(wk, ws->pushed);
     if (!req->replay)
         memcpy(entry + ws->offset * sizeof(float), req->grad + ws->offset, ws->count * sizeof(float));
     if (ps->params.agg == GS_PS_AGG_WRITE_SLOTS)
-        return post_write(ps, wk, ws, entry + ws->offset * sizeof(float));
+        return post_write(ps, wk, ws, entry + ws->offset * sizeof(float), wk->log);
     ws->pushed++;
     ws->phase = GS_PS_ATOMIC_CHUNK;
     begin_chunk(ps, wk, ws, 0);
@@ -228,8 +233,10 @@ gs_status gs_ps_push_completed(gs_ps *ps, gs_ps_wshard *ws, int kind, const gs_w
     gs_ps_wkey *wk = key_of(ps, ws);
     gs_status st = wc->status;
     if (st != GS_OK) {
-        push_failed(ps, ws, gs_fail(GS_SUBSYS_PS, st, "rank %d: worker %d: push of key %llu shard %u to rank %d failed",
-                                    ps->rank, ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank));
+        push_failed(ps, ws,
+                    gs_fail(GS_SUBSYS_PS, st,
+                            "rank %d: worker %d: push of key %llu shard %u to rank %d failed", ps->rank,
+                            ps->index, (unsigned long long)wk->key, ws->kindex, ws->server_rank));
         return st;
     }
     switch (kind) {
@@ -249,6 +256,9 @@ gs_status gs_ps_push_completed(gs_ps *ps, gs_ps_wshard *ws, int kind, const gs_w
         break;
     case GS_PS_WR_ARRIVE:
         if (atomic_res(wk, ws)[1] + 1 < (uint64_t)ps->nworkers) {
+            /* the first to arrive starts the server's clock for the step (best effort) */
+            if (atomic_res(wk, ws)[1] == 0)
+                gs_ps_ctrl_send(ps, ws->server_rank, GS_PS_CTRL_FIRST, ws->slot);
             push_done(ps, ws);
             break;
         }

@@ -30,7 +30,7 @@
 #include <sys/mman.h>
 
 #define PS_MAX_TRANSPORTS 4
-#define PS_MAX_KEYS 8
+#define PS_MAX_KEYS       8
 
 typedef struct ps_job ps_job;
 typedef void (*ps_worker_fn)(gs_ps *ps, ps_job *job);
@@ -38,8 +38,8 @@ typedef void (*ps_worker_fn)(gs_ps *ps, ps_job *job);
 struct ps_job {
     const char *transport;
     int servers, workers;
-    int timeout_ms;          /* whole run */
-    int rank_timeout_ms;     /* GS_TIMEOUT_MS of the ranks */
+    int timeout_ms;      /* whole run */
+    int rank_timeout_ms; /* GS_TIMEOUT_MS of the ranks */
     gs_ps_mode mode;
     gs_ps_agg agg;
     int staleness;
@@ -51,10 +51,11 @@ struct ps_job {
     uint64_t keys[PS_MAX_KEYS];
     size_t counts[PS_MAX_KEYS];
     ps_worker_fn worker;
-    ps_worker_fn server;     /* instead of gs_ps_serve, if set */
-    gs_status serve_status;  /* what gs_ps_serve must return */
-    bool serve_thread;       /* serve with gs_ps_serve_start */
-    bool no_init;            /* register with NULL initial values: zeros */
+    ps_worker_fn server;                /* instead of gs_ps_serve, if set */
+    gs_status serve_status;             /* what gs_ps_serve must return */
+    gs_status expect_create;            /* servers' gs_ps_create must return this (workers fail too) */
+    bool serve_thread;                  /* serve with gs_ps_serve_start */
+    bool no_init;                       /* register with NULL initial values: zeros */
     int expect_exit[GS_TEST_RANKS_MAX]; /* exit code each rank must end with (0) */
     int steps;
     void *arg;
@@ -80,17 +81,29 @@ static inline void ps_register_case(const char *name, const gs_test_fn *tramp)
     }
 }
 
-#define PS_TEST(name)                                                            \
-    static void name(const char *transport);                                     \
-    static void name##_t0(void) { name(ps_transport_at(0)); }                    \
-    static void name##_t1(void) { name(ps_transport_at(1)); }                    \
-    static void name##_t2(void) { name(ps_transport_at(2)); }                    \
-    static void name##_t3(void) { name(ps_transport_at(3)); }                    \
-    __attribute__((constructor)) static void ps_reg_##name(void)                 \
-    {                                                                            \
-        static const gs_test_fn tramp[PS_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3}; \
-        ps_register_case(#name, tramp);                                          \
-    }                                                                            \
+#define PS_TEST(name)                                                                                        \
+    static void name(const char *transport);                                                                 \
+    static void name##_t0(void)                                                                              \
+    {                                                                                                        \
+        name(ps_transport_at(0));                                                                            \
+    }                                                                                                        \
+    static void name##_t1(void)                                                                              \
+    {                                                                                                        \
+        name(ps_transport_at(1));                                                                            \
+    }                                                                                                        \
+    static void name##_t2(void)                                                                              \
+    {                                                                                                        \
+        name(ps_transport_at(2));                                                                            \
+    }                                                                                                        \
+    static void name##_t3(void)                                                                              \
+    {                                                                                                        \
+        name(ps_transport_at(3));                                                                            \
+    }                                                                                                        \
+    __attribute__((constructor)) static void ps_reg_##name(void)                                             \
+    {                                                                                                        \
+        static const gs_test_fn tramp[PS_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \
+        ps_register_case(#name, tramp);                                                                      \
+    }                                                                                                        \
     static void name(const char *transport)
 
 /* Skips (counted) a transport this host cannot run. */
@@ -108,9 +121,17 @@ static inline void ps_skip_unusable(const char *transport)
 
 static inline ps_job ps_job_default(const char *transport, int servers, int workers)
 {
-    ps_job job = {.transport = transport, .servers = servers, .workers = workers, .timeout_ms = 60000,
-                  .rank_timeout_ms = 20000, .mode = GS_PS_MODE_SYNC, .agg = GS_PS_AGG_WRITE_SLOTS, .staleness = -1,
-                  .shard_bytes = 4096, .optim = {.kind = GS_PS_SGD, .lr = 0.1f}, .steps = 5};
+    ps_job job = {.transport = transport,
+                  .servers = servers,
+                  .workers = workers,
+                  .timeout_ms = 60000,
+                  .rank_timeout_ms = 20000,
+                  .mode = GS_PS_MODE_SYNC,
+                  .agg = GS_PS_AGG_WRITE_SLOTS,
+                  .staleness = -1,
+                  .shard_bytes = 4096,
+                  .optim = {.kind = GS_PS_SGD, .lr = 0.1f},
+                  .steps = 5};
     job.shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (job.shared == MAP_FAILED)
         abort();
@@ -183,8 +204,15 @@ static void ps_rank_main(gs_ctx *ctx, int rank, void *arg)
     ps_job *job = arg;
     gs_ps_params p;
     gs_ps *ps = NULL;
-    (void)rank;
     ps_job_params(job, ctx, &p);
+    if (job->expect_create != GS_OK) {
+        gs_status st = gs_ps_create(ctx, &p, &ps);
+        if (rank >= job->workers)
+            GS_ASSERT_STATUS(st, job->expect_create);
+        else
+            GS_ASSERT(st != GS_OK);
+        return;
+    }
     GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
     ps_register_keys(ps, job);
     if (gs_ps_is_server(ps) && job->server) {
@@ -208,8 +236,8 @@ static inline void ps_job_run(ps_job *job)
     const char *env[] = {to, NULL};
     int status[GS_TEST_RANKS_MAX];
     int n = job->servers + job->workers;
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = job->timeout_ms, .rank_timeout_ms = job->rank_timeout_ms,
-                               .env = env};
+    gs_test_ranks_opts opts = {
+        .n = n, .timeout_ms = job->timeout_ms, .rank_timeout_ms = job->rank_timeout_ms, .env = env};
     ps_skip_unusable(job->transport);
     snprintf(to, sizeof(to), "GS_TIMEOUT_MS=%d", job->rank_timeout_ms);
     int ok = gs_test_run_ranks_opts(&opts, ps_rank_main, job, status);
@@ -217,8 +245,8 @@ static inline void ps_job_run(ps_job *job)
         char buf[64];
         if (!WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != job->expect_exit[r])
             gs_test_fail_here(__FILE__, __LINE__, "rank %d (%s) ended with %s, expected exit %d", r,
-                              r >= job->workers ? "server" : "worker", gs_test_status_text(status[r], buf, sizeof(buf)),
-                              job->expect_exit[r]);
+                              r >= job->workers ? "server" : "worker",
+                              gs_test_status_text(status[r], buf, sizeof(buf)), job->expect_exit[r]);
     }
     (void)ok;
 }

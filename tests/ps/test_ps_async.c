@@ -129,7 +129,8 @@ static void tear_worker(gs_ps *ps, ps_job *job)
             uint64_t seen = __atomic_load_n(&job->shared[4], __ATOMIC_SEQ_CST);
             GS_ASSERT_OK(gs_ps_push(ps, job->keys[0], buf));
             /* now and then let the puller catch up, so that it sees many versions */
-            for (int spin = 0; t % 4 == 0 && spin < 50 && __atomic_load_n(&job->shared[4], __ATOMIC_SEQ_CST) == seen;
+            for (int spin = 0;
+                 t % 4 == 0 && spin < 50 && __atomic_load_n(&job->shared[4], __ATOMIC_SEQ_CST) == seen;
                  spin++)
                 sleep_ms(1);
         }
@@ -141,7 +142,8 @@ static void tear_worker(gs_ps *ps, ps_job *job)
             GS_ASSERT_OK(gs_ps_pull(ps, job->keys[0], buf));
             for (size_t i = 1; i < n; i++)
                 if (buf[i] != buf[0])
-                    gs_test_fail_here(__FILE__, __LINE__, "torn pull %llu: element 0 is %.9g, element %zu is %.9g",
+                    gs_test_fail_here(__FILE__, __LINE__,
+                                      "torn pull %llu: element 0 is %.9g, element %zu is %.9g",
                                       (unsigned long long)pulls, (double)buf[0], i, (double)buf[i]);
             changes += buf[0] != last;
             last = buf[0];
@@ -149,9 +151,13 @@ static void tear_worker(gs_ps *ps, ps_job *job)
             __atomic_store_n(&job->shared[4], pulls, __ATOMIC_SEQ_CST);
         }
         fprintf(stderr, "  %llu pulls saw %llu different versions; %llu reads were torn and retried\n",
-                (unsigned long long)pulls, (unsigned long long)changes, (unsigned long long)ps->wrk.pull_retries);
+                (unsigned long long)pulls, (unsigned long long)changes,
+                (unsigned long long)ps->wrk.pull_retries);
         GS_ASSERT_GE(changes, 20);
-        GS_ASSERT_GE(ps->wrk.pull_retries, 1); /* the pulls did overlap the updates, and the seqlock saw it */
+        /* shm and verbs READ while the server writes: the seqlock must have seen it. (tcp's
+         * READs are answered by the server's progress engine, mostly between updates.) */
+        if (strcmp(job->transport, "tcp") != 0)
+            GS_ASSERT_GE(ps->wrk.pull_retries, 1);
     }
     free(buf);
 }
@@ -162,7 +168,8 @@ PS_TEST(pull_never_tears_under_concurrent_updates)
     job.mode = GS_PS_MODE_ASYNC;
     job.optim = (gs_ps_optim){.kind = GS_PS_SGD, .lr = 1.0f};
     job.shard_bytes = 1 << 20;
-    job.steps = 300;
+    job.steps = 150;
+    job.timeout_ms = 100000; /* the rxe guest emulates its CPU: slow */
     ps_job_key(&job, 1, (1 << 20) / sizeof(float));
     job.worker = tear_worker;
     job.no_init = true; /* the shard starts uniform: all zeros */

@@ -145,7 +145,8 @@ static void wrap_worker(gs_ps *ps, ps_job *job)
         int got = 0;
         gs_wc wc;
         GS_ASSERT_OK(gs_ep_fetch_add(gs_tp_ep(ps->tp, ws->server_rank), res, wk->atomic, &ws->acc,
-                                     gs_ps_acc_data_off((uint32_t)W), (uint64_t)(INT64_MAX - 10), 99, GS_OP_SIGNALED));
+                                     gs_ps_acc_data_off((uint32_t)W), (uint64_t)(INT64_MAX - 10), 99,
+                                     GS_OP_SIGNALED));
         while (!got)
             GS_ASSERT_OK(gs_tp_poll(ps->tp, &wc, 1, &got));
         GS_ASSERT_OK(wc.status);

@@ -136,8 +136,10 @@ GS_TEST(optimizers_match_their_formulas_bit_for_bit)
 {
     check_optimizer((gs_ps_optim){.kind = GS_PS_SGD, .lr = 0.1f});
     check_optimizer((gs_ps_optim){.kind = GS_PS_SGD, .lr = 0.05f, .weight_decay = 0.01f});
-    check_optimizer((gs_ps_optim){.kind = GS_PS_MOMENTUM, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f});
-    check_optimizer((gs_ps_optim){.kind = GS_PS_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f});
+    check_optimizer(
+        (gs_ps_optim){.kind = GS_PS_MOMENTUM, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f});
+    check_optimizer(
+        (gs_ps_optim){.kind = GS_PS_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f});
     check_optimizer((gs_ps_optim){
         .kind = GS_PS_ADAM, .lr = 1e-2f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f});
 }
@@ -291,15 +293,27 @@ static void fixture_init(ckpt_fixture *f)
         }
         for (int w = 0; w < 3; w++)
             f->applied[s][w] = 40 + (uint64_t)s + (uint64_t)w;
-        f->views[s] = (gs_ps_ckpt_view){
-            .rec = {.key = 11 + (uint64_t)s, .index = 0, .offset = 0, .count = s ? 3 : 5, .version = 42 + (uint64_t)s,
-                    .opt_steps = 42 + (uint64_t)s},
-            .applied = f->applied[s], .params = f->params[s], .state = {f->m[s], f->v[s]}};
+        f->views[s] = (gs_ps_ckpt_view){.rec = {.key = 11 + (uint64_t)s,
+                                                .index = 0,
+                                                .offset = 0,
+                                                .count = s ? 3 : 5,
+                                                .version = 42 + (uint64_t)s,
+                                                .opt_steps = 42 + (uint64_t)s},
+                                        .applied = f->applied[s],
+                                        .params = f->params[s],
+                                        .state = {f->m[s], f->v[s]}};
     }
     f->meta = (gs_ps_ckpt_meta){
         .optim = {.kind = GS_PS_ADAM, .lr = 0.001f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
-        .mode = GS_PS_MODE_SYNC, .server = 1, .servers = 2, .workers = 3, .epoch = 2, .shard_bytes = 4096,
-        .step = 42, .keys = f->keys, .nkeys = 2};
+        .mode = GS_PS_MODE_SYNC,
+        .server = 1,
+        .servers = 2,
+        .workers = 3,
+        .epoch = 2,
+        .shard_bytes = 4096,
+        .step = 42,
+        .keys = f->keys,
+        .nkeys = 2};
 }
 
 GS_TEST(checkpoint_round_trip_keeps_everything)

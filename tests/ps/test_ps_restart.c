@@ -68,7 +68,8 @@ static void supervisor(ps_job *job, int index)
     if (pid == 0)
         server_process(job, false);
     if (index == (int)(intptr_t)job->arg) {
-        while (!__atomic_load_n(&job->shared[SH_KILL], __ATOMIC_SEQ_CST) && waitpid(pid, &status, WNOHANG) == 0)
+        while (!__atomic_load_n(&job->shared[SH_KILL], __ATOMIC_SEQ_CST) &&
+               waitpid(pid, &status, WNOHANG) == 0)
             sleep_ms(1);
         kill(pid, SIGKILL);
         GS_ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -128,8 +129,9 @@ static void worker_process(gs_ctx *ctx, ps_job *job)
             ref_step(&ref[k], &job->optim, k, W, (uint64_t)t, job->counts[k]);
             for (size_t i = 0; i < job->counts[k]; i++)
                 if (memcmp(&out[k][i], &ref[k].w[i], 4) != 0)
-                    gs_test_fail_here(__FILE__, __LINE__, "worker %d key %d step %d element %zu: %.9g, reference %.9g",
-                                      me, k, t, i, (double)out[k][i], (double)ref[k].w[i]);
+                    gs_test_fail_here(__FILE__, __LINE__,
+                                      "worker %d key %d step %d element %zu: %.9g, reference %.9g", me, k, t,
+                                      i, (double)out[k][i], (double)ref[k].w[i]);
         }
         if (me == 0 && t == 5)
             __atomic_store_n(&job->shared[SH_KILL], 1, __ATOMIC_SEQ_CST);
@@ -187,8 +189,8 @@ static void run_restart(const char *transport, int servers, int workers, int vic
     ps_job_key(&job, 2, 333);
     ps_job_key(&job, 3, 1024);
     snprintf(to, sizeof(to), "GS_TIMEOUT_MS=%d", 15000);
-    gs_test_ranks_opts opts = {.n = servers + workers, .timeout_ms = 90000, .rank_timeout_ms = 15000, .env = env,
-                               .no_ctx = true};
+    gs_test_ranks_opts opts = {
+        .n = servers + workers, .timeout_ms = 90000, .rank_timeout_ms = 15000, .env = env, .no_ctx = true};
     gs_test_run_ranks_opts(&opts, restart_rank, &job, status);
     remove_checkpoints(prefix);
     for (int r = 0; r < servers + workers; r++)

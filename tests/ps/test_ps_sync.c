@@ -47,7 +47,8 @@ static void assert_same(const float *got, const float *want, size_t n, uint64_t 
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
             gs_test_fail_here(__FILE__, __LINE__, "key %llu step %llu element %zu: got %.9g, reference %.9g",
-                              (unsigned long long)key, (unsigned long long)t, i, (double)got[i], (double)want[i]);
+                              (unsigned long long)key, (unsigned long long)t, i, (double)got[i],
+                              (double)want[i]);
 }
 
 /* Blocking push_pull of every key, every step. */
@@ -84,6 +85,7 @@ PS_TEST(sync_sgd_one_server_two_workers)
     ps_job job = ps_job_default(transport, 1, 2);
     ps_job_key(&job, 1, 3000); /* three shards of 4 KiB */
     ps_job_key(&job, 2, 1);
+    ps_job_key(&job, 3, 70001); /* 280 KB: pushed and pulled in place (zero copy) */
     job.worker = sync_worker;
     ps_job_run(&job);
 }

@@ -6,7 +6,9 @@
 #      violations leave the target untouched; a peer killed mid-stream is
 #      GS_ERR_PEER_LOST within the deadline),
 #   3. the verbs transport's own tests (test_verbs_local, test_verbs_rc),
-#   4. gsperf over verbs (2 ranks, up to 64 KiB: a smoke run, not a benchmark).
+#   4. gsperf over verbs (2 ranks, up to 64 KiB: a smoke run, not a benchmark),
+#   5. the parameter server's tests on verbs (tests/ps: sync, async/SSP and the
+#      torn-read stress, atomic aggregation, failures, kill-and-restart).
 # A guest that does not boot or whose rxe0 does not come up fails this step
 # (run.sh exits 125); so does any failed or skipped case inside the guest.
 #
@@ -16,7 +18,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-NEEDED=(tests/test_conformance tests/test_verbs_local tests/test_verbs_rc tools/gsrun tools/gsperf)
+PS_TESTS=(test_ps_sync test_ps_async test_ps_atomic test_ps_ckpt test_ps_fail test_ps_restart)
+NEEDED=(tests/test_conformance tests/test_verbs_local tests/test_verbs_rc tools/gsrun tools/gsperf
+        "${PS_TESTS[@]/#/tests/}")
 
 # ---- inside the guest --------------------------------------------------------------------------
 guest_main() {
@@ -28,6 +32,9 @@ guest_main() {
     step verbs_rc 300 tests/test_verbs_rc || failed=1
     step gsperf 300 tools/gsrun -n 2 --transport verbs -- \
         tools/gsperf --transport verbs --max 65536 --iters 100 || failed=1
+    for t in "${PS_TESTS[@]}"; do
+        step "${t#test_}" 300 env GS_TEST_TRANSPORT=verbs "tests/$t" || failed=1
+    done
     echo "== rxe-vm ci: $([ $failed -eq 0 ] && echo 'all steps passed' || echo 'FAILED')"
     return $failed
 }
