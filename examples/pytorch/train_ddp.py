@@ -194,6 +194,10 @@ def worker(rank, args, port):
         print(json.dumps(dict(framework=f"pytorch {torch.__version__} DDP gloo", ranks=args.ranks,
                               batch=args.batch, lr=args.lr, momentum=args.momentum,
                               threads=args.threads, train_images=len(y), epochs=epochs)), flush=True)
+    # Leave together, and drop DDP (its reducer holds the gloo group) before
+    # the group: otherwise a rank may hang in the destructors at exit.
+    dist.barrier()
+    del ddp, opt
     dist.destroy_process_group()
 
 
