@@ -20,12 +20,7 @@ float *gt_sync_alloc_floats(size_t count)
 /* The context and, with more than one rank, the communicator. */
 static gs_status join(gt_sync *sync)
 {
-    gs_status st;
-    /* Between two exchanges every rank computes; a waiting rank that spins
-     * takes the core of a rank still computing when ranks share cores. So
-     * gstrain waits on events unless told otherwise (docs/gstrain.md). */
-    setenv("GS_POLL", "event", 0);
-    st = gs_ctx_create(&sync->ctx);
+    gs_status st = gs_ctx_create(&sync->ctx);
     if (st != GS_OK)
         return gt_fail(st, "cannot join the job: %s", gs_last_error());
     gt_rank = gs_ctx_rank(sync->ctx);
