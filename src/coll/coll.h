@@ -58,6 +58,7 @@ typedef struct gs_chan {
     bool rx_held[GS_COLL_SLOTS]; /* consumed but still the source of a forward */
     uint64_t *credit_src;        /* outbox word the credit write is made from */
     bool credit_inflight;
+    uint64_t rx_seq_max; /* highest call number of a message that arrived from the peer */
 } gs_chan;
 
 /* ------------------------------------------------------------------------ */
@@ -184,7 +185,8 @@ struct gs_comm {
     uint8_t *out_slots;
     int out_nslots;
     int out_next;
-    uint32_t *out_pending; /* [out_nslots]: writes not yet completed */
+    uint32_t *out_pending; /* [out_nslots]: signaled writes not yet completed */
+    uint64_t *out_call;    /* [out_nslots]: call that wrote from the slot unsignaled (0: none) */
     uint8_t *abort_src;    /* outbox area the abort notice is written from */
     /* calls */
     uint64_t seq_issued; /* numbers given to calls so far */
@@ -214,6 +216,21 @@ struct gs_comm {
 uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i);
 /* The next free outbox slot, or -1 if the next one is still being written. */
 int gs_coll_outbox_take(gs_comm *comm);
+/* Whether outbox slot i may still be read by a write in flight. A slot
+ * written from unsignaled by call s is free once every peer has sent a
+ * message of a later call: a rank starts call s+1 only after finishing s,
+ * having consumed everything sent to it for s (so it fully arrived). */
+bool gs_coll_outbox_busy(gs_comm *comm, int i);
+/* Whether op's sends from the outbox go unsignaled (freed by the proof
+ * above, with no acknowledgement on the wire): single-column direct calls
+ * of 2 ranks. A call uses one slot, and with 2 ranks every later call,
+ * whatever its algorithm, brings a message from the peer (with more, a
+ * ring call after a direct one hears only from its left neighbour and
+ * could wait forever for the proof). */
+static inline bool gs_coll_unsignaled(const gs_coll_op *op)
+{
+    return op->comm->size == 2 && op->algo == &gs_direct_algo && op->ncols == 1;
+}
 /* A payload's header (payload - GS_COLL_HDR_BYTES). */
 static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
 {
@@ -270,9 +287,10 @@ uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch);
 void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold);
 void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot);
 /* Writes slot (header + bytes of payload, in lmr) into the peer's next slot
- * with op's descriptor and unit in the header. GS_ERR_AGAIN: nothing posted. */
+ * with op's descriptor and unit in the header; signaled: wr_id completes
+ * when the write is done. GS_ERR_AGAIN: nothing posted. */
 gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
-                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id);
+                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id, bool signaled);
 /* Sends a credit if enough slots were released since the last one. */
 gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch);
 /* Handles one completion of the communicator's transport. */
