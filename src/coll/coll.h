@@ -338,6 +338,17 @@ gs_status gs_engine_progress(gs_comm *comm);
 void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell_peers);
 /* The call a failure now concerns: the head request's, else the next one. */
 uint64_t gs_engine_current_seq(const gs_comm *comm);
+/* Whether a blocking call may take the quick path now: shared-memory
+ * boxes between 2 ranks, nothing queued or failed, no progress thread. */
+static inline bool gs_engine_quick_fits(const gs_comm *comm)
+{
+    return comm->box && comm->size == 2 && !comm->head && !comm->threaded && comm->failed == GS_OK;
+}
+/* Runs a prepared blocking call whose op fits one box post (else the
+ * engine's way): posts, spins on the peer's post word, reduces, done;
+ * anything unusual (a slow peer, a mismatch, a failure) continues in
+ * gs_engine_wait from where it stands. */
+gs_status gs_engine_quick(gs_comm *comm, gs_req *req);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 
