@@ -351,6 +351,120 @@ GS_API gs_status gs_req_wait(gs_req *req);
 /* Parameter server (src/ps)                                                 */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * S servers and W workers in one job. Tensors (f32) are registered by key and
+ * split into shards of at most GS_PS_SHARD_BYTES, spread over the servers
+ * balanced by bytes. Workers push gradients (WRITE_IMM into their own slot
+ * on the shard's server, or fixed-point FETCH_ADD into an accumulator) and
+ * pull parameters (RDMA READ, consistent by a seqlock: the server's CPU takes
+ * no part in a pull). Servers aggregate, apply the optimizer and publish.
+ *
+ * Modes: sync (BSP: a shard is updated once all W gradients of a step have
+ * arrived, with their mean), async (ASP: every push is applied on arrival,
+ * scaled by 1/W) and, in async, bounded staleness (SSP: a worker's push of
+ * step t waits until every live worker's step t - s - 1 is applied).
+ *
+ * A pull returns parameters that include every push this worker completed
+ * for the key (read-your-writes). A call that returns an error had no effect
+ * that a repeat of the same call after the error is handled would duplicate:
+ * after GS_ERR_PEER_LOST (a server died), call gs_ps_recover, then repeat the
+ * failed call with the same arguments. See docs/ps.md.
+ */
+typedef struct gs_ps gs_ps;
+typedef struct gs_ps_req gs_ps_req;
+
+typedef enum gs_ps_role { GS_PS_ROLE_AUTO = 0, GS_PS_ROLE_WORKER, GS_PS_ROLE_SERVER } gs_ps_role;
+typedef enum gs_ps_mode { GS_PS_MODE_SYNC = 0, GS_PS_MODE_ASYNC } gs_ps_mode;
+typedef enum gs_ps_agg { GS_PS_AGG_WRITE_SLOTS = 0, GS_PS_AGG_FETCH_ADD } gs_ps_agg;
+typedef enum gs_ps_optimizer { GS_PS_SGD = 0, GS_PS_MOMENTUM, GS_PS_ADAM, GS_PS_OPTIMIZER_COUNT } gs_ps_optimizer;
+
+/* Server-side optimizer: grad' = grad + weight_decay * w, then
+ *   SGD:      w -= lr * grad'
+ *   momentum: b = momentum * b + grad';  w -= lr * b
+ *   Adam:     m = beta1 m + (1-beta1) grad';  v = beta2 v + (1-beta2) grad'^2;
+ *             w -= lr * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps)
+ * (PyTorch's SGD and Adam with L2 weight decay; state kept per shard). */
+typedef struct gs_ps_optim {
+    gs_ps_optimizer kind;
+    float lr;
+    float momentum;
+    float beta1, beta2, eps;
+    float weight_decay;
+} gs_ps_optim;
+
+/* Fill with gs_ps_params_init, then change what you need: fields may be added
+ * at the end in later versions. */
+typedef struct gs_ps_params {
+    gs_ps_role role;          /* AUTO: GS_ROLE, else the last `servers` ranks serve */
+    int servers;              /* number of servers when roles are automatic (GS_PS_SERVERS) */
+    const char *transport;    /* NULL: GS_TRANSPORT */
+    gs_ps_mode mode;          /* GS_PS_MODE */
+    int staleness;            /* async only: SSP bound in steps, -1 none (GS_PS_STALENESS) */
+    gs_ps_agg agg;            /* GS_PS_AGG: write (slots) or atomic (FETCH_ADD; sync only) */
+    int atomic_frac_bits;     /* atomic: gradients scaled by 2^bits into int64 (GS_PS_ATOMIC_FRAC_BITS) */
+    size_t shard_bytes;       /* GS_PS_SHARD_BYTES */
+    gs_ps_optim optim;        /* default: SGD, lr 0.01 */
+    int average;              /* 1: the update uses the mean over workers (default), 0: the sum */
+    const char *checkpoint;   /* file prefix, NULL/"": none (GS_PS_CHECKPOINT) */
+    int checkpoint_every;     /* server steps between checkpoints, 0: only on request */
+} gs_ps_params;
+
+/* Defaults from the context's configuration (the GS_PS_* variables). */
+GS_API void gs_ps_params_init(const gs_ctx *ctx, gs_ps_params *params);
+
+/* Collective over every rank of ctx: assigns roles, opens the transport and
+ * connects servers and workers. A rank started with GS_REJOIN=1 replaces a
+ * server that died: it restores its shards from the checkpoint and joins the
+ * recovery the other ranks run in gs_ps_recover. Blocks up to GS_TIMEOUT_MS. */
+GS_API gs_status gs_ps_create(gs_ctx *ctx, const gs_ps_params *params, gs_ps **ps_p);
+/* Workers say goodbye to every server; servers stop serving once every
+ * worker has (writing a last checkpoint when one is configured). Collective. */
+GS_API gs_status gs_ps_destroy(gs_ps *ps);
+GS_API int gs_ps_is_server(const gs_ps *ps);
+/* This rank's index among the workers (or servers), and the counts. */
+GS_API int gs_ps_index(const gs_ps *ps);
+GS_API int gs_ps_num_workers(const gs_ps *ps);
+GS_API int gs_ps_num_servers(const gs_ps *ps);
+
+/* Collective: every rank registers the same keys in the same order. count
+ * f32 elements; init (taken from the first worker; others may pass NULL;
+ * NULL there too: zeros) gives the starting parameters, unless a checkpoint
+ * of the key is restored. */
+GS_API gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *init);
+
+/* Worker calls. grad and out hold the key's count elements; grad may be
+ * reused as soon as the call (or the request) completes. */
+GS_API gs_status gs_ps_push(gs_ps *ps, uint64_t key, const float *grad);
+GS_API gs_status gs_ps_pull(gs_ps *ps, uint64_t key, float *out);
+GS_API gs_status gs_ps_push_pull(gs_ps *ps, uint64_t key, const float *grad, float *out);
+/* Non-blocking forms: start, then gs_ps_test / gs_ps_wait (which frees the
+ * request). Requests of one key complete in the order they were started.
+ * Each worker drives its gs_ps from one thread at a time. */
+GS_API gs_status gs_ps_push_start(gs_ps *ps, uint64_t key, const float *grad, gs_ps_req **req_p);
+GS_API gs_status gs_ps_pull_start(gs_ps *ps, uint64_t key, float *out, gs_ps_req **req_p);
+GS_API gs_status gs_ps_push_pull_start(gs_ps *ps, uint64_t key, const float *grad, float *out,
+                                       gs_ps_req **req_p);
+/* Progresses every request of ps; *done_p = 1 once req finished (then call
+ * gs_ps_wait to collect its status and free it). Non-blocking. */
+GS_API gs_status gs_ps_test(gs_ps_req *req, int *done_p);
+/* Blocks until req finished (deadline GS_TIMEOUT_MS), frees it, returns its status. */
+GS_API gs_status gs_ps_wait(gs_ps_req *req);
+
+/* Server: serves until every worker has called gs_ps_destroy (GS_OK) or a
+ * worker is lost in sync mode (GS_ERR_PEER_LOST, reported to the other
+ * workers too). gs_ps_serve_start runs the same loop in a thread that
+ * gs_ps_destroy joins; the caller must not use ps meanwhile. */
+GS_API gs_status gs_ps_serve(gs_ps *ps);
+GS_API gs_status gs_ps_serve_start(gs_ps *ps);
+/* Writes a checkpoint of every server now: on a server, its own file; on a
+ * worker, asks every server and waits until all have written. */
+GS_API gs_status gs_ps_checkpoint(gs_ps *ps);
+/* Worker, after GS_ERR_PEER_LOST: waits (up to GS_TIMEOUT_MS) for the lost
+ * server to be restarted, reconnects the job, and re-pushes every step that
+ * server restored from its checkpoint has not applied. Then repeat the call
+ * that failed. */
+GS_API gs_status gs_ps_recover(gs_ps *ps);
+
 #ifdef __cplusplus
 }
 #endif

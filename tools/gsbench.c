@@ -100,6 +100,7 @@ static void usage(FILE *f)
             "      --no-pin      do not pin ranks to cores (default: rank i on the i-th usable core when\n"
             "                    the ranks fit the cores, as Open MPI binds; never when they do not)\n"
             "      --json        one JSON object instead of the table\n"
+            "      --ps          the parameter-server benchmark instead (gsbench --ps --help)\n"
             "Algorithm: GS_ALGO; chunk: GS_CHUNK_BYTES (gsinfo --params lists them).\n");
 }
 
@@ -538,11 +539,17 @@ static void setup(bench *b)
         fail("allocating buffers", GS_ERR_NOMEM);
 }
 
+/* gsbench --ps: the parameter-server benchmark (tools/gsbench_ps/gsbench_ps.c). */
+int gs_bench_ps_main(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
     bench b = {0};
     bench_row rows[64];
     int nrows = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--ps") == 0)
+            return gs_bench_ps_main(argc, argv);
     parse_opts(argc, argv, &b.o);
     if (b.o.kernels)
         return bench_kernels(&b.o);

@@ -32,6 +32,12 @@ struct gs_ctx {
     char host_id[128]; /* identical exactly for ranks that can share memory */
     gs_store_client *store;
     gs_store_server *server; /* rank 0 when it serves the store, else NULL */
+    /* Transport opens through this context: gs_tp_open sets tp_open to
+     * tp_next++ and the backends name their store exchanges with it. Every
+     * rank opens in the same order; a process that replaces a lost rank
+     * sets tp_next to the value the others agreed on (gs_ps recovery). */
+    unsigned tp_next;
+    unsigned tp_open;
 };
 
 /* ---- discovery (discover.c, host_id.c) ---------------------------------- */
@@ -98,6 +104,10 @@ void gs_boot_server_stop(gs_store_server *server, int drain_ms);
 /* Connects to the store and proves the token; retries until timeout_ms. */
 gs_status gs_boot_client_connect(const char *host, int port, int rank, int size, const char *token,
                                  int timeout_ms, gs_store_client **client_p);
+/* The same with GS_STORE_HELLO_* flags: GS_STORE_HELLO_REJOIN takes the
+ * place of this rank after it was lost (a restarted process, GS_REJOIN=1). */
+gs_status gs_boot_client_join(const char *host, int port, int rank, int size, const char *token, int timeout_ms,
+                              int flags, gs_store_client **client_p);
 /* Says BYE and closes. */
 void gs_boot_client_close(gs_store_client *client);
 

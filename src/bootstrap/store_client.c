@@ -54,6 +54,7 @@ static gs_status send_request(gs_store_client *c, const gs_store_request *req, u
         .version = GS_STORE_PROTO_VERSION,
         .type = (uint8_t)req->type,
         .key_len = (uint16_t)key_len,
+        .status = req->type == GS_STORE_HELLO ? req->flags : 0,
         .rank = req->type == GS_STORE_HELLO ? (uint32_t)c->rank : 0,
         .arg = req->arg,
         .value_len = req->len,
@@ -167,11 +168,11 @@ out:
 
 /* Connects and says HELLO until the server accepts, refuses, or the
  * deadline passes. */
-static gs_status hello_until(gs_store_client *c, const char *host, int port, const char *token,
+static gs_status hello_until(gs_store_client *c, const char *host, int port, const char *token, int flags,
                              uint64_t deadline_ns, exchange_result *res)
 {
-    gs_store_request req = {
-        .type = GS_STORE_HELLO, .value = token, .len = strlen(token), .arg = (uint32_t)c->size};
+    gs_store_request req = {.type = GS_STORE_HELLO, .value = token, .len = strlen(token),
+                            .arg = (uint32_t)c->size, .flags = flags};
     gs_status status;
 
     for (;;) {
@@ -196,6 +197,12 @@ static gs_status hello_until(gs_store_client *c, const char *host, int port, con
 gs_status gs_boot_client_connect(const char *host, int port, int rank, int size, const char *token,
                                  int timeout_ms, gs_store_client **client_p)
 {
+    return gs_boot_client_join(host, port, rank, size, token, timeout_ms, 0, client_p);
+}
+
+gs_status gs_boot_client_join(const char *host, int port, int rank, int size, const char *token, int timeout_ms,
+                              int flags, gs_store_client **client_p)
+{
     gs_store_client *c = gs_calloc(1, sizeof(*c));
     exchange_result res;
     gs_status status;
@@ -208,7 +215,7 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
     c->timeout_ms = timeout_ms;
     snprintf(c->addr, sizeof(c->addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     pthread_mutex_init(&c->lock, NULL);
-    status = hello_until(c, host, port, token, gs_deadline_after_ms(timeout_ms), &res);
+    status = hello_until(c, host, port, token, flags, gs_deadline_after_ms(timeout_ms), &res);
     if (status == GS_OK) {
         gs_log_debug(BOOT, "rank %d: connected to the store at %s", rank, c->addr);
         *client_p = c;

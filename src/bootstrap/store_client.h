@@ -12,6 +12,7 @@ typedef struct gs_store_request {
     const void *value;
     size_t len;
     uint32_t arg; /* HELLO: world size; waits: timeout ms */
+    int32_t flags; /* HELLO: GS_STORE_HELLO_* */
 } gs_store_request;
 
 typedef struct gs_store_reply {

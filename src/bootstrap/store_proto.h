@@ -6,9 +6,12 @@
  * (little-endian: every supported host is). The version byte comes first so
  * that a future format, or random bytes, are refused at the first byte.
  *
- * A connection starts with HELLO (rank, world size, job token as value); the
- * server answers REPLY with status GS_OK, or an error status with the reason
- * as value text, and closes. Afterwards the client sends one request at a
+ * A connection starts with HELLO (rank, world size, job token as value; its
+ * status field carries GS_STORE_HELLO_* flags); the server answers REPLY with
+ * status GS_OK, or an error status with the reason as value text, and
+ * closes. A rank may join once, except that a HELLO with
+ * GS_STORE_HELLO_REJOIN takes the place of a rank that was lost (its
+ * connection closed without BYE): a restarted process replacing it. Afterwards the client sends one request at a
  * time and waits for its REPLY; BYE announces a clean departure and gets no
  * reply. Waiting requests (GET, ALLGATHER, BARRIER) carry the client's
  * timeout in arg: the server answers GS_ERR_TIMEOUT itself when it expires,
@@ -36,11 +39,13 @@ typedef enum gs_store_msg {
     GS_STORE_MSG_MAX = GS_STORE_REPLY,
 } gs_store_msg;
 
+enum { GS_STORE_HELLO_REJOIN = 1 }; /* HELLO flags, in the status field */
+
 typedef struct gs_store_hdr {
     uint8_t version;    /* GS_STORE_PROTO_VERSION */
     uint8_t type;       /* gs_store_msg */
     uint16_t key_len;   /* <= GS_STORE_KEY_MAX */
-    int32_t status;     /* REPLY: gs_status; 0 in requests */
+    int32_t status;     /* REPLY: gs_status; HELLO: GS_STORE_HELLO_* flags; 0 in other requests */
     uint32_t rank;      /* HELLO: the sender's rank; 0 elsewhere */
     uint32_t arg;       /* HELLO: world size; GET/ALLGATHER/BARRIER: timeout ms */
     uint64_t value_len; /* see the limits below */

@@ -71,7 +71,6 @@ typedef struct auto_info {
     uint32_t pad;
 } auto_info;
 
-static unsigned auto_count; /* store tags: every rank opens in the same order */
 
 static uint32_t usable_here(const gs_config *cfg)
 {
@@ -94,7 +93,7 @@ static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
     if (!all)
         return GS_ERR_NOMEM;
     snprintf(mine.host_id, sizeof(mine.host_id), "%s", ctx->host_id);
-    snprintf(tag, sizeof(tag), "gs.tp.auto.%u", auto_count++);
+    snprintf(tag, sizeof(tag), "gs.tp.auto.%u", ctx->tp_open);
     st = gs_store_allgather(ctx, tag, &mine, sizeof(mine), all);
     for (int r = 0; st == GS_OK && r < ctx->size; r++) {
         usable &= all[r].usable;
@@ -153,6 +152,7 @@ gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p)
 
     if (!ctx || !tp_p)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_tp_open: ctx and tp_p must not be NULL");
+    ctx->tp_open = ctx->tp_next++; /* names this open's store exchanges on every rank */
     st = choose(ctx, name, &ops);
     if (st != GS_OK)
         return st;

@@ -50,13 +50,17 @@
     X(world_size, "GS_WORLD_SIZE", INT, "-1", NULL, "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)") \
     X(local_rank, "GS_LOCAL_RANK", INT, "-1", NULL, "rank among the ranks of this host (set by gsrun)") \
     X(role, "GS_ROLE", ENUM, "auto", "auto|worker|server", "parameter-server role of this rank")    \
-    X(ps_servers, "GS_PS_SERVERS", INT, "1", NULL, "parameter server: number of server ranks (the first ranks)") \
+    X(ps_servers, "GS_PS_SERVERS", INT, "1", NULL, "parameter server: number of server ranks (the last ranks, when GS_ROLE is auto)") \
     X(ps_shard_bytes, "GS_PS_SHARD_BYTES", SIZE, "4M", NULL, "parameter server: largest shard")     \
     X(ps_mode, "GS_PS_MODE", ENUM, "sync", "sync|async", "parameter server: BSP or ASP")           \
     X(ps_staleness, "GS_PS_STALENESS", INT, "-1", NULL, "parameter server: SSP bound in steps (-1: none)") \
     X(ps_agg, "GS_PS_AGG", ENUM, "write", "write|atomic", "parameter server: aggregate by WRITE_IMM slots or by fixed-point FETCH_ADD") \
+    X(ps_atomic_frac_bits, "GS_PS_ATOMIC_FRAC_BITS", INT, "32", NULL,                              \
+      "parameter server, atomic aggregation: gradients travel as int64 = round(g * 2^bits)")       \
     X(ps_checkpoint, "GS_PS_CHECKPOINT", STR, "", NULL, "parameter server: checkpoint file prefix (empty: none)") \
-    X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL, "parameter server: checkpoint every N steps (0: only on request)")
+    X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL, "parameter server: checkpoint every N steps (0: only on request)") \
+    X(rejoin, "GS_REJOIN", BOOL, "0", NULL,                                                        \
+      "this process replaces a rank that died (a restarted parameter server): rejoin the running job")
 
 #define GS_CFG_TYPE_INT int64_t
 #define GS_CFG_TYPE_SIZE uint64_t

@@ -240,11 +240,13 @@ static gs_status connect_peer(gs_shm_tp *tp, int p, const gs_shm_addr *a, const 
     ep->ctrl_len = a->ctrl_len;
     if (gs_shm_head(ctrl)->version != GS_SHM_PROTO_VERSION || gs_shm_head(ctrl)->magic != GS_SHM_MAGIC ||
         gs_shm_head(ctrl)->rank != (uint32_t)p || gs_shm_head(ctrl)->size != (uint32_t)tp->base.size ||
-        gs_shm_head(ctrl)->total_len != a->ctrl_len)
+        gs_shm_head(ctrl)->total_len != a->ctrl_len ||
+        gs_shm_head(ctrl)->region_off != gs_shm_head(tp->ctrl)->region_off)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_PROTOCOL,
                        "rank %d: control segment of rank %d has a different layout (version %u, size %u)",
                        rank, p, gs_shm_head(ctrl)->version, gs_shm_head(ctrl)->size);
     ep->pid = a->pid;
+    ep->regions = gs_shm_regions_of(ctrl);
     ep->tx = gs_shm_ring_of(ctrl, rank);
     ep->rx = gs_shm_ring_of(tp->ctrl, p);
     return watch_peer(ep, rank, p, a->pid);
@@ -295,8 +297,6 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies)
     return GS_OK;
 }
 
-/* Tags of the store exchanges; every rank opens transports in the same order. */
-static unsigned open_count;
 
 static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
 {
@@ -305,7 +305,7 @@ static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     gs_shm_addr addr, *addrs = NULL;
     gs_shm_ready ready, *readies = NULL;
     char tag[64];
-    unsigned n = open_count++;
+    unsigned n = ctx->tp_open; /* the same on every rank for this open (see gs_ctx) */
 
     st = gs_shm_tp_create(cfg, ctx->rank, ctx->size, &tp);
     if (st != GS_OK)

@@ -78,7 +78,6 @@ static gs_status connect_peers(gs_tcp_tp *tp, int lfd, const gs_tcp_addr_blob *b
 
 static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
 {
-    static unsigned instances; /* every rank opens its transports in the same order */
     gs_tcp_tp *tp = NULL;
     gs_tcp_addr_blob *blobs = gs_calloc((size_t)ctx->size, sizeof(*blobs));
     int lfd = -1, saved_ns = -1;
@@ -87,7 +86,7 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     if (status == GS_OK) {
         tp->base.ops = &gs_tcp_ops;
         tp->base.ctx = ctx;
-        tp->instance = __atomic_fetch_add(&instances, 1, __ATOMIC_RELAXED);
+        tp->instance = ctx->tp_open; /* the same on every rank for this open (see gs_ctx) */
         status = gs_tcp_netns_enter(cfg, ctx->rank, &saved_ns);
     }
     if (status == GS_OK)

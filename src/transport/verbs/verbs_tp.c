@@ -17,7 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static unsigned open_serial; /* store keys of the n-th open; every rank opens in the same order */
 
 static gs_status fork_setup(const gs_config *cfg, int rank)
 {
@@ -197,7 +196,7 @@ static gs_status connect_all(gs_verbs_tp *vt)
 {
     gs_ctx *ctx = vt->base.ctx;
     int rank = vt->base.rank;
-    unsigned serial = open_serial++;
+    unsigned serial = ctx->tp_open; /* the same on every rank for this open (see gs_ctx) */
     char key[96];
     gs_status status = GS_OK;
 
