@@ -142,6 +142,7 @@ struct gs_coll_op {
     bool started;      /* reached the head of the queue */
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
+    bool halves;       /* direct over the boxes, 2 ranks: each rank reduces its half (direct.c) */
     uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
@@ -244,6 +245,9 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 /* A box column is this many slot chunks: a post costs a synchronization,
  * not a message, so fewer and larger columns pay off. */
 #define GS_BOX_CHUNK_FACTOR 2
+
+/* 2 ranks over the boxes: allreduces this large reduce by halves. */
+#define GS_BOX_HALVES_BYTES (1u << 20)
 
 /* Results of calls this large are written with non-temporal stores. */
 #define GS_COLL_NT_BYTES (8u << 20)
