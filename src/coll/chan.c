@@ -141,8 +141,10 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
     ch->rx_arrived++;
     comm->progress_count++;
     take_ack(ch, GS_COLL_IMM_ACK(wc->imm));
-    if (h->seq > ch->rx_seq_max)
+    if (h->seq > ch->rx_seq_max || (h->seq == ch->rx_seq_max && h->unit > ch->rx_unit_max)) {
         ch->rx_seq_max = h->seq;
+        ch->rx_unit_max = h->unit;
+    }
     if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != GS_COLL_HDR_BYTES + h->bytes)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
                        "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x "

@@ -58,7 +58,8 @@ typedef struct gs_chan {
     bool rx_held[GS_COLL_SLOTS]; /* consumed but still the source of a forward */
     uint64_t *credit_src;        /* outbox word the credit write is made from */
     bool credit_inflight;
-    uint64_t rx_seq_max; /* highest call number of a message that arrived from the peer */
+    uint64_t rx_seq_max;  /* highest call number of a message that arrived from the peer */
+    uint32_t rx_unit_max; /* highest step id that arrived in that call */
 } gs_chan;
 
 /* ------------------------------------------------------------------------ */
@@ -188,6 +189,7 @@ struct gs_comm {
     int out_next;
     uint32_t *out_pending; /* [out_nslots]: signaled writes not yet completed */
     uint64_t *out_call;    /* [out_nslots]: call that wrote from the slot unsignaled (0: none) */
+    uint32_t *out_unit;    /* [out_nslots]: and the step id it wrote */
     uint8_t *abort_src;    /* outbox area the abort notice is written from */
     /* calls */
     uint64_t seq_issued; /* numbers given to calls so far */
@@ -218,19 +220,23 @@ uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i);
 /* The next free outbox slot, or -1 if the next one is still being written. */
 int gs_coll_outbox_take(gs_comm *comm);
 /* Whether outbox slot i may still be read by a write in flight. A slot
- * written from unsignaled by call s is free once every peer has sent a
- * message of a later call: a rank starts call s+1 only after finishing s,
- * having consumed everything sent to it for s (so it fully arrived). */
+ * written from unsignaled by step u of call s is free once every peer has
+ * sent a message of a later call (a rank starts call s+1 only after
+ * finishing s, having consumed everything sent to it for s, so it fully
+ * arrived), or of a later step of s (direct: a rank sends column k+1 only
+ * after it received column k from everyone). */
 bool gs_coll_outbox_busy(gs_comm *comm, int i);
 /* Whether op's sends from the outbox go unsignaled (freed by the proof
- * above, with no acknowledgement on the wire): single-column direct calls
- * of 2 ranks. A call uses one slot, and with 2 ranks every later call,
- * whatever its algorithm, brings a message from the peer (with more, a
- * ring call after a direct one hears only from its left neighbour and
- * could wait forever for the proof). */
+ * above, with no acknowledgement on the wire): direct calls of 2 ranks
+ * whose every column goes both ways (a broadcast's later columns go from
+ * the root only). With 2 ranks every later column and call, whatever its
+ * algorithm, brings a message from the peer (with more, a ring call after
+ * a direct one hears only from its left neighbour and could wait forever
+ * for the proof). */
 static inline bool gs_coll_unsignaled(const gs_coll_op *op)
 {
-    return op->comm->size == 2 && op->algo == &gs_direct_algo && op->ncols == 1;
+    return op->comm->size == 2 && op->algo == &gs_direct_algo &&
+           (op->ncols == 1 || op->kind != GS_COLL_BROADCAST);
 }
 /* A payload's header (payload - GS_COLL_HDR_BYTES). */
 static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)

@@ -52,7 +52,7 @@ static gs_status send_copy(gs_coll_op *op, gs_chan *tx, const uint8_t *src, size
     if (sig)
         c->out_pending[i]++;
     else
-        c->out_call[i] = op->seq;
+        c->out_call[i] = op->seq, c->out_unit[i] = unit;
     c->out_next = (i + 1) % c->out_nslots;
     return GS_OK;
 }
@@ -159,7 +159,7 @@ static gs_status run_send_all(gs_coll_op *op, gs_prim *p)
         if (sig)
             c->out_pending[p->out_slot]++;
         else
-            c->out_call[p->out_slot] = op->seq;
+            c->out_call[p->out_slot] = op->seq, c->out_unit[p->out_slot] = p->send_unit;
     }
     if (p->out && p->local && p->out != p->local && p->bytes)
         gs_coll_copy_out(op, p->out, p->local, p->bytes);
