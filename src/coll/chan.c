@@ -50,8 +50,9 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
     uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
     uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, unit, ch->rx_released);
     gs_desc_fill(op, gs_coll_hdr_of(slot), unit, bytes);
-    gs_status st = gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
-                                   &comm->peer_inbox[ch->peer], off, imm, wr_id, signaled ? GS_OP_SIGNALED : 0);
+    gs_status st =
+        gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
+                        &comm->peer_inbox[ch->peer], off, imm, wr_id, signaled ? GS_OP_SIGNALED : 0);
     if (st == GS_ERR_AGAIN)
         return st;
     if (st != GS_OK)

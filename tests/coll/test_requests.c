@@ -132,8 +132,8 @@ static void check_sum(const float *out, size_t count, int seed, int n)
             acc += v;
         }
         if (out[e] != acc)
-            gs_test_fail_here(__FILE__, __LINE__, "seed %d: element %zu of %zu is %g, want %g", seed, e, count,
-                              (double)out[e], (double)acc);
+            gs_test_fail_here(__FILE__, __LINE__, "seed %d: element %zu of %zu is %g, want %g", seed, e,
+                              count, (double)out[e], (double)acc);
     }
 }
 
