@@ -66,8 +66,9 @@ gs_status gs_boot_ctx_create(const gs_config *cfg, gs_getenv_fn getenv_fn, void 
         if (status != GS_OK)
             goto fail;
     }
-    status = gs_boot_client_join(ctx->boot.store_host, ctx->boot.store_port, ctx->rank, ctx->size, cfg->job_token,
-                                 (int)cfg->timeout_ms, cfg->rejoin ? GS_STORE_HELLO_REJOIN : 0, &ctx->store);
+    status =
+        gs_boot_client_join(ctx->boot.store_host, ctx->boot.store_port, ctx->rank, ctx->size, cfg->job_token,
+                            (int)cfg->timeout_ms, cfg->rejoin ? GS_STORE_HELLO_REJOIN : 0, &ctx->store);
     if (status != GS_OK)
         goto fail;
     gs_log_info(BOOT, "rank %d of %d (from %s, local rank %d), host id %s, store %s:%d", ctx->rank, ctx->size,

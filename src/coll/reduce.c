@@ -5,13 +5,36 @@
  * loop is cloned for AVX-512, AVX2 and baseline x86-64, chosen at load time.
  * Check with: gcc -O3 -fopt-info-vec-optimized -Iinclude -Isrc -c src/coll/reduce.c
  */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "fp-contract=off")
+#elif defined(__clang__)
+#pragma clang fp contract(off)
+#endif
 
 #include "coll/reduce.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define GS_RED_HAVE_F16C_PATH 1
+
+/* AVX and F16C usable: the CPU has both (CPUID.1:ECX bits 28, 29) and the OS
+ * saves the YMM state (OSXSAVE, bit 27, and XCR0 bits 1-2). Asked once;
+ * cpuid rather than __builtin_cpu_supports("f16c"), which clang lacks. */
+static bool red_cpu_has_f16c(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        unsigned a, b, c, d, lo, hi;
+        bool ok = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28)) && (c & (1u << 29));
+        if (ok) {
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ok = (lo & 6u) == 6u;
+        }
+        known = ok;
+    }
+    return known;
+}
 #endif
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
@@ -153,7 +176,7 @@ void gs_red_force_portable(bool on)
     }                                                                                                        \
     static void name(void *d, const void *a, const void *b, size_t n)                                        \
     {                                                                                                        \
-        if (!red_portable_only && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))           \
+        if (!red_portable_only && red_cpu_has_f16c())                                                        \
             name##_f16c(d, a, b, n);                                                                         \
         else                                                                                                 \
             portable(d, a, b, n);                                                                            \
@@ -231,7 +254,7 @@ __attribute__((target("avx,f16c"))) static void div_f16_f16c(uint16_t *buf, size
 
 static void div_f16_best(uint16_t *buf, size_t n, float divisor)
 {
-    if (!red_portable_only && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"))
+    if (!red_portable_only && red_cpu_has_f16c())
         div_f16_f16c(buf, n, divisor);
     else
         div_f16(buf, n, divisor);

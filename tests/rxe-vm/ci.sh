@@ -13,14 +13,14 @@
 # (run.sh exits 125); so does any failed or skipped case inside the guest.
 #
 # usage: tests/rxe-vm/ci.sh BUILD_DIR   (scripts/test.sh passes its ASan+UBSan build)
-# env:   GS_RXE_CI_TIMEOUT  seconds the guest may run (default 1080)
+# env:   GS_RXE_CI_TIMEOUT  seconds the guest may run (default 2400)
 #        GS_RXE_CI_OUT      where the logs go (default BUILD_DIR/rxe-vm-ci)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PS_TESTS=(test_ps_sync test_ps_async test_ps_atomic test_ps_ckpt test_ps_fail test_ps_restart)
 NEEDED=(tests/test_conformance tests/test_verbs_local tests/test_verbs_rc tools/gsrun tools/gsperf
-        "${PS_TESTS[@]/#/tests/}")
+        tests/test_collectives tests/test_mismatch tests/test_allreduce "${PS_TESTS[@]/#/tests/}")
 
 # ---- inside the guest --------------------------------------------------------------------------
 guest_main() {
@@ -32,6 +32,13 @@ guest_main() {
     step verbs_rc 300 tests/test_verbs_rc || failed=1
     step gsperf 300 tools/gsrun -n 2 --transport verbs -- \
         tools/gsperf --transport verbs --max 65536 --iters 100 || failed=1
+    # The collectives over verbs: every collective, the mismatch cases and the
+    # allreduce matrix at 2-4 ranks (the 5-8 rank and 1M+3 cases pass too but
+    # take minutes each under emulation; they run on shm and tcp on the host).
+    step collectives 600 env GS_TEST_TRANSPORT=verbs tests/test_collectives || failed=1
+    step mismatch 600 env GS_TEST_TRANSPORT=verbs tests/test_mismatch || failed=1
+    step allreduce 600 env GS_TEST_TRANSPORT=verbs tests/test_allreduce matrix_2 matrix_3 matrix_4 rounding ||
+        failed=1
     for t in "${PS_TESTS[@]}"; do
         step "${t#test_}" 300 env GS_TEST_TRANSPORT=verbs "tests/$t" || failed=1
     done
@@ -83,6 +90,6 @@ t0=$(date +%s)
 "$HERE/setup.sh"
 echo "== rxe-vm ci: guest ready in $(($(date +%s) - t0)) s; booting (logs in $out)"
 rc=0
-"$HERE/run.sh" --timeout "${GS_RXE_CI_TIMEOUT:-1080}" --out "$out" -- "$HERE/ci.sh" "$build" || rc=$?
+"$HERE/run.sh" --timeout "${GS_RXE_CI_TIMEOUT:-2400}" --out "$out" -- "$HERE/ci.sh" "$build" || rc=$?
 echo "== rxe-vm ci: $([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)") in $(($(date +%s) - t0)) s"
 exit $rc

@@ -2,8 +2,9 @@
  * What only the shm transport promises: its shared-memory layout, nothing
  * left in /dev/shm or in the process after a run (a killed rank included),
  * the mapping cache across deregistration, wake-ups only for sleepers,
- * throughput with more ranks than cores, and a clean close told apart from
- * a lost peer.
+ * a ping-pong cycling through a few ring slots, the software cost of a
+ * hop (two transports in one process), throughput with more ranks than
+ * cores, and a clean close told apart from a lost peer.
  */
 #include "gs_test.h"
 #include "multirank.h"
@@ -57,10 +58,10 @@ static gs_wc wait_one(gs_tp *tp)
 GS_TEST(message_slots_follow_the_inline_sizes)
 {
     GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(0u), 1);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(48u), 1);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(49u), 2);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(108u), 2);
-    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(109u), 3);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(44u), 1);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(45u), 2);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(104u), 2);
+    GS_ASSERT_EQ(GS_SHM_MSG_SLOTS(105u), 3);
     GS_ASSERT_EQ(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), 69);
     GS_ASSERT_LT(GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX), GS_SHM_RING_SLOTS / 8);
     GS_ASSERT_EQ(gs_shm_ctrl_bytes(4) % 4096, 0);
@@ -264,6 +265,235 @@ GS_TEST(writers_wake_only_sleeping_readers)
     static const char *const event[] = {"GS_POLL=event", NULL};
     run(2, doorbell_body, NULL, spin);
     run(2, doorbell_body, (void *)1, event);
+}
+
+/* ---- a ping-pong stays in a few ring lines ---------------------------------------------- */
+
+#define PP_ROUNDS 3000
+
+/* The slot index of the next message to the peer: where this rank's ring to it is at. */
+static uint32_t tx_slot(gs_tp *tp, int peer)
+{
+    return gs_shm_ep_of(gs_tp_ep(tp, peer))->tx_tail & (GS_SHM_RING_SLOTS - 1u);
+}
+
+/* WRITE_IMMs from rank 0 to rank 1 until the ring is full; how many. */
+static uint32_t burst(gs_tp *tp, const gs_rmr *dst, uint32_t first)
+{
+    uint32_t n = 0;
+    gs_status st;
+    while ((st = gs_ep_write_imm(gs_tp_ep(tp, 1), NULL, NULL, 0, dst, 0, first + n, 0, 0)) == GS_OK)
+        n++;
+    GS_ASSERT_STATUS(st, GS_ERR_AGAIN);
+    return n;
+}
+
+/* Rank 0 posts, rank 1 answers, mixing WRITE_IMMs and SENDs of every
+ * slot count: the writers go back to slot 0 (WRAP) instead of cycling
+ * through the whole ring, and every message arrives in order. Then rank 0
+ * posts until the ring is full, twice, rank 1 reading everything in
+ * between: the first burst may start with a WRAP (the last ack said
+ * ping-pong) and get part of a ring, the second (a stream, no ack) the
+ * whole ring: skipped slots are not lost. */
+static void compact_body(gs_ctx *ctx, int rank, void *arg)
+{
+    static const size_t sizes[] = {0, 1, 44, 45, 104, 105, 1000, GS_SEND_MAX};
+    const uint32_t bound = GS_SHM_RING_HOT + 2 * GS_SHM_MSG_SLOTS((uint32_t)GS_SEND_MAX);
+    int peer = 1 - rank;
+    gs_tp *tp = NULL;
+    gs_mr *mr = NULL;
+    uint8_t *in, *out;
+    gs_rmr *all;
+    uint32_t slots = 0, counts[2] = {0, 0};
+    (void)arg;
+
+    GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
+    GS_ASSERT_OK(gs_buf_alloc(tp, 2 * GS_SEND_MAX, GS_ACCESS_ALL, &mr));
+    in = gs_mr_addr(mr);
+    out = in + GS_SEND_MAX;
+    all = exchange(ctx, "compact.rmr", mr);
+    for (uint32_t i = 0; i < PP_ROUNDS; i++) {
+        size_t len = sizes[i % 8];
+        bool send = i % 3 == 0;
+        gs_wc wc;
+        if (send)
+            GS_ASSERT_OK(gs_ep_recv(gs_tp_ep(tp, peer), in, mr, GS_SEND_MAX, i));
+        for (int turn = 0; turn < 2; turn++) {
+            if (turn == rank) { /* rank 0 posts first, rank 1 answers */
+                memset(out, (int)(i & 0xff), len);
+                if (send)
+                    GS_ASSERT_OK(gs_ep_send(gs_tp_ep(tp, peer), out, mr, len, i, 0));
+                else
+                    GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, peer), out, mr, len, &all[peer], 0, i, 0, 0));
+                slots += send ? GS_SHM_MSG_SLOTS((uint32_t)len) : 1u;
+                GS_ASSERT_LT(tx_slot(tp, peer), bound);
+                continue;
+            }
+            wc = wait_one(tp);
+            GS_ASSERT_EQ(wc.opcode, send ? GS_WC_RECV : GS_WC_RECV_IMM);
+            GS_ASSERT_EQ(send ? wc.wr_id : wc.imm, i);
+            GS_ASSERT_EQ(wc.len, len);
+            if (send && len > 0)
+                GS_ASSERT_EQ(in[len - 1], i & 0xff);
+        }
+    }
+    GS_ASSERT_GT(slots, 4 * GS_SHM_RING_SLOTS); /* without WRAP the ring would have gone round */
+    for (int b = 0; b < 2; b++) {
+        uint32_t mine, both[2];
+        GS_ASSERT_OK(gs_store_barrier(ctx, b ? "compact.burst1" : "compact.burst0")); /* rank 1 read all */
+        mine = rank == 0 ? burst(tp, &all[1], b ? counts[0] : 0) : 0;
+        GS_ASSERT_OK(
+            gs_store_allgather(ctx, b ? "compact.count1" : "compact.count0", &mine, sizeof(mine), both));
+        counts[b] = both[0];
+        for (uint32_t i = 0; rank == 1 && i < counts[b]; i++)
+            GS_ASSERT_EQ(wait_one(tp).imm, (b ? counts[0] : 0) + i);
+    }
+    GS_ASSERT_GE(counts[0], GS_SHM_RING_HOT - GS_SHM_RING_HOT / 4);
+    GS_ASSERT_EQ(counts[1], GS_SHM_RING_SLOTS);
+    GS_ASSERT_OK(gs_store_barrier(ctx, "compact.done"));
+    free(all);
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(a_ping_pong_cycles_through_a_few_ring_slots_and_a_burst_gets_the_whole_ring)
+{
+    run(2, compact_body, NULL, NULL);
+}
+
+/* ---- the hot path in one process ----------------------------------------------------------- */
+
+#define SOLO_ROUNDS 200000
+
+typedef struct solo {
+    gs_tp *tp[2];
+    gs_mr *mr[2];
+    gs_rmr rmr[2];
+} solo;
+
+/* Two shm transports of one job (ranks 0 and 1) in this process, connected without a store. */
+static void solo_open(solo *s)
+{
+    const gs_config *cfg;
+    gs_shm_tp *t[2];
+    gs_shm_addr addrs[2];
+    gs_shm_ready ready[2];
+
+    GS_ASSERT_OK(gs_config_get(&cfg));
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_shm_tp_create(cfg, r, 2, &t[r]));
+        gs_shm_tp_addr(t[r], "solo", &addrs[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        GS_ASSERT_OK(gs_shm_tp_connect(t[r], addrs, &ready[r]));
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_shm_tp_finish(t[r], ready));
+        s->tp[r] = &t[r]->base;
+        GS_ASSERT_OK(gs_buf_alloc(s->tp[r], 4096, GS_ACCESS_ALL, &s->mr[r]));
+        gs_mr_pack(s->mr[r], &s->rmr[r]);
+    }
+}
+
+/* n WRITE_IMM round trips of 8 bytes, each side waiting for the other's:
+ * one hop is a post and a wait that finds it. */
+static void solo_rounds(solo *s, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (int r = 0; r < 2; r++) {
+            gs_wc wc;
+            int got = 0;
+            GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(s->tp[r], 1 - r), gs_mr_addr(s->mr[r]), s->mr[r], 8,
+                                         &s->rmr[1 - r], 0, i, 0, 0));
+            GS_ASSERT_OK(gs_tp_wait(s->tp[1 - r], &wc, 1, &got, -1));
+            GS_ASSERT_EQ(got, 1);
+            GS_ASSERT_EQ(wc.imm, i);
+        }
+}
+
+/* The timed rounds, out of line for
+ * `valgrind --tool=callgrind --toggle-collect=solo_timed`. */
+static __attribute__((noinline)) uint64_t solo_timed(solo *s, uint32_t n)
+{
+    uint64_t t0 = gs_now_ns();
+    solo_rounds(s, n);
+    return gs_now_ns() - t0;
+}
+
+/* n polls that find nothing, out of line for --toggle-collect=solo_idle. */
+static __attribute__((noinline)) uint64_t solo_idle(solo *s, uint32_t n)
+{
+    uint64_t t0 = gs_now_ns();
+    for (uint32_t i = 0; i < n; i++) {
+        gs_wc wc;
+        int got = -1;
+        GS_ASSERT_OK(gs_tp_poll(s->tp[0], &wc, 1, &got));
+        GS_ASSERT_EQ(got, 0);
+    }
+    return gs_now_ns() - t0;
+}
+
+/* Both ends in one thread: no cache line moves between cores, so the time
+ * per round trip is the software's alone (printed; gsperf's write_imm
+ * figure is about a cache-line transfer plus half of it). */
+GS_TEST(two_transports_in_one_process_ping_pong_in_order)
+{
+    solo s;
+    uint64_t ns;
+    uint32_t n = SOLO_ROUNDS;
+    const char *env = getenv("GS_TEST_SOLO_ROUNDS");
+
+    if (env)
+        n = (uint32_t)strtoul(env, NULL, 10);
+    solo_open(&s);
+    solo_rounds(&s, 1000);
+    ns = solo_timed(&s, n);
+    fprintf(stderr, "  %u round trips, %.1f ns each\n", n, (double)ns / (double)(n ? n : 1));
+    ns = solo_idle(&s, n);
+    fprintf(stderr, "  %u idle polls, %.1f ns each\n", n, (double)ns / (double)(n ? n : 1));
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_mr_dereg(s.mr[r]));
+        GS_ASSERT_OK(gs_tp_close(s.tp[r]));
+    }
+}
+
+/* Moves both rings of a fresh solo pair to position pos, as if that many
+ * slots had gone through each. */
+static void solo_seek(solo *s, uint32_t pos)
+{
+    for (int r = 0; r < 2; r++) {
+        gs_shm_ep *ep = gs_shm_ep_of(gs_tp_ep(s->tp[r], 1 - r));
+        ep->tx_tail = ep->tx_head = ep->tx_acked = ep->rx_head = pos;
+        __atomic_store_n(&ep->rx->ctl.head, pos, __ATOMIC_RELEASE);
+    }
+}
+
+/* A ping-pong across the 2^32 wrap of the position counter: messages stay
+ * in order, the lap ending at 2^32 (one in GS_SHM_FULL_LAP_EVERY) is
+ * written through without WRAP, so every slot's seq is renewed, and the
+ * laps after it wrap again. */
+GS_TEST(positions_wrap_around_2_to_the_32_and_one_lap_in_65536_is_written_through)
+{
+    const uint32_t bound = GS_SHM_RING_HOT + 2, last_lap = (0u - GS_SHM_RING_SLOTS) / GS_SHM_RING_SLOTS;
+    solo s;
+    uint32_t full_max = 0, after_max = 0;
+
+    solo_open(&s);
+    solo_seek(&s, 0u - GS_SHM_RING_SLOTS - 40u); /* near the end of the lap before */
+    for (uint32_t i = 0; i < GS_SHM_RING_SLOTS + 400; i++) {
+        uint32_t pos = gs_shm_ep_of(gs_tp_ep(s.tp[0], 1))->tx_tail, slot = pos & (GS_SHM_RING_SLOTS - 1u);
+        if (pos / GS_SHM_RING_SLOTS == last_lap)
+            full_max = slot > full_max ? slot : full_max;
+        else if (pos < 0x80000000u) /* past 2^32 */
+            after_max = slot > after_max ? slot : after_max;
+        solo_rounds(&s, 1);
+    }
+    GS_ASSERT_EQ(full_max, GS_SHM_RING_SLOTS - 1);
+    GS_ASSERT_GT(after_max, 0);
+    GS_ASSERT_LT(after_max, bound);
+    for (int r = 0; r < 2; r++) {
+        GS_ASSERT_OK(gs_mr_dereg(s.mr[r]));
+        GS_ASSERT_OK(gs_tp_close(s.tp[r]));
+    }
 }
 
 /* ---- more ranks than cores ------------------------------------------------------------------ */

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 typedef struct gs_shm_tp gs_shm_tp;
@@ -66,12 +67,13 @@ typedef struct gs_shm_ep {
     uint64_t start_time; /* without a pidfd: the process's start time (/proc/<pid>/stat) */
     void *ctrl;          /* the peer's control segment, mapped */
     size_t ctrl_len;
-    gs_shm_ring *tx;  /* in the peer's segment: my notifications to it */
-    gs_shm_ring *rx;  /* in my segment: its notifications to me */
-    uint32_t tx_tail; /* slots I have produced into tx */
-    uint32_t tx_head; /* the peer's consumption, last read */
-    uint32_t rx_head; /* slots I have consumed from rx */
-    uint32_t rx_published;
+    gs_shm_region *regions; /* the peer's region table, in ctrl */
+    gs_shm_ring *tx;        /* in the peer's segment: my notifications to it */
+    gs_shm_ring *rx;        /* in my segment: its notifications to me */
+    uint32_t tx_tail;       /* position of my next message in tx */
+    uint32_t tx_head;       /* the peer's consumption of tx, last read or acked */
+    uint32_t tx_acked;      /* the peer's consumption of tx, as its last ack said */
+    uint32_t rx_head;       /* position of its next message in rx (what I consumed) */
     gs_shm_map_cache maps;
     /* posted receives and buffered sends: FIFO rings that grow */
     gs_shm_rbuf *recvs;
@@ -179,11 +181,34 @@ typedef struct gs_shm_target {
     uint64_t remote_addr; /* USER: the owner's address of byte off */
 } gs_shm_target;
 
+/* gs_shm_target_get's full check (any region, mapped or not, and every
+ * failure); the inline function below takes the last region used. */
+gs_status gs_shm_target_lookup(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
+                               const char *op, gs_shm_target *t_p);
+
 /* Checks descriptor d against the owner's region table (key, bounds,
  * need = GS_ACCESS_* bits) and maps it on first use. GS_ERR_REMOTE_ACCESS
- * touches nothing. op names the operation in the error. */
-gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
-                            const char *op, gs_shm_target *t_p);
+ * touches nothing; a post on an endpoint that is not up is
+ * GS_ERR_PEER_LOST. op names the operation in the error.
+ * Inline fast path: the region this endpoint used last (the cache's last
+ * hit), still registered under this key (one load of the owner's record),
+ * with the bounds and permission it was mapped with. */
+static inline gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len,
+                                          unsigned need, const char *op, gs_shm_target *t_p)
+{
+    const gs_shm_map *m = ep->maps.last;
+    uint32_t slot;
+
+    memcpy(&slot, d->tail + offsetof(gs_shm_rmr_tail, slot), sizeof(slot));
+    if (__builtin_expect(ep->state == GS_SHM_EP_UP && m && m->key == d->key && m->slot == slot &&
+                             __atomic_load_n(&ep->regions[m->slot].key, __ATOMIC_ACQUIRE) == d->key &&
+                             gs_tp_in_bounds(off, len, m->region_len) && (m->access & need) == need,
+                         1)) {
+        *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
+        return GS_OK;
+    }
+    return gs_shm_target_lookup(ep, d, off, len, need, op, t_p);
+}
 
 /* ---- shm_rma.c */
 gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
@@ -220,8 +245,61 @@ void gs_shm_ep_queues_free(gs_shm_ep *ep);
 /* Appends a message to ep's ring in the peer's segment and wakes the peer
  * if it sleeps. GS_ERR_AGAIN if the ring has no room. */
 gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t len, const void *payload);
-/* Whether the ring has room for a message of nslots (re-reads the head). */
-bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots);
+/* gs_shm_ring_room when the ring looks full: re-reads the reader's head. */
+bool gs_shm_ring_room_reread(gs_shm_ep *ep, uint32_t nslots);
+/* Bumps the peer's doorbell and calls FUTEX_WAKE (it said it sleeps). */
+void gs_shm_ring_wake(gs_shm_ep *ep);
+
+/* Whether the ring to ep's peer has room for a message of nslots; the
+ * reader's head is re-read only when the ring looks full. */
+static inline bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots)
+{
+    return __builtin_expect(ep->tx_tail + nslots - ep->tx_head <= GS_SHM_RING_SLOTS, 1) ||
+           gs_shm_ring_room_reread(ep, nslots);
+}
+
+/* Past this many slots of a lap the writer goes back to slot 0 (WRAP)
+ * when the peer's last ack says it is at most a quarter of them behind
+ * (a ping-pong, not a stream), so that a ping-pong cycles through a few
+ * lines: once the lines a process cycles through outgrow L1, each message
+ * costs up to one more cache-line transfer. */
+#define GS_SHM_RING_HOT 32u
+/* One lap in this many (the last of each run) is written through, without
+ * WRAP, so that every slot's seq is rewritten long before positions, counted
+ * mod 2^32, could come back to a value a skipped slot still holds (after
+ * 2^21 laps of 2048 slots); the lap ending at 2^32 is one of them. */
+#define GS_SHM_FULL_LAP_EVERY 65536u
+
+/* Publishes the head slot at the ring's tail, whose other fields (and
+ * continuation slots) are written: flags and ack, then seq last, seq_cst
+ * so that it is ordered before the load of the peer's waiter flag (which
+ * pairs with the sleeper's store of that flag before its last look). */
+static inline void gs_shm_ring_publish(gs_shm_ep *ep, gs_shm_slot *head, uint32_t nslots)
+{
+    uint32_t pos = ep->tx_tail, next = pos + nslots;
+    bool wrap = (next & (GS_SHM_RING_SLOTS - 1u)) >= GS_SHM_RING_HOT &&
+                next - ep->tx_acked <= GS_SHM_RING_HOT / 4 &&
+                next / GS_SHM_RING_SLOTS % GS_SHM_FULL_LAP_EVERY != GS_SHM_FULL_LAP_EVERY - 1;
+
+    head->flags = wrap ? GS_SHM_SLOT_WRAP : 0;
+    head->ack = ep->rx_head;
+    __atomic_store_n(&head->seq, pos + 1, __ATOMIC_SEQ_CST);
+    ep->tx_tail = wrap ? GS_SHM_NEXT_LAP(next) : next;
+    if (__builtin_expect(__atomic_load_n(&gs_shm_wake_of(ep->ctrl)->waiting, __ATOMIC_SEQ_CST) != 0, 0))
+        gs_shm_ring_wake(ep);
+}
+
+/* Posts a WRITE_IMM notification: one slot. gs_shm_ring_room must have said yes. */
+static inline void gs_shm_ring_post_imm(gs_shm_ep *ep, uint32_t imm, uint32_t len)
+{
+    gs_shm_slot *s = &ep->tx->slots[ep->tx_tail & (GS_SHM_RING_SLOTS - 1u)];
+    s->type = GS_SHM_MSG_WRITE_IMM;
+    s->nslots = 1;
+    s->imm = imm;
+    s->len = len;
+    gs_shm_ring_publish(ep, s, 1);
+}
+
 /* GS_ERR_AGAIN with gs_last_error() saying which ring is full (not logged: flow control). */
 gs_status gs_shm_ring_full(const gs_shm_ep *ep);
 /* GS_ERR_PEER_LOST for a post on an endpoint that is not up, naming the peer. */

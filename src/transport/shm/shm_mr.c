@@ -239,7 +239,7 @@ static void cache_place(gs_shm_map_cache *c, const gs_shm_map *m)
 static gs_status cache_rebuild(gs_shm_ep *ep, size_t cap)
 {
     gs_shm_map_cache *c = &ep->maps;
-    gs_shm_region *recs = gs_shm_regions_of(ep->ctrl);
+    gs_shm_region *recs = ep->regions;
     gs_shm_map *old = c->buckets, *fresh = gs_calloc(cap, sizeof(*fresh));
     size_t old_cap = c->cap;
 
@@ -330,7 +330,7 @@ static const char *access_name(unsigned need)
  * key before and after the fields must agree (and match want). */
 static bool record_snapshot(gs_shm_ep *ep, uint32_t slot, uint64_t want, gs_shm_region *snap)
 {
-    gs_shm_region *rec = &gs_shm_regions_of(ep->ctrl)[slot];
+    gs_shm_region *rec = &ep->regions[slot];
     snap->key = __atomic_load_n(&rec->key, __ATOMIC_ACQUIRE);
     snap->len = rec->len;
     snap->access = rec->access;
@@ -379,7 +379,7 @@ static gs_status target_slow(gs_shm_ep *ep, const gs_rmr_head *d, uint32_t slot,
     }
     m = cache_find(&ep->maps, snap.key);
     if (!m) {
-        st = region_map(ep, &snap, &gs_shm_regions_of(ep->ctrl)[slot], slot, op, &m);
+        st = region_map(ep, &snap, &ep->regions[slot], slot, op, &m);
         if (st != GS_OK)
             return st;
     }
@@ -387,8 +387,8 @@ static gs_status target_slow(gs_shm_ep *ep, const gs_rmr_head *d, uint32_t slot,
     return GS_OK;
 }
 
-gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
-                            const char *op, gs_shm_target *t_p)
+gs_status gs_shm_target_lookup(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
+                               const char *op, gs_shm_target *t_p)
 {
     gs_shm_rmr_tail tail;
     gs_shm_map *m;
@@ -397,10 +397,9 @@ gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, u
     if (st != GS_OK)
         return st;
     memcpy(&tail, d->tail, sizeof(tail));
-    /* Fast path: mapped before, and the owner still has it under this key. */
+    /* Mapped before, and the owner still has it under this key. */
     m = cache_find(&ep->maps, d->key);
-    if (m && m->slot == tail.slot &&
-        __atomic_load_n(&gs_shm_regions_of(ep->ctrl)[m->slot].key, __ATOMIC_ACQUIRE) == d->key &&
+    if (m && m->slot == tail.slot && __atomic_load_n(&ep->regions[m->slot].key, __ATOMIC_ACQUIRE) == d->key &&
         gs_tp_in_bounds(off, len, m->region_len) && (m->access & need) == need) {
         *t_p = (gs_shm_target){.kind = GS_SHM_REGION_MEMFD, .ptr = (uint8_t *)m->base + off};
         return GS_OK;

@@ -8,6 +8,10 @@
  * it calls FUTEX_WAKE only when the reader said it sleeps. The reader polls
  * the seq word of the next slot of each ring: when nothing arrives it reads
  * lines it already holds, so an idle poll costs no cache-line transfer.
+ * Every head slot carries the writer's ack of the ring the other way; a
+ * writer whose peer's ack says it is close behind goes back to slot 0
+ * (WRAP) past GS_SHM_RING_HOT slots, so that a ping-pong keeps cycling
+ * through a few lines that stay in L1 instead of the whole ring.
  *
  * Liveness: every peer has a pidfd that becomes readable when the process
  * exits (without pidfd_open: its /proc entry disappears, turns zombie or
@@ -125,7 +129,7 @@ void gs_shm_check_peers(gs_shm_tp *tp)
 }
 
 /* GS_ERR_PEER_LOST for the first lost peer, logged the first time only. */
-static gs_status lost_status(gs_shm_tp *tp)
+static __attribute__((noinline)) gs_status lost_status(gs_shm_tp *tp)
 {
     for (int p = 0; p < tp->base.size; p++) {
         gs_shm_ep *ep = &tp->peers[p];
@@ -145,11 +149,19 @@ static gs_status lost_status(gs_shm_tp *tp)
 
 /* ---- ring: writer side -------------------------------------------------------- */
 
-bool gs_shm_ring_room(gs_shm_ep *ep, uint32_t nslots)
+/* Whether the peer's reading of ep's ring to it, reported as pos, is news
+ * after since: only forward, never past what was written (a peer's bad
+ * value is ignored). */
+static inline bool tx_ahead(const gs_shm_ep *ep, uint32_t since, uint32_t pos)
 {
-    if (ep->tx_tail + nslots - ep->tx_head <= GS_SHM_RING_SLOTS)
-        return true;
-    ep->tx_head = __atomic_load_n(&ep->tx->ctl.head, __ATOMIC_ACQUIRE);
+    return (int32_t)(pos - since) > 0 && (int32_t)(ep->tx_tail - pos) >= 0;
+}
+
+bool gs_shm_ring_room_reread(gs_shm_ep *ep, uint32_t nslots)
+{
+    uint32_t head = __atomic_load_n(&ep->tx->ctl.head, __ATOMIC_ACQUIRE);
+    if (tx_ahead(ep, ep->tx_head, head))
+        ep->tx_head = head;
     return ep->tx_tail + nslots - ep->tx_head <= GS_SHM_RING_SLOTS;
 }
 
@@ -169,14 +181,11 @@ static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *t
     return syscall(SYS_futex, word, op, val, ts, NULL, 0); /* shared: no FUTEX_PRIVATE_FLAG */
 }
 
-/* Wakes the peer if it said it sleeps (store of seq before this load: seq_cst). */
-static void wake_peer(gs_shm_ep *ep)
+void gs_shm_ring_wake(gs_shm_ep *ep)
 {
     gs_shm_wake *w = gs_shm_wake_of(ep->ctrl);
-    if (__atomic_load_n(&w->waiting, __ATOMIC_SEQ_CST)) {
-        __atomic_fetch_add(&w->doorbell, 1, __ATOMIC_SEQ_CST);
-        futex(&w->doorbell, FUTEX_WAKE, INT_MAX, NULL);
-    }
+    __atomic_fetch_add(&w->doorbell, 1, __ATOMIC_SEQ_CST);
+    futex(&w->doorbell, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t len, const void *payload)
@@ -202,9 +211,7 @@ gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t l
     head->len = len;
     if (type == GS_SHM_MSG_SEND && len > 0)
         memcpy(head->data, payload, len < GS_SHM_HEAD_INLINE ? len : GS_SHM_HEAD_INLINE);
-    __atomic_store_n(&head->seq, pos + 1, __ATOMIC_SEQ_CST);
-    ep->tx_tail = pos + nslots;
-    wake_peer(ep);
+    gs_shm_ring_publish(ep, head, nslots);
     return GS_OK;
 }
 
@@ -261,86 +268,140 @@ static int take_send(gs_shm_ep *ep, const gs_shm_slot *head, gs_wc *wc)
     return 0;
 }
 
-static bool slot_valid(const gs_shm_slot *s)
+/* A WRITE_IMM: one slot, no flag but WRAP (the common case, tested inline). */
+static inline bool slot_is_imm(const gs_shm_slot *s)
 {
-    return (s->type == GS_SHM_MSG_WRITE_IMM && s->nslots == 1) ||
-           (s->type == GS_SHM_MSG_SEND && s->len <= GS_SEND_MAX && s->nslots == GS_SHM_MSG_SLOTS(s->len));
+    return s->type == GS_SHM_MSG_WRITE_IMM && s->nslots == 1 && (s->flags & ~GS_SHM_SLOT_WRAP) == 0;
 }
 
-/* Takes up to max completions from ep's ring. */
-static int ring_drain(gs_shm_ep *ep, gs_wc *wcs, int max)
+static bool slot_valid(const gs_shm_slot *s)
 {
-    int n = 0;
-    while (n < max && !ep->stalled && ring_ready(ep)) {
-        const gs_shm_slot *s = &ep->rx->slots[ep->rx_head & RING_MASK];
+    return slot_is_imm(s) || (s->type == GS_SHM_MSG_SEND && (s->flags & ~GS_SHM_SLOT_WRAP) == 0 &&
+                              s->len <= GS_SEND_MAX && s->nslots == GS_SHM_MSG_SLOTS(s->len));
+}
+
+/* The message at the ring head when it is not a plain WRITE_IMM: a SEND
+ * (as take_send), or a malformed slot, which drops the endpoint (-1). */
+static __attribute__((noinline)) int take_other(gs_shm_ep *ep, const gs_shm_slot *s, gs_wc *wc)
+{
+    if (slot_valid(s))
+        return take_send(ep, s, wc);
+    gs_log_error(SHM,
+                 "rank %d: malformed notification from rank %d (type %u, %u slots, %u bytes); "
+                 "dropping the endpoint",
+                 ep->tp->base.rank, ep->base.peer, s->type, s->nslots, s->len);
+    ep_mark_lost(ep, "it sent a malformed notification");
+    ep->stalled = true; /* read nothing more from this ring */
+    return -1;
+}
+
+/* Consumes the message s at the head of ep's ring: its ack says how far
+ * the peer read our ring to it; then publishes how far we read. */
+static inline void ring_consume(gs_shm_ep *ep, const gs_shm_slot *s)
+{
+    uint32_t head = ep->rx_head + s->nslots, ack = s->ack;
+    if (tx_ahead(ep, ep->tx_acked, ack)) {
+        ep->tx_acked = ack;
+        if (tx_ahead(ep, ep->tx_head, ack))
+            ep->tx_head = ack;
+    }
+    ep->rx_head = s->flags & GS_SHM_SLOT_WRAP ? GS_SHM_NEXT_LAP(head) : head;
+    __atomic_store_n(&ep->rx->ctl.head, ep->rx_head, __ATOMIC_RELEASE);
+}
+
+/* Takes up to max completions from the rings, each drained in turn,
+ * starting at a rotating one (fairness). */
+static inline int rings_drain(gs_shm_tp *tp, gs_wc *wcs, int max)
+{
+    int n = 0, size = tp->base.size, rank = tp->base.rank, p = tp->rr, left = size;
+
+    tp->rr = p + 1 < size ? p + 1 : 0;
+    while (n < max && left > 0) {
+        gs_shm_ep *ep = &tp->peers[p];
+        const gs_shm_slot *s;
         int took = 1;
-        if (!slot_valid(s)) {
-            gs_log_error(SHM,
-                         "rank %d: malformed notification from rank %d (type %u, %u slots, %u bytes); "
-                         "dropping the endpoint",
-                         ep->tp->base.rank, ep->base.peer, s->type, s->nslots, s->len);
-            ep_mark_lost(ep, "it sent a malformed notification");
-            ep->stalled = true; /* read nothing more from this ring */
-            break;
+        if (p == rank || !ring_ready(ep) || ep->stalled) {
+            p = p + 1 < size ? p + 1 : 0; /* this ring is done */
+            left--;
+            continue;
         }
-        if (s->type == GS_SHM_MSG_WRITE_IMM)
+        s = &ep->rx->slots[ep->rx_head & RING_MASK];
+        if (__builtin_expect(slot_is_imm(s), 1))
             wcs[n] = (gs_wc){.status = GS_OK,
                              .opcode = GS_WC_RECV_IMM,
                              .imm = s->imm,
                              .len = s->len,
                              .peer = ep->base.peer};
         else
-            took = take_send(ep, s, &wcs[n]);
-        if (took < 0)
-            break;
-        n += took;
-        ep->rx_head += s->nslots;
-    }
-    if (ep->rx_head != ep->rx_published) {
-        __atomic_store_n(&ep->rx->ctl.head, ep->rx_head, __ATOMIC_RELEASE);
-        ep->rx_published = ep->rx_head;
+            took = take_other(ep, s, &wcs[n]);
+        if (took >= 0) {
+            n += took;
+            ring_consume(ep, s);
+        }
     }
     return n;
 }
 
-/* Whether a poll would find something (for the sleeper's last look). */
-static bool anything_ready(gs_shm_tp *tp)
+/* Whether a poll would return something: a local completion, a lost peer
+ * to report, or a notification in a ring that is not stalled. */
+static inline bool anything_ready(gs_shm_tp *tp)
 {
-    if (tp->cq.count > 0)
+    gs_shm_ep *peers = tp->peers;
+    int size = tp->base.size, rank = tp->base.rank;
+
+    if (tp->cq.count > 0 || tp->lost_count > 0)
         return true;
-    for (int p = 0; p < tp->base.size; p++) {
-        gs_shm_ep *ep = &tp->peers[p];
-        if (p != tp->base.rank && !ep->stalled && ring_ready(ep))
+    for (int p = 0; p < size; p++)
+        if (p != rank && ring_ready(&peers[p]) && !peers[p].stalled)
             return true;
-    }
     return false;
 }
 
 /* ---- poll and wait ------------------------------------------------------------- */
 
-gs_status gs_shm_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
+/* Every CHECK_EVERY_POLLS polls: the peers' liveness, once CHECK_PERIOD_NS passed. */
+static __attribute__((noinline)) void poll_check_peers(gs_shm_tp *tp)
 {
-    gs_shm_tp *tp = gs_shm_tp_of(base);
-    int n, size = base->size;
+    if (gs_now_ns() >= tp->next_check_ns)
+        gs_shm_check_peers(tp);
+}
 
-    if ((++tp->poll_count % CHECK_EVERY_POLLS) == 0 && gs_now_ns() >= tp->next_check_ns)
-        gs_shm_check_peers(tp); /* before taking: flushed receives come out now */
-    n = tp->cq.count ? gs_shm_cq_take(tp, wcs, max) : 0;
-    for (int i = 0, p = tp->rr; i < size && n < max; i++) { /* start at a rotating ring: fairness */
-        if (p != base->rank)
-            n += ring_drain(&tp->peers[p], wcs + n, max - n);
-        if (++p == size)
-            p = 0;
-    }
-    if (++tp->rr == size)
-        tp->rr = 0;
-    if (n == 0 && tp->lost_count) {
+/* Takes what anything_ready said is there: local completions first, then
+ * the rings; a lost peer's report when there is nothing to return. */
+static gs_status poll_take(gs_shm_tp *tp, gs_wc *wcs, int max, int *n_p)
+{
+    int n = 0;
+
+    if (tp->cq.count > 0)
+        n = gs_shm_cq_take(tp, wcs, max);
+    n += rings_drain(tp, wcs + n, max - n);
+    if (__builtin_expect(n == 0 && tp->lost_count > 0, 0)) {
         gs_status st = lost_status(tp);
         if (st != GS_OK)
             return st;
     }
     *n_p = n;
     return GS_OK;
+}
+
+/* Every CHECK_EVERY_POLLS polls (and waits): the peers' liveness, at most
+ * every CHECK_PERIOD_NS; before taking, so flushed receives come out now. */
+static inline void poll_count_check(gs_shm_tp *tp)
+{
+    if (__builtin_expect(++tp->poll_count % CHECK_EVERY_POLLS == 0, 0))
+        poll_check_peers(tp);
+}
+
+gs_status gs_shm_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
+{
+    gs_shm_tp *tp = gs_shm_tp_of(base);
+
+    poll_count_check(tp);
+    if (!anything_ready(tp)) { /* the idle poll: a few loads */
+        *n_p = 0;
+        return GS_OK;
+    }
+    return poll_take(tp, wcs, max, n_p);
 }
 
 /* Sleeps on the doorbell until a writer rings it, the slice ends or the deadline. */
@@ -375,50 +436,66 @@ static gs_status wait_timeout(gs_shm_tp *tp, uint64_t started_ns)
                    poll_mode_names[tp->base.cfg->poll], up, tp->base.size - 1);
 }
 
+/* How long a wait spins before it sleeps (GS_POLL, GS_SPIN_US). */
+static uint64_t spin_budget_ns(const gs_config *cfg)
+{
+    if (cfg->poll == GS_POLL_SPIN)
+        return UINT64_MAX;
+    if (cfg->poll == GS_POLL_EVENT)
+        return 0;
+    return (uint64_t)(cfg->spin_us > 0 ? cfg->spin_us : 0) * 1000u;
+}
+
+/* Returns once a poll would find something (at once if it would now):
+ * spinning on the rings' next seq words (a tight loop notices an arrival
+ * sooner), looking at the clock every 64 turns for the deadline, the
+ * peers' liveness, and when to yield or sleep (GS_POLL). */
+static gs_status wait_for_news(gs_shm_tp *tp, uint64_t deadline_ns, uint64_t *start_p)
+{
+    int mode = tp->base.cfg->poll;
+
+    for (uint32_t iter = 1; !anything_ready(tp); iter++) {
+        uint64_t now;
+        gs_cpu_relax();
+        if ((iter & 63u) != 0 && mode != GS_POLL_EVENT)
+            continue;
+        now = gs_now_ns();
+        if (!*start_p)
+            *start_p = now; /* read lazily: a clock read costs as much as a cache-line transfer */
+        if (now >= deadline_ns)
+            return wait_timeout(tp, *start_p);
+        if (now >= tp->next_check_ns)
+            gs_shm_check_peers(tp); /* a loss or flushed receives end the loop */
+        if (now - *start_p >= spin_budget_ns(tp->base.cfg)) {
+            sleep_until_rung(tp, deadline_ns);
+            return GS_OK;
+        }
+        /* Hybrid, past the first microseconds: let a rank that shares
+         * this core run (with more ranks than cores, the one we wait
+         * for may be it); returns at once when nobody else is ready. */
+        if (mode == GS_POLL_HYBRID && now - *start_p >= YIELD_AFTER_NS)
+            sched_yield();
+    }
+    return GS_OK;
+}
+
 gs_status gs_shm_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
 {
     gs_shm_tp *tp = gs_shm_tp_of(base);
-    int mode = base->cfg->poll;
-    uint64_t start = 0; /* read lazily: a clock read costs as much as a cache-line transfer */
-    uint64_t spin_ns = mode == GS_POLL_SPIN ? UINT64_MAX
-                       : mode == GS_POLL_EVENT
-                           ? 0
-                           : (uint64_t)(base->cfg->spin_us > 0 ? base->cfg->spin_us : 0) * 1000u;
+    uint64_t start = 0;
 
     for (;;) {
         int n = 0;
-        gs_status st = gs_shm_poll(base, wcs, max, &n);
+        gs_status st = wait_for_news(tp, deadline_ns, &start);
+        if (st == GS_OK) {
+            poll_count_check(tp);
+            st = poll_take(tp, wcs, max, &n);
+        }
         if (st != GS_OK)
             return st;
         if (n > 0) {
             *n_p = n;
             return GS_OK;
-        }
-        /* Spin on the rings' next seq words only (a tight loop notices an
-         * arrival sooner), looking at the clock every 64 turns. */
-        for (uint32_t iter = 1; !anything_ready(tp); iter++) {
-            gs_cpu_relax();
-            if ((iter & 63u) != 0 && mode != GS_POLL_EVENT)
-                continue;
-            uint64_t now = gs_now_ns();
-            if (!start)
-                start = now;
-            if (now >= deadline_ns)
-                return wait_timeout(tp, start);
-            if (now >= tp->next_check_ns) {
-                gs_shm_check_peers(tp);
-                if (tp->lost_count || tp->cq.count)
-                    break; /* let poll report the loss or the flushed receives */
-            }
-            if (now - start >= spin_ns) {
-                sleep_until_rung(tp, deadline_ns);
-                break;
-            }
-            /* Hybrid, past the first microseconds: let a rank that shares
-             * this core run (with more ranks than cores, the one we wait
-             * for may be it); returns at once when nobody else is ready. */
-            if (mode == GS_POLL_HYBRID && now - start >= YIELD_AFTER_NS)
-                sched_yield();
         }
     }
 }

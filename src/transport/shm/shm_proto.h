@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GS_SHM_PROTO_VERSION 1
+#define GS_SHM_PROTO_VERSION 2
 #define GS_SHM_MAGIC         0x6773686d63746c31ull /* "gshmctl1" */
 #define GS_SHM_LINE          64
 
@@ -74,7 +74,7 @@ _Static_assert(sizeof(gs_shm_state) == GS_SHM_LINE, "state is one cache line");
 /* Slots per ring (a power of two). A message takes 1 head slot plus
  * continuation slots for SEND payload beyond the inline bytes. */
 #define GS_SHM_RING_SLOTS  2048u
-#define GS_SHM_HEAD_INLINE 48u
+#define GS_SHM_HEAD_INLINE 44u
 #define GS_SHM_CONT_INLINE 60u
 
 enum {
@@ -82,17 +82,33 @@ enum {
     GS_SHM_MSG_SEND = 2,      /* payload inline in this slot and the continuation slots */
 };
 
+enum {
+    GS_SHM_SLOT_WRAP = 1, /* the next message starts at the next lap's slot 0 */
+};
+
 /* Every slot, head or continuation, starts with seq = its absolute position
  * + 1 (mod 2^32). The reader expects seq == head + 1 at position head, so a
  * slot left over from an earlier lap never looks valid. The head slot's seq
- * is stored last (release), after its continuation slots. */
+ * is stored last (release), after its continuation slots.
+ *
+ * WRAP: the positions up to the next multiple of GS_SHM_RING_SLOTS are
+ * skipped (never written), so the next message is in slot 0. The writer
+ * sets it when the reader is close behind, so that a ping-pong cycles
+ * through a few lines that stay in L1 instead of the whole ring; it never
+ * sets it in one lap of every GS_SHM_FULL_LAP_EVERY (shm.h), so a skipped
+ * slot is rewritten before the position counter (mod 2^32) could come back
+ * to its stale seq.
+ * ack: how far the writer has read the ring in the other direction (its
+ * rx head when it wrote this slot): the reader of this slot learns from it
+ * that its own ring has room, without reading the other process's head. */
 typedef struct gs_shm_slot {
     uint32_t seq;
-    uint8_t type; /* GS_SHM_MSG_* */
-    uint8_t pad;
+    uint8_t type;    /* GS_SHM_MSG_* */
+    uint8_t flags;   /* GS_SHM_SLOT_* */
     uint16_t nslots; /* slots of this message, head included */
     uint32_t imm;
     uint32_t len; /* WRITE_IMM: bytes written; SEND: payload bytes */
+    uint32_t ack;
     uint8_t data[GS_SHM_HEAD_INLINE];
 } gs_shm_slot;
 
@@ -101,9 +117,12 @@ typedef struct gs_shm_cont {
     uint8_t data[GS_SHM_CONT_INLINE];
 } gs_shm_cont;
 
-/* head: messages' slots consumed by the reader (published in batches); the
- * writer keeps its tail privately and re-reads head only when it thinks
- * the ring is full. */
+/* The first position of the next lap after pos (pos itself if it starts one). */
+#define GS_SHM_NEXT_LAP(pos) (((pos) + GS_SHM_RING_SLOTS - 1u) & ~(GS_SHM_RING_SLOTS - 1u))
+
+/* head: the position the reader has consumed up to, published as it
+ * consumes each message; the writer keeps its tail privately and re-reads
+ * head only when it thinks the ring is full (acks usually tell it first). */
 typedef struct gs_shm_ring_ctl {
     uint32_t head;
     uint8_t pad[GS_SHM_LINE - 4];

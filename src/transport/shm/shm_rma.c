@@ -134,11 +134,10 @@ gs_status gs_shm_write_imm(gs_ep *base, const void *src, gs_mr *lmr, size_t len,
         st = reserve(ep, flags);
     if (st == GS_OK)
         st = put_bytes(ep, &t, src, len, "write_imm");
-    if (st == GS_OK)
-        st = gs_shm_ring_post(ep, GS_SHM_MSG_WRITE_IMM, imm, (uint32_t)(len > UINT32_MAX ? UINT32_MAX : len),
-                              NULL);
-    if (st == GS_OK)
+    if (st == GS_OK) {
+        gs_shm_ring_post_imm(ep, imm, (uint32_t)len); /* tp.c refused more than UINT32_MAX bytes */
         complete(ep, wr_id, flags, GS_WC_WRITE_IMM);
+    }
     return st;
 }
 

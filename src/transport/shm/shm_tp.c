@@ -240,11 +240,13 @@ static gs_status connect_peer(gs_shm_tp *tp, int p, const gs_shm_addr *a, const 
     ep->ctrl_len = a->ctrl_len;
     if (gs_shm_head(ctrl)->version != GS_SHM_PROTO_VERSION || gs_shm_head(ctrl)->magic != GS_SHM_MAGIC ||
         gs_shm_head(ctrl)->rank != (uint32_t)p || gs_shm_head(ctrl)->size != (uint32_t)tp->base.size ||
-        gs_shm_head(ctrl)->total_len != a->ctrl_len)
+        gs_shm_head(ctrl)->total_len != a->ctrl_len ||
+        gs_shm_head(ctrl)->region_off != gs_shm_head(tp->ctrl)->region_off)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_PROTOCOL,
                        "rank %d: control segment of rank %d has a different layout (version %u, size %u)",
                        rank, p, gs_shm_head(ctrl)->version, gs_shm_head(ctrl)->size);
     ep->pid = a->pid;
+    ep->regions = gs_shm_regions_of(ctrl);
     ep->tx = gs_shm_ring_of(ctrl, rank);
     ep->rx = gs_shm_ring_of(tp->ctrl, p);
     return watch_peer(ep, rank, p, a->pid);
@@ -294,7 +296,6 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies)
                     tp->cma_why);
     return GS_OK;
 }
-
 
 static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
 {
