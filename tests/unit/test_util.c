@@ -1,11 +1,13 @@
 /* Status table, configuration parsing, logging and allocation. */
 #include "gs_test.h"
+#include "util/affinity.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -191,4 +193,22 @@ GS_TEST(dtype_sizes_and_names)
     GS_ASSERT_EQ(gs_dtype_size((gs_dtype)99), 0);
     GS_ASSERT_STR_EQ(gs_dtype_name(GS_F16), "f16");
     GS_ASSERT_STR_EQ(gs_redop_name(GS_AVG), "avg");
+}
+
+GS_TEST(affinity_pins_by_local_rank_or_rejects_a_bad_list)
+{
+    cpu_set_t set;
+    int cpu = -2;
+    GS_ASSERT_OK(gs_affinity_apply("", 0, &cpu));
+    GS_ASSERT_EQ(cpu, -1);
+    GS_ASSERT_STATUS(gs_affinity_apply("0,x", 0, &cpu), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_CPU_AFFINITY='0,x'");
+    GS_ASSERT_STATUS(gs_affinity_apply("-1", 0, &cpu), GS_ERR_CONFIG);
+    GS_ASSERT_OK(gs_affinity_apply("0", 5, &cpu));
+    GS_ASSERT_EQ(cpu, 0);
+    GS_ASSERT_OK(gs_affinity_apply("auto", 1, &cpu));
+    GS_ASSERT_GE(cpu, 0);
+    GS_ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+    GS_ASSERT_EQ(CPU_COUNT(&set), 1);
+    GS_ASSERT(CPU_ISSET(cpu, &set));
 }
