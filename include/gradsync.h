@@ -27,9 +27,9 @@ extern "C" {
 #define GS_API
 #endif
 
-#define GS_VERSION_MAJOR 0
-#define GS_VERSION_MINOR 1
-#define GS_VERSION_PATCH 0
+#define GS_VERSION_MAJOR  0
+#define GS_VERSION_MINOR  1
+#define GS_VERSION_PATCH  0
 #define GS_VERSION_STRING "0.1.0"
 
 /* ------------------------------------------------------------------------ */
@@ -38,23 +38,23 @@ extern "C" {
 
 /* X(name, value, message): the one table that generates gs_status,
  * gs_status_name() and gs_strerror(). */
-#define GS_STATUS_TABLE(X)                                                          \
-    X(OK, 0, "success")                                                             \
-    X(INPROGRESS, 1, "operation in progress")                                       \
-    X(ERR_INVALID, -1, "invalid argument")                                          \
-    X(ERR_NOMEM, -2, "out of memory")                                               \
-    X(ERR_SYSTEM, -3, "system call failed")                                         \
-    X(ERR_CONFIG, -4, "bad configuration")                                          \
-    X(ERR_TIMEOUT, -5, "timed out")                                                 \
-    X(ERR_PEER_LOST, -6, "peer lost")                                               \
-    X(ERR_REMOTE_ACCESS, -7, "remote access error (bad key, out of bounds or no permission)") \
-    X(ERR_PROTOCOL, -8, "protocol error (malformed message)")                       \
-    X(ERR_AUTH, -9, "authentication failed (wrong job token)")                      \
-    X(ERR_MISMATCH, -10, "mismatched calls across ranks")                           \
-    X(ERR_UNSUPPORTED, -11, "not supported by this transport or build")             \
-    X(ERR_FLUSHED, -12, "flushed after an endpoint error")                          \
-    X(ERR_OVERFLOW, -13, "numeric overflow")                                        \
-    X(ERR_AGAIN, -14, "resource temporarily exhausted, retry")                      \
+#define GS_STATUS_TABLE(X)                                                                                   \
+    X(OK, 0, "success")                                                                                      \
+    X(INPROGRESS, 1, "operation in progress")                                                                \
+    X(ERR_INVALID, -1, "invalid argument")                                                                   \
+    X(ERR_NOMEM, -2, "out of memory")                                                                        \
+    X(ERR_SYSTEM, -3, "system call failed")                                                                  \
+    X(ERR_CONFIG, -4, "bad configuration")                                                                   \
+    X(ERR_TIMEOUT, -5, "timed out")                                                                          \
+    X(ERR_PEER_LOST, -6, "peer lost")                                                                        \
+    X(ERR_REMOTE_ACCESS, -7, "remote access error (bad key, out of bounds or no permission)")                \
+    X(ERR_PROTOCOL, -8, "protocol error (malformed message)")                                                \
+    X(ERR_AUTH, -9, "authentication failed (wrong job token)")                                               \
+    X(ERR_MISMATCH, -10, "mismatched calls across ranks")                                                    \
+    X(ERR_UNSUPPORTED, -11, "not supported by this transport or build")                                      \
+    X(ERR_FLUSHED, -12, "flushed after an endpoint error")                                                   \
+    X(ERR_OVERFLOW, -13, "numeric overflow")                                                                 \
+    X(ERR_AGAIN, -14, "resource temporarily exhausted, retry")                                               \
     X(ERR_IO, -15, "input/output error")
 
 typedef enum gs_status {
@@ -99,7 +99,7 @@ GS_API int gs_ctx_size(const gs_ctx *ctx);
 /* Bootstrap store: small blobs between the ranks of one job                 */
 /* ------------------------------------------------------------------------ */
 
-#define GS_STORE_KEY_MAX 255
+#define GS_STORE_KEY_MAX   255
 #define GS_STORE_VALUE_MAX (1u << 20)
 
 /* Sets key to a copy of value (replacing an earlier value). Blocks for one
@@ -110,8 +110,7 @@ GS_API gs_status gs_store_put(gs_ctx *ctx, const char *key, const void *value, s
 GS_API gs_status gs_store_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p);
 /* Every rank contributes len bytes; out (size * len bytes) receives them in
  * rank order. All ranks must call with the same tag and len. */
-GS_API gs_status gs_store_allgather(gs_ctx *ctx, const char *tag, const void *blob, size_t len,
-                                    void *out);
+GS_API gs_status gs_store_allgather(gs_ctx *ctx, const char *tag, const void *blob, size_t len, void *out);
 /* Returns when every rank has entered the barrier with this tag; on the
  * deadline the error names the ranks that never arrived. */
 GS_API gs_status gs_store_barrier(gs_ctx *ctx, const char *tag);
@@ -158,12 +157,12 @@ typedef enum gs_wc_opcode {
 } gs_wc_opcode;
 
 typedef struct gs_wc {
-    uint64_t wr_id;        /* as given by the caller (posted receive's id for RECV) */
-    gs_status status;      /* GS_OK or the error of this operation */
+    uint64_t wr_id;   /* as given by the caller (posted receive's id for RECV) */
+    gs_status status; /* GS_OK or the error of this operation */
     gs_wc_opcode opcode;
-    uint32_t imm;          /* GS_WC_RECV_IMM only */
-    uint32_t len;          /* bytes received (RECV, RECV_IMM) */
-    int peer;              /* rank of the other side */
+    uint32_t imm; /* GS_WC_RECV_IMM only */
+    uint32_t len; /* bytes received (RECV, RECV_IMM) */
+    int peer;     /* rank of the other side */
 } gs_wc;
 
 /* Largest SEND payload (control messages). */
@@ -204,23 +203,20 @@ GS_API void gs_mr_pack(const gs_mr *mr, gs_rmr *rmr_p);
  * and a byte offset into it. A call that returns an error never completes
  * later. GS_ERR_AGAIN: the send queue is full; poll and retry.
  */
-GS_API gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
-                             const gs_rmr *dst, uint64_t dst_off, uint64_t wr_id,
-                             unsigned flags);
+GS_API gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst,
+                             uint64_t dst_off, uint64_t wr_id, unsigned flags);
 /* WRITE, then a GS_WC_RECV_IMM completion carrying imm at the target; when
  * the target sees it, every earlier WRITE on this endpoint is visible. */
-GS_API gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
-                                 const gs_rmr *dst, uint64_t dst_off, uint32_t imm,
-                                 uint64_t wr_id, unsigned flags);
-GS_API gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr *src,
-                            uint64_t src_off, uint64_t wr_id, unsigned flags);
+GS_API gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst,
+                                 uint64_t dst_off, uint32_t imm, uint64_t wr_id, unsigned flags);
+GS_API gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr *src, uint64_t src_off,
+                            uint64_t wr_id, unsigned flags);
 /* 64-bit atomics on an 8-byte aligned remote word; the old value is stored
  * at result (8 bytes inside lmr) before the completion. */
-GS_API gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst,
-                                 uint64_t dst_off, uint64_t add, uint64_t wr_id, unsigned flags);
-GS_API gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst,
-                                uint64_t dst_off, uint64_t compare, uint64_t swap, uint64_t wr_id,
-                                unsigned flags);
+GS_API gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
+                                 uint64_t add, uint64_t wr_id, unsigned flags);
+GS_API gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
+                                uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
 /* Two-sided: len <= GS_SEND_MAX; consumes one receive posted by the peer. */
 GS_API gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id,
                             unsigned flags);
@@ -329,14 +325,14 @@ GS_API gs_status gs_allreduce_multi(gs_comm *comm, const gs_tensor *tensors, siz
  * gs_req_test / gs_req_wait (and any blocking call), or all the time with
  * GS_PROGRESS_THREAD=1.
  */
-GS_API gs_status gs_iallreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
-                               gs_redop op, gs_req **req_p);
+GS_API gs_status gs_iallreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               gs_dtype dtype, gs_redop op, gs_req **req_p);
 GS_API gs_status gs_ireduce_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
                                     gs_dtype dtype, gs_redop op, gs_req **req_p);
 GS_API gs_status gs_iallgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
                                gs_dtype dtype, gs_req **req_p);
-GS_API gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
-                               int root, gs_req **req_p);
+GS_API gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
+                               gs_dtype dtype, int root, gs_req **req_p);
 GS_API gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p);
 GS_API gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype,
                                      gs_redop op, gs_req **req_p);
@@ -376,7 +372,12 @@ typedef struct gs_ps_req gs_ps_req;
 typedef enum gs_ps_role { GS_PS_ROLE_AUTO = 0, GS_PS_ROLE_WORKER, GS_PS_ROLE_SERVER } gs_ps_role;
 typedef enum gs_ps_mode { GS_PS_MODE_SYNC = 0, GS_PS_MODE_ASYNC } gs_ps_mode;
 typedef enum gs_ps_agg { GS_PS_AGG_WRITE_SLOTS = 0, GS_PS_AGG_FETCH_ADD } gs_ps_agg;
-typedef enum gs_ps_optimizer { GS_PS_SGD = 0, GS_PS_MOMENTUM, GS_PS_ADAM, GS_PS_OPTIMIZER_COUNT } gs_ps_optimizer;
+typedef enum gs_ps_optimizer {
+    GS_PS_SGD = 0,
+    GS_PS_MOMENTUM,
+    GS_PS_ADAM,
+    GS_PS_OPTIMIZER_COUNT
+} gs_ps_optimizer;
 
 /* Server-side optimizer: grad' = grad + weight_decay * w, then
  *   SGD:      w -= lr * grad'
@@ -395,18 +396,18 @@ typedef struct gs_ps_optim {
 /* Fill with gs_ps_params_init, then change what you need: fields may be added
  * at the end in later versions. */
 typedef struct gs_ps_params {
-    gs_ps_role role;          /* AUTO: GS_ROLE, else the last `servers` ranks serve */
-    int servers;              /* number of servers when roles are automatic (GS_PS_SERVERS) */
-    const char *transport;    /* NULL: GS_TRANSPORT */
-    gs_ps_mode mode;          /* GS_PS_MODE */
-    int staleness;            /* async only: SSP bound in steps, -1 none (GS_PS_STALENESS) */
-    gs_ps_agg agg;            /* GS_PS_AGG: write (slots) or atomic (FETCH_ADD; sync only) */
-    int atomic_frac_bits;     /* atomic: gradients scaled by 2^bits into int64 (GS_PS_ATOMIC_FRAC_BITS) */
-    size_t shard_bytes;       /* GS_PS_SHARD_BYTES */
-    gs_ps_optim optim;        /* default: SGD, lr 0.01 */
-    int average;              /* 1: the update uses the mean over workers (default), 0: the sum */
-    const char *checkpoint;   /* file prefix, NULL/"": none (GS_PS_CHECKPOINT) */
-    int checkpoint_every;     /* server steps between checkpoints, 0: only on request */
+    gs_ps_role role;        /* AUTO: GS_ROLE, else the last `servers` ranks serve */
+    int servers;            /* number of servers when roles are automatic (GS_PS_SERVERS) */
+    const char *transport;  /* NULL: GS_TRANSPORT */
+    gs_ps_mode mode;        /* GS_PS_MODE */
+    int staleness;          /* async only: SSP bound in steps, -1 none (GS_PS_STALENESS) */
+    gs_ps_agg agg;          /* GS_PS_AGG: write (slots) or atomic (FETCH_ADD; sync only) */
+    int atomic_frac_bits;   /* atomic: gradients scaled by 2^bits into int64 (GS_PS_ATOMIC_FRAC_BITS) */
+    size_t shard_bytes;     /* GS_PS_SHARD_BYTES */
+    gs_ps_optim optim;      /* default: SGD, lr 0.01 */
+    int average;            /* 1: the update uses the mean over workers (default), 0: the sum */
+    const char *checkpoint; /* file prefix, NULL/"": none (GS_PS_CHECKPOINT) */
+    int checkpoint_every;   /* server steps between checkpoints, 0: only on request */
 } gs_ps_params;
 
 /* Defaults from the context's configuration (the GS_PS_* variables). */

@@ -106,8 +106,8 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
                                  int timeout_ms, gs_store_client **client_p);
 /* The same with GS_STORE_HELLO_* flags: GS_STORE_HELLO_REJOIN takes the
  * place of this rank after it was lost (a restarted process, GS_REJOIN=1). */
-gs_status gs_boot_client_join(const char *host, int port, int rank, int size, const char *token, int timeout_ms,
-                              int flags, gs_store_client **client_p);
+gs_status gs_boot_client_join(const char *host, int port, int rank, int size, const char *token,
+                              int timeout_ms, int flags, gs_store_client **client_p);
 /* Says BYE and closes. */
 void gs_boot_client_close(gs_store_client *client);
 

@@ -3,6 +3,7 @@
 #include "bootstrap/boot.h"
 #include "bootstrap/store_proto.h"
 
+#include "util/affinity.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -60,14 +61,18 @@ gs_status gs_boot_ctx_create(const gs_config *cfg, gs_getenv_fn getenv_fn, void 
     ctx->rank = ctx->boot.rank;
     ctx->size = ctx->boot.size;
     gs_log_set_rank(ctx->rank);
+    status = gs_affinity_apply(cfg->cpu_affinity, ctx->boot.local_rank, NULL);
+    if (status != GS_OK)
+        goto fail;
     gs_boot_host_id(ctx->host_id, sizeof(ctx->host_id));
     if (ctx->rank == 0 && !ctx->boot.store_external) {
         status = serve_store(ctx);
         if (status != GS_OK)
             goto fail;
     }
-    status = gs_boot_client_join(ctx->boot.store_host, ctx->boot.store_port, ctx->rank, ctx->size, cfg->job_token,
-                                 (int)cfg->timeout_ms, cfg->rejoin ? GS_STORE_HELLO_REJOIN : 0, &ctx->store);
+    status =
+        gs_boot_client_join(ctx->boot.store_host, ctx->boot.store_port, ctx->rank, ctx->size, cfg->job_token,
+                            (int)cfg->timeout_ms, cfg->rejoin ? GS_STORE_HELLO_REJOIN : 0, &ctx->store);
     if (status != GS_OK)
         goto fail;
     gs_log_info(BOOT, "rank %d of %d (from %s, local rank %d), host id %s, store %s:%d", ctx->rank, ctx->size,

@@ -171,8 +171,11 @@ out:
 static gs_status hello_until(gs_store_client *c, const char *host, int port, const char *token, int flags,
                              uint64_t deadline_ns, exchange_result *res)
 {
-    gs_store_request req = {.type = GS_STORE_HELLO, .value = token, .len = strlen(token),
-                            .arg = (uint32_t)c->size, .flags = flags};
+    gs_store_request req = {.type = GS_STORE_HELLO,
+                            .value = token,
+                            .len = strlen(token),
+                            .arg = (uint32_t)c->size,
+                            .flags = flags};
     gs_status status;
 
     for (;;) {
@@ -200,8 +203,8 @@ gs_status gs_boot_client_connect(const char *host, int port, int rank, int size,
     return gs_boot_client_join(host, port, rank, size, token, timeout_ms, 0, client_p);
 }
 
-gs_status gs_boot_client_join(const char *host, int port, int rank, int size, const char *token, int timeout_ms,
-                              int flags, gs_store_client **client_p)
+gs_status gs_boot_client_join(const char *host, int port, int rank, int size, const char *token,
+                              int timeout_ms, int flags, gs_store_client **client_p)
 {
     gs_store_client *c = gs_calloc(1, sizeof(*c));
     exchange_result res;

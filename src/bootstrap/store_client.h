@@ -11,7 +11,7 @@ typedef struct gs_store_request {
     const char *key; /* key or tag; NULL for HELLO and BYE */
     const void *value;
     size_t len;
-    uint32_t arg; /* HELLO: world size; waits: timeout ms */
+    uint32_t arg;  /* HELLO: world size; waits: timeout ms */
     int32_t flags; /* HELLO: GS_STORE_HELLO_* */
 } gs_store_request;
 

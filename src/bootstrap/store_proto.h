@@ -11,11 +11,10 @@
  * status GS_OK, or an error status with the reason as value text, and
  * closes. A rank may join once, except that a HELLO with
  * GS_STORE_HELLO_REJOIN takes the place of a rank that was lost (its
- * connection closed without BYE): a restarted process replacing it. Afterwards the client sends one request at a
- * time and waits for its REPLY; BYE announces a clean departure and gets no
- * reply. Waiting requests (GET, ALLGATHER, BARRIER) carry the client's
- * timeout in arg: the server answers GS_ERR_TIMEOUT itself when it expires,
- * naming the ranks that never arrived.
+ * connection closed without BYE): a restarted process replacing it. Afterwards the client sends one request
+ * at a time and waits for its REPLY; BYE announces a clean departure and gets no reply. Waiting requests
+ * (GET, ALLGATHER, BARRIER) carry the client's timeout in arg: the server answers GS_ERR_TIMEOUT itself when
+ * it expires, naming the ranks that never arrived.
  */
 #ifndef GS_BOOTSTRAP_STORE_PROTO_H
 #define GS_BOOTSTRAP_STORE_PROTO_H

@@ -142,15 +142,18 @@ static void handle_hello(gs_store_server *s, gs_store_conn *conn)
     }
     rejoin = (conn->hdr.status & GS_STORE_HELLO_REJOIN) && s->rank_state[rank] == GS_STORE_RANK_LOST;
     if (s->rank_state[rank] != GS_STORE_RANK_NEVER && !rejoin) {
-        snprintf(why, sizeof(why), "rank %d already joined this job; two processes were given the same rank%s",
-                 rank, (conn->hdr.status & GS_STORE_HELLO_REJOIN) ? " (a rank may rejoin only once it is lost)" : "");
+        snprintf(why, sizeof(why),
+                 "rank %d already joined this job; two processes were given the same rank%s", rank,
+                 (conn->hdr.status & GS_STORE_HELLO_REJOIN) ? " (a rank may rejoin only once it is lost)"
+                                                            : "");
         conn_refuse(conn, GS_ERR_CONFIG, why);
         return;
     }
     conn->rank = rank;
     s->by_rank[rank] = conn;
     s->rank_state[rank] = GS_STORE_RANK_CONNECTED;
-    gs_log_debug(BOOT, "store: rank %d of %d %s from %s", rank, size, rejoin ? "rejoined" : "joined", conn->peer);
+    gs_log_debug(BOOT, "store: rank %d of %d %s from %s", rank, size, rejoin ? "rejoined" : "joined",
+                 conn->peer);
     gs_boot_server_reply(conn, GS_OK, NULL, 0);
 }
 

@@ -163,7 +163,8 @@ static size_t call_bytes(const gs_comm *comm, const gs_call *c, size_t es)
     return c->kind == GS_COLL_BARRIER ? 0 : bytes;
 }
 
-static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
+/* Fills req's op for call c (descriptor, algorithm, its schedule). */
+static gs_status prepare(gs_comm *comm, gs_req *req, const gs_call *c)
 {
     gs_coll_op *op = &req->op;
     size_t es = c->kind == GS_COLL_BARRIER ? 1 : gs_dtype_size(c->dtype);
@@ -191,7 +192,13 @@ static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
     op->nt = out_bytes >= comm->nt_bytes;
     op->algo = gs_coll_select(comm, c->kind, call_bytes(comm, c, es));
     op->algo->start(op);
-    return gs_engine_submit(comm, req);
+    return GS_OK;
+}
+
+static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
+{
+    gs_status st = prepare(comm, req, c);
+    return st == GS_OK ? gs_engine_submit(comm, req) : st;
 }
 
 static gs_req *req_get(gs_comm *comm)
@@ -219,6 +226,10 @@ static void req_put(gs_comm *comm, gs_req *req)
 static gs_status run_blocking(gs_comm *comm, gs_call *c)
 {
     gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
+    if (st == GS_OK && c->kind == GS_COLL_ALLREDUCE && gs_engine_quick_fits(comm)) {
+        st = prepare(comm, &comm->sync_req, c);
+        return st == GS_OK ? gs_engine_quick(comm, &comm->sync_req) : st;
+    }
     if (st == GS_OK)
         st = start(comm, &comm->sync_req, c);
     if (st == GS_OK)

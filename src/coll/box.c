@@ -340,6 +340,12 @@ static void reduce_all(gs_coll_op *op, const gs_prim *p, size_t n)
     int last = c->size - 1;
     bool staged = p->finish || (op->nt && c->size > 2);
     uint8_t *acc = staged ? c->scratch : p->out;
+    if (p->out == c->scratch) { /* by halves: the result is posted next, from the cache */
+        gs_red_apply(op->dtype, op->redop, acc, operand(op, p, 0), operand(op, p, 1), n);
+        if (p->finish)
+            gs_red_avg_finish(op->dtype, acc, n, c->size);
+        return;
+    }
     if (c->size == 2 && !staged) {
         gs_coll_reduce_out(op, p->out, operand(op, p, 0), operand(op, p, 1), n);
         return;

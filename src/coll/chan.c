@@ -45,13 +45,14 @@ void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot)
 }
 
 gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
-                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id)
+                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id, bool signaled)
 {
     uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
     uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, unit, ch->rx_released);
     gs_desc_fill(op, gs_coll_hdr_of(slot), unit, bytes);
-    gs_status st = gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
-                                   &comm->peer_inbox[ch->peer], off, imm, wr_id, GS_OP_SIGNALED);
+    gs_status st =
+        gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
+                        &comm->peer_inbox[ch->peer], off, imm, wr_id, signaled ? GS_OP_SIGNALED : 0);
     if (st == GS_ERR_AGAIN)
         return st;
     if (st != GS_OK)
@@ -141,6 +142,10 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
     ch->rx_arrived++;
     comm->progress_count++;
     take_ack(ch, GS_COLL_IMM_ACK(wc->imm));
+    if (h->seq > ch->rx_seq_max || (h->seq == ch->rx_seq_max && h->unit > ch->rx_unit_max)) {
+        ch->rx_seq_max = h->seq;
+        ch->rx_unit_max = h->unit;
+    }
     if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != GS_COLL_HDR_BYTES + h->bytes)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
                        "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x "

@@ -58,6 +58,8 @@ typedef struct gs_chan {
     bool rx_held[GS_COLL_SLOTS]; /* consumed but still the source of a forward */
     uint64_t *credit_src;        /* outbox word the credit write is made from */
     bool credit_inflight;
+    uint64_t rx_seq_max;  /* highest call number of a message that arrived from the peer */
+    uint32_t rx_unit_max; /* highest step id that arrived in that call */
 } gs_chan;
 
 /* ------------------------------------------------------------------------ */
@@ -141,6 +143,7 @@ struct gs_coll_op {
     bool started;      /* reached the head of the queue */
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
+    bool halves;       /* direct over the boxes, 2 ranks: each rank reduces its half (direct.c) */
     uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
@@ -184,7 +187,9 @@ struct gs_comm {
     uint8_t *out_slots;
     int out_nslots;
     int out_next;
-    uint32_t *out_pending; /* [out_nslots]: writes not yet completed */
+    uint32_t *out_pending; /* [out_nslots]: signaled writes not yet completed */
+    uint64_t *out_call;    /* [out_nslots]: call that wrote from the slot unsignaled (0: none) */
+    uint32_t *out_unit;    /* [out_nslots]: and the step id it wrote */
     uint8_t *abort_src;    /* outbox area the abort notice is written from */
     /* calls */
     uint64_t seq_issued; /* numbers given to calls so far */
@@ -214,6 +219,25 @@ struct gs_comm {
 uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i);
 /* The next free outbox slot, or -1 if the next one is still being written. */
 int gs_coll_outbox_take(gs_comm *comm);
+/* Whether outbox slot i may still be read by a write in flight. A slot
+ * written from unsignaled by step u of call s is free once every peer has
+ * sent a message of a later call (a rank starts call s+1 only after
+ * finishing s, having consumed everything sent to it for s, so it fully
+ * arrived), or of a later step of s (direct: a rank sends column k+1 only
+ * after it received column k from everyone). */
+bool gs_coll_outbox_busy(gs_comm *comm, int i);
+/* Whether op's sends from the outbox go unsignaled (freed by the proof
+ * above, with no acknowledgement on the wire): direct calls of 2 ranks
+ * whose every column goes both ways (a broadcast's later columns go from
+ * the root only). With 2 ranks every later column and call, whatever its
+ * algorithm, brings a message from the peer (with more, a ring call after
+ * a direct one hears only from its left neighbour and could wait forever
+ * for the proof). */
+static inline bool gs_coll_unsignaled(const gs_coll_op *op)
+{
+    return op->comm->size == 2 && op->algo == &gs_direct_algo &&
+           (op->ncols == 1 || op->kind != GS_COLL_BROADCAST);
+}
 /* A payload's header (payload - GS_COLL_HDR_BYTES). */
 static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
 {
@@ -227,6 +251,9 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 /* A box column is this many slot chunks: a post costs a synchronization,
  * not a message, so fewer and larger columns pay off. */
 #define GS_BOX_CHUNK_FACTOR 2
+
+/* 2 ranks over the boxes: allreduces this large reduce by halves. */
+#define GS_BOX_HALVES_BYTES (1u << 20)
 
 /* Results of calls this large are written with non-temporal stores. */
 #define GS_COLL_NT_BYTES (8u << 20)
@@ -270,9 +297,10 @@ uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch);
 void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold);
 void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot);
 /* Writes slot (header + bytes of payload, in lmr) into the peer's next slot
- * with op's descriptor and unit in the header. GS_ERR_AGAIN: nothing posted. */
+ * with op's descriptor and unit in the header; signaled: wr_id completes
+ * when the write is done. GS_ERR_AGAIN: nothing posted. */
 gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
-                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id);
+                       const gs_coll_op *op, uint32_t unit, uint64_t wr_id, bool signaled);
 /* Sends a credit if enough slots were released since the last one. */
 gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch);
 /* Handles one completion of the communicator's transport. */
@@ -320,6 +348,17 @@ gs_status gs_engine_progress(gs_comm *comm);
 void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell_peers);
 /* The call a failure now concerns: the head request's, else the next one. */
 uint64_t gs_engine_current_seq(const gs_comm *comm);
+/* Whether a blocking call may take the quick path now: shared-memory
+ * boxes between 2 ranks, nothing queued or failed, no progress thread. */
+static inline bool gs_engine_quick_fits(const gs_comm *comm)
+{
+    return comm->box && comm->size == 2 && !comm->head && !comm->threaded && comm->failed == GS_OK;
+}
+/* Runs a prepared blocking call whose op fits one box post (else the
+ * engine's way): posts, spins on the peer's post word, reduces, done;
+ * anything unusual (a slow peer, a mismatch, a failure) continues in
+ * gs_engine_wait from where it stands. */
+gs_status gs_engine_quick(gs_comm *comm, gs_req *req);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 

@@ -29,10 +29,27 @@ uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i)
     return comm->out_slots + (size_t)i * comm->slot_stride;
 }
 
+bool gs_coll_outbox_busy(gs_comm *comm, int i)
+{
+    uint64_t call = comm->out_call[i];
+    uint32_t unit = comm->out_unit[i];
+    if (comm->out_pending[i] != 0)
+        return true;
+    if (call == 0)
+        return false;
+    for (int q = 0; q < comm->size; q++) {
+        const gs_chan *ch = &comm->chans[q];
+        if (q != comm->rank && (ch->rx_seq_max < call || (ch->rx_seq_max == call && ch->rx_unit_max <= unit)))
+            return true;
+    }
+    comm->out_call[i] = 0;
+    return false;
+}
+
 int gs_coll_outbox_take(gs_comm *comm)
 {
     int i = comm->out_next;
-    if (comm->out_pending[i] != 0)
+    if (gs_coll_outbox_busy(comm, i))
         return -1;
     comm->out_next = (i + 1) % comm->out_nslots;
     return i;
@@ -69,9 +86,11 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->out_slots = gs_mr_addr(comm->outbox);
     comm->abort_src = comm->out_slots + (size_t)comm->out_nslots * comm->slot_stride + words;
     comm->out_pending = gs_calloc((size_t)comm->out_nslots, sizeof(uint32_t));
+    comm->out_call = gs_calloc((size_t)comm->out_nslots, sizeof(uint64_t));
+    comm->out_unit = gs_calloc((size_t)comm->out_nslots, sizeof(uint32_t));
     comm->chans = gs_calloc((size_t)comm->size, sizeof(gs_chan));
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
-    if (!comm->out_pending || !comm->chans || !comm->peer_inbox)
+    if (!comm->out_pending || !comm->out_call || !comm->out_unit || !comm->chans || !comm->peer_inbox)
         return GS_ERR_NOMEM;
     gs_status st2 = gs_pages_alloc(comm->box_chunk, (void **)&comm->scratch); /* the larger of the two */
     if (st2 != GS_OK)
@@ -195,6 +214,8 @@ static void release(gs_comm *comm)
         gs_log_warn(COLL, "rank %d: closing the communicator's transport failed: %s", comm->rank,
                     gs_last_error());
     free(comm->out_pending);
+    free(comm->out_call);
+    free(comm->out_unit);
     free(comm->chans);
     free(comm->peer_inbox);
     pthread_mutex_destroy(&comm->lock);

@@ -38,17 +38,21 @@ static gs_status send_copy(gs_coll_op *op, gs_chan *tx, const uint8_t *src, size
 {
     gs_comm *c = op->comm;
     int i = c->out_next;
-    if (!gs_chan_has_credit(tx) || c->out_pending[i] != 0)
+    bool sig = !gs_coll_unsignaled(op);
+    if (!gs_chan_has_credit(tx) || gs_coll_outbox_busy(c, i))
         return GS_INPROGRESS;
     uint8_t *slot = gs_coll_outbox_slot(c, i);
     if (bytes)
         memcpy(gs_coll_payload(slot), src, bytes);
-    gs_status st = gs_chan_post(c, tx, slot, c->outbox, bytes, op, unit, GS_WR_ID(GS_WR_OUTBOX, i, 0));
+    gs_status st = gs_chan_post(c, tx, slot, c->outbox, bytes, op, unit, GS_WR_ID(GS_WR_OUTBOX, i, 0), sig);
     if (st == GS_ERR_AGAIN)
         return GS_INPROGRESS;
     if (st != GS_OK)
         return st;
-    c->out_pending[i]++;
+    if (sig)
+        c->out_pending[i]++;
+    else
+        c->out_call[i] = op->seq, c->out_unit[i] = unit;
     c->out_next = (i + 1) % c->out_nslots;
     return GS_OK;
 }
@@ -112,7 +116,7 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
     /* 3. forward from the slot it arrived in (held until the write is done) */
     unsigned held = (unsigned)(rx->rx_next % GS_COLL_SLOTS);
     st = gs_chan_post(c, tx, slot, c->inbox, p->bytes, op, p->send_unit,
-                      GS_WR_ID(GS_WR_FORWARD, rx->peer, held));
+                      GS_WR_ID(GS_WR_FORWARD, rx->peer, held), true);
     if (st == GS_ERR_AGAIN)
         return GS_INPROGRESS;
     if (st != GS_OK)
@@ -136,7 +140,7 @@ static gs_status run_send_all(gs_coll_op *op, gs_prim *p)
         }
         /* the same data to everyone: one copy into the outbox, one write per peer */
         if (p->out_slot < 0) {
-            if (c->out_pending[c->out_next] != 0)
+            if (gs_coll_outbox_busy(c, c->out_next))
                 return GS_INPROGRESS;
             p->out_slot = gs_coll_outbox_take(c);
             op->last_out_slot = p->out_slot;
@@ -145,13 +149,17 @@ static gs_status run_send_all(gs_coll_op *op, gs_prim *p)
         }
         if (!gs_chan_has_credit(tx))
             return GS_INPROGRESS;
+        bool sig = !gs_coll_unsignaled(op);
         st = gs_chan_post(c, tx, gs_coll_outbox_slot(c, p->out_slot), c->outbox, p->bytes, op, p->send_unit,
-                          GS_WR_ID(GS_WR_OUTBOX, p->out_slot, 0));
+                          GS_WR_ID(GS_WR_OUTBOX, p->out_slot, 0), sig);
         if (st == GS_ERR_AGAIN)
             return GS_INPROGRESS;
         if (st != GS_OK)
             return st;
-        c->out_pending[p->out_slot]++;
+        if (sig)
+            c->out_pending[p->out_slot]++;
+        else
+            c->out_call[p->out_slot] = op->seq, c->out_unit[p->out_slot] = p->send_unit;
     }
     if (p->out && p->local && p->out != p->local && p->bytes)
         gs_coll_copy_out(op, p->out, p->local, p->bytes);

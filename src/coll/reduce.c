@@ -176,7 +176,7 @@ void gs_red_force_portable(bool on)
     }                                                                                                        \
     static void name(void *d, const void *a, const void *b, size_t n)                                        \
     {                                                                                                        \
-        if (!red_portable_only && red_cpu_has_f16c())           \
+        if (!red_portable_only && red_cpu_has_f16c())                                                        \
             name##_f16c(d, a, b, n);                                                                         \
         else                                                                                                 \
             portable(d, a, b, n);                                                                            \

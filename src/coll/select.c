@@ -37,9 +37,10 @@ const gs_coll_algo gs_local_algo = {
 
 /* ---- the choice ----------------------------------------------------------- */
 
-#define DIRECT_MAX_BYTES   (64u << 10) /* allreduce with at most DIRECT_MAX_RANKS */
+#define DIRECT_MAX_BYTES   (64u << 10)  /* allreduce with at most DIRECT_MAX_RANKS */
+#define PAIR_MAX_BYTES     (256u << 10) /* 2 ranks through the transport: direct up to here */
 #define DIRECT_MAX_RANKS   4
-#define BOX_PAIR_MAX_BYTES (4u << 20)   /* shared-memory boxes, 2 ranks: direct up to here */
+#define BOX_PAIR_MAX_BYTES (16u << 20)  /* shared-memory boxes, 2 ranks: direct (halves from 1 MiB) */
 #define BOX_MAX_BYTES      (256u << 10) /* shared-memory boxes, 3 to DIRECT_MAX_RANKS ranks */
 #define RD_MAX_BYTES       (16u << 10)
 #define SMALL_TOTAL_BYTES  (16u << 10) /* reduce_scatter, allgather, broadcast */
@@ -68,7 +69,10 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
             return want;
         if (comm->box && bytes <= (n == 2 ? BOX_PAIR_MAX_BYTES : n <= DIRECT_MAX_RANKS ? BOX_MAX_BYTES : 0))
             return &gs_direct_algo;
-        if (n <= DIRECT_MAX_RANKS && bytes <= DIRECT_MAX_BYTES)
+        /* 2 ranks: direct sends what the ring sends, without the ring's
+         * dependency of the all-gather on the reduce-scatter; from about
+         * 1 MiB the ring's halved reduction work wins (tcp, measured) */
+        if (n <= DIRECT_MAX_RANKS && bytes <= (n == 2 ? PAIR_MAX_BYTES : DIRECT_MAX_BYTES))
             return &gs_direct_algo;
         return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
     default: /* reduce_scatter, allgather, broadcast: ring or direct (rd means ring) */

@@ -547,7 +547,7 @@ gs_status gs_ps_wait(gs_ps_req *req)
 
 static gs_status blocking(gs_ps *ps, uint64_t key, const float *grad, float *out, bool push, bool pull)
 {
-    gs_ps_req *req;
+    gs_ps_req *req = NULL;
     gs_status st = start(ps, key, grad, out, push, pull, &req);
     return st == GS_OK ? gs_ps_wait(req) : st;
 }

@@ -71,7 +71,6 @@ typedef struct auto_info {
     uint32_t pad;
 } auto_info;
 
-
 static uint32_t usable_here(const gs_config *cfg)
 {
     uint32_t mask = 0;

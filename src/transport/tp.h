@@ -74,10 +74,10 @@ typedef struct gs_rmr_head {
     uint8_t transport; /* GS_TRANSPORT_SHM / _TCP / _VERBS */
     uint8_t access;    /* gs_access bits */
     uint8_t pad;
-    uint32_t owner;    /* rank that registered it */
-    uint64_t addr;     /* owner's virtual address of byte 0 */
+    uint32_t owner; /* rank that registered it */
+    uint64_t addr;  /* owner's virtual address of byte 0 */
     uint64_t len;
-    uint64_t key;      /* backend key (shm: region id, tcp: region id, verbs: rkey) */
+    uint64_t key; /* backend key (shm: region id, tcp: region id, verbs: rkey) */
     uint8_t tail[GS_RMR_BYTES - 32];
 } gs_rmr_head;
 _Static_assert(sizeof(gs_rmr_head) == GS_RMR_BYTES, "descriptor must fill the blob exactly");

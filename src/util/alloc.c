@@ -34,7 +34,8 @@ gs_status gs_pages_alloc(size_t len, void **ptr_p)
     size_t rounded = gs_round_up(len ? len : 1, gs_page_size());
     void *ptr = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ptr == MAP_FAILED)
-        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_NOMEM, "mmap of %zu bytes failed: %s", rounded, strerror(errno));
+        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_NOMEM, "mmap of %zu bytes failed: %s", rounded,
+                       strerror(errno));
     gs_pages_touch(ptr, rounded);
     *ptr_p = ptr;
     return GS_OK;

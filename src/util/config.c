@@ -23,7 +23,7 @@ typedef struct param_desc {
 } param_desc;
 
 static const param_desc params[] = {
-#define GS_X_DESC(field, var, type, def, choices, help) \
+#define GS_X_DESC(field, var, type, def, choices, help)                                                      \
     {{var, #type, def, choices, help}, T_##type, offsetof(gs_config, field)},
     GS_PARAM_TABLE(GS_X_DESC)
 #undef GS_X_DESC
@@ -53,9 +53,21 @@ gs_status gs_parse_size(const char *text, uint64_t *value_p)
     if (errno || end == text)
         return GS_ERR_CONFIG;
     switch (*end) {
-    case 'k': case 'K': mult = 1ull << 10; end++; break;
-    case 'm': case 'M': mult = 1ull << 20; end++; break;
-    case 'g': case 'G': mult = 1ull << 30; end++; break;
+    case 'k':
+    case 'K':
+        mult = 1ull << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1ull << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1ull << 30;
+        end++;
+        break;
     default: break;
     }
     if (mult > 1 && (*end == 'i' || *end == 'I'))
@@ -132,15 +144,9 @@ static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg
     int index;
 
     switch (d->type) {
-    case T_INT:
-        status = parse_int(text, (int64_t *)(void *)field);
-        break;
-    case T_SIZE:
-        status = gs_parse_size(text, (uint64_t *)(void *)field);
-        break;
-    case T_BOOL:
-        status = parse_bool(text, (bool *)(void *)field);
-        break;
+    case T_INT: status = parse_int(text, (int64_t *)(void *)field); break;
+    case T_SIZE: status = gs_parse_size(text, (uint64_t *)(void *)field); break;
+    case T_BOOL: status = parse_bool(text, (bool *)(void *)field); break;
     case T_ENUM:
         index = enum_index(d->info.choices, text);
         if (index < 0)
@@ -264,15 +270,9 @@ void gs_param_format(const gs_config *cfg, int i, char *buf, size_t cap)
     const param_desc *d = &params[i];
     const char *field = (const char *)cfg + d->offset;
     switch (d->type) {
-    case T_INT:
-        snprintf(buf, cap, "%" PRId64, *(const int64_t *)(const void *)field);
-        break;
-    case T_SIZE:
-        snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)(const void *)field);
-        break;
-    case T_BOOL:
-        snprintf(buf, cap, "%d", *(const bool *)(const void *)field ? 1 : 0);
-        break;
+    case T_INT: snprintf(buf, cap, "%" PRId64, *(const int64_t *)(const void *)field); break;
+    case T_SIZE: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)(const void *)field); break;
+    case T_BOOL: snprintf(buf, cap, "%d", *(const bool *)(const void *)field ? 1 : 0); break;
     case T_ENUM: {
         int index = *(const int *)(const void *)field;
         const char *p = d->info.choices;
@@ -284,9 +284,7 @@ void gs_param_format(const gs_config *cfg, int i, char *buf, size_t cap)
         snprintf(buf, cap, "%.*s", p ? (int)(bar ? (size_t)(bar - p) : strlen(p)) : 1, p ? p : "?");
         break;
     }
-    default:
-        snprintf(buf, cap, "%s", field);
-        break;
+    default: snprintf(buf, cap, "%s", field); break;
     }
 }
 

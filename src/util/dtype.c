@@ -12,7 +12,7 @@ size_t gs_dtype_size(gs_dtype dtype)
 const char *gs_dtype_name(gs_dtype dtype)
 {
     static const char *const names[GS_DTYPE_COUNT] = {
-        [GS_F32] = "f32", [GS_F64] = "f64", [GS_F16] = "f16",
+        [GS_F32] = "f32",   [GS_F64] = "f64", [GS_F16] = "f16",
         [GS_BF16] = "bf16", [GS_I32] = "i32", [GS_I64] = "i64",
     };
     return (unsigned)dtype < GS_DTYPE_COUNT ? names[dtype] : "?";

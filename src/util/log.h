@@ -16,15 +16,15 @@ typedef enum gs_log_level {
 } gs_log_level;
 
 /* X(name, string): one bit each in GS_LOG_SUBSYS. */
-#define GS_LOG_SUBSYS_TABLE(X) \
-    X(UTIL, "util")            \
-    X(BOOT, "boot")            \
-    X(TP, "tp")                \
-    X(SHM, "shm")              \
-    X(TCP, "tcp")              \
-    X(VERBS, "verbs")          \
-    X(COLL, "coll")            \
-    X(PS, "ps")                \
+#define GS_LOG_SUBSYS_TABLE(X)                                                                               \
+    X(UTIL, "util")                                                                                          \
+    X(BOOT, "boot")                                                                                          \
+    X(TP, "tp")                                                                                              \
+    X(SHM, "shm")                                                                                            \
+    X(TCP, "tcp")                                                                                            \
+    X(VERBS, "verbs")                                                                                        \
+    X(COLL, "coll")                                                                                          \
+    X(PS, "ps")                                                                                              \
     X(TOOL, "tool")
 
 typedef enum gs_log_subsys {
@@ -49,15 +49,15 @@ void gs_log_set_rank(int rank);
 void gs_log_write(gs_log_level level, gs_log_subsys subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define GS_LOG_AT(level, subsys, ...)                     \
-    do {                                                  \
-        if (gs_log_enabled(level, GS_SUBSYS_##subsys))    \
-            gs_log_write(level, GS_SUBSYS_##subsys, __VA_ARGS__); \
+#define GS_LOG_AT(level, subsys, ...)                                                                        \
+    do {                                                                                                     \
+        if (gs_log_enabled(level, GS_SUBSYS_##subsys))                                                       \
+            gs_log_write(level, GS_SUBSYS_##subsys, __VA_ARGS__);                                            \
     } while (0)
 
 #define gs_log_error(subsys, ...) GS_LOG_AT(GS_LOG_ERROR, subsys, __VA_ARGS__)
-#define gs_log_warn(subsys, ...) GS_LOG_AT(GS_LOG_WARN, subsys, __VA_ARGS__)
-#define gs_log_info(subsys, ...) GS_LOG_AT(GS_LOG_INFO, subsys, __VA_ARGS__)
+#define gs_log_warn(subsys, ...)  GS_LOG_AT(GS_LOG_WARN, subsys, __VA_ARGS__)
+#define gs_log_info(subsys, ...)  GS_LOG_AT(GS_LOG_INFO, subsys, __VA_ARGS__)
 #define gs_log_debug(subsys, ...) GS_LOG_AT(GS_LOG_DEBUG, subsys, __VA_ARGS__)
 #define gs_log_trace(subsys, ...) GS_LOG_AT(GS_LOG_TRACE, subsys, __VA_ARGS__)
 

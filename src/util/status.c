@@ -9,9 +9,8 @@ static _Thread_local char last_error[1024];
 const char *gs_status_name(gs_status status)
 {
     switch (status) {
-#define GS_X_NAME(name, value, msg) \
-    case GS_##name:                 \
-        return "GS_" #name;
+#define GS_X_NAME(name, value, msg)                                                                          \
+    case GS_##name: return "GS_" #name;
         GS_STATUS_TABLE(GS_X_NAME)
 #undef GS_X_NAME
     }
@@ -21,9 +20,8 @@ const char *gs_status_name(gs_status status)
 const char *gs_strerror(gs_status status)
 {
     switch (status) {
-#define GS_X_MSG(name, value, msg) \
-    case GS_##name:                \
-        return msg;
+#define GS_X_MSG(name, value, msg)                                                                           \
+    case GS_##name: return msg;
         GS_STATUS_TABLE(GS_X_MSG)
 #undef GS_X_MSG
     }

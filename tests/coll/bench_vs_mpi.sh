@@ -6,6 +6,7 @@
 # rounds and the ratio MPI/gradsync of the per-round medians.
 #
 #   tests/coll/bench_vs_mpi.sh BUILD_DIR [RANKS] [REPS] [extra gsbench args...]
+#   TRANSPORT=tcp tests/coll/bench_vs_mpi.sh ...   # gradsync over tcp, Open MPI over its tcp btl
 #
 # The probe is the 10 ms cross-core cache-line ping-pong of the baseline
 # (about 50 ns or about 200 ns one way here: the host moves the vCPUs), so
@@ -21,13 +22,18 @@ sizes=8,64,1K,4K,64K,1M,16M,64M
 scale=1
 oversub=
 if [ "$ranks" -gt "$(nproc)" ]; then scale=0.25; oversub=--oversubscribe; fi
+transport=${TRANSPORT:-shm}
+mpi_net=()
+if [ "$transport" = tcp ]; then
+    mpi_net=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+fi
 out=$(mktemp -d)
 for r in $(seq "$reps"); do
     p1=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
-    "$build/tools/gsrun" -n "$ranks" --transport shm "$build/tools/gsbench" --sizes "$sizes" --scale "$scale" \
+    "$build/tools/gsrun" -n "$ranks" --transport "$transport" "$build/tools/gsbench" --sizes "$sizes" --scale "$scale" \
         --json "$@" | sed 's/^\[0\] //' > "$out/gs.$r.json"
     p2=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
-    timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "$bench/bin/mpi_allreduce" "$scale" \
+    timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_allreduce" "$scale" \
         > "$out/mpi.$r.txt" 2>/dev/null
     echo "round $r: probe before gsbench ${p1} ns, before MPI ${p2} ns" >&2
 done

@@ -59,19 +59,19 @@ static inline const char *cc_usable(int i)
     static void name(const char *transport);                                                                 \
     static void name##_t0(void)                                                                              \
     {                                                                                                        \
-        name(cc_usable(0));                                                                            \
+        name(cc_usable(0));                                                                                  \
     }                                                                                                        \
     static void name##_t1(void)                                                                              \
     {                                                                                                        \
-        name(cc_usable(1));                                                                            \
+        name(cc_usable(1));                                                                                  \
     }                                                                                                        \
     static void name##_t2(void)                                                                              \
     {                                                                                                        \
-        name(cc_usable(2));                                                                            \
+        name(cc_usable(2));                                                                                  \
     }                                                                                                        \
     static void name##_t3(void)                                                                              \
     {                                                                                                        \
-        name(cc_usable(3));                                                                            \
+        name(cc_usable(3));                                                                                  \
     }                                                                                                        \
     __attribute__((constructor)) static void cc_reg_##name(void)                                             \
     {                                                                                                        \

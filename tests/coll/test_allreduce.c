@@ -120,7 +120,7 @@ typedef struct large_case {
 
 static const large_case large_cases[] = {
     {GS_ALGO_RING, GS_F32, GS_SUM},   {GS_ALGO_RING, GS_BF16, GS_AVG}, {GS_ALGO_RD, GS_F16, GS_SUM},
-    {GS_ALGO_DIRECT, GS_I64, GS_MAX}, {GS_ALGO_AUTO, GS_F32, GS_PROD},
+    {GS_ALGO_DIRECT, GS_I64, GS_MAX}, {GS_ALGO_AUTO, GS_F32, GS_PROD}, {GS_ALGO_DIRECT, GS_F64, GS_AVG},
 };
 
 static void large_body(gs_ctx *ctx, int rank, void *argp)

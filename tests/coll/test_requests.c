@@ -119,6 +119,69 @@ CC_TEST(progress_thread_overlaps_compute)
     GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, overlap_body, &a, status), 2);
 }
 
+/* Calls of every size in a row on 2 ranks (auto: direct with unsignaled
+ * sends for the small ones, whose outbox slots are freed by the peer's next
+ * call, ring or the boxes for the large ones), several small ones in flight
+ * at once (more than the outbox has slots), data different every call. */
+static void check_sum(const float *out, size_t count, int seed, int n)
+{
+    for (size_t e = 0; e < count; e++) {
+        float acc = 0, v;
+        for (int r = 0; r < n; r++) {
+            cc_put(GS_F32, GS_SUM, r + seed, e, &v);
+            acc += v;
+        }
+        if (out[e] != acc)
+            gs_test_fail_here(__FILE__, __LINE__, "seed %d: element %zu of %zu is %g, want %g", seed, e,
+                              count, (double)out[e], (double)acc);
+    }
+}
+
+static void mixed_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *a = argp;
+    int n = gs_ctx_size(ctx);
+    enum { INFLIGHT = 7, ROUNDS = 40 };
+    const size_t big = 20000, small = 2;
+    float *in = malloc(big * sizeof(float)), *out = malloc(big * sizeof(float));
+    float sin[INFLIGHT][2], sout[INFLIGHT][2];
+    gs_req *req[INFLIGHT];
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, a->transport, &tp);
+    for (int i = 0; i < ROUNDS; i++) {
+        cc_fill(GS_F32, GS_SUM, rank + i, in, small);
+        GS_ASSERT_OK(gs_allreduce(comm, in, out, small, GS_F32, GS_SUM));
+        check_sum(out, small, i, n);
+        cc_fill(GS_F32, GS_SUM, rank + i + 1, in, big);
+        GS_ASSERT_OK(gs_allreduce(comm, in, out, big, GS_F32, GS_SUM));
+        check_sum(out, big, i + 1, n);
+        cc_fill(GS_F32, GS_SUM, rank + i + 2, out, small);
+        GS_ASSERT_OK(gs_allreduce(comm, out, out, small, GS_F32, GS_SUM)); /* in place */
+        check_sum(out, small, i + 2, n);
+        GS_ASSERT_OK(gs_barrier(comm));
+        for (int k = 0; k < INFLIGHT; k++) {
+            cc_fill(GS_F32, GS_SUM, rank + i + k, sin[k], small);
+            GS_ASSERT_OK(gs_iallreduce(comm, sin[k], sout[k], small, GS_F32, GS_SUM, &req[k]));
+        }
+        for (int k = 0; k < INFLIGHT; k++) {
+            GS_ASSERT_OK(gs_req_wait(req[k]));
+            check_sum(sout[k], small, i + k, n);
+        }
+    }
+    free(in);
+    free(out);
+    cc_close(comm, tp);
+}
+
+CC_TEST(mixed_sizes_in_a_row)
+{
+    const char *env[] = {"GS_CHUNK_BYTES=4096", NULL};
+    cc_arg a = {.transport = transport};
+    gs_test_ranks_opts opts = {.n = 2, .timeout_ms = 60000, .rank_timeout_ms = 20000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, mixed_body, &a, status), 2);
+}
+
 /* ---- fusion ------------------------------------------------------------------ */
 
 static void multi_body(gs_ctx *ctx, int rank, void *argp)

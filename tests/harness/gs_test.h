@@ -25,28 +25,28 @@ void gs_test_fail_here(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 void gs_test_skip_here(const char *why) __attribute__((noreturn));
 
-#define GS_TEST(name)                                                   \
-    static void name(void);                                             \
-    __attribute__((constructor)) static void gs_test_reg_##name(void)   \
-    {                                                                   \
-        gs_test_register(#name, name, __FILE__);                        \
-    }                                                                   \
+#define GS_TEST(name)                                                                                        \
+    static void name(void);                                                                                  \
+    __attribute__((constructor)) static void gs_test_reg_##name(void)                                        \
+    {                                                                                                        \
+        gs_test_register(#name, name, __FILE__);                                                             \
+    }                                                                                                        \
     static void name(void)
 
 #define GS_SKIP(why) gs_test_skip_here(why)
 
-#define GS_ASSERT(cond)                                                          \
-    do {                                                                         \
-        if (!(cond))                                                             \
-            gs_test_fail_here(__FILE__, __LINE__, "assertion failed: %s", #cond); \
+#define GS_ASSERT(cond)                                                                                      \
+    do {                                                                                                     \
+        if (!(cond))                                                                                         \
+            gs_test_fail_here(__FILE__, __LINE__, "assertion failed: %s", #cond);                            \
     } while (0)
 
-#define GS_ASSERT_INT_OP(a, op, b)                                                             \
-    do {                                                                                       \
-        long long gs_a_ = (long long)(a), gs_b_ = (long long)(b);                              \
-        if (!(gs_a_ op gs_b_))                                                                 \
-            gs_test_fail_here(__FILE__, __LINE__, "expected %s %s %s: %lld vs %lld", #a, #op, #b, \
-                              gs_a_, gs_b_);                                                   \
+#define GS_ASSERT_INT_OP(a, op, b)                                                                           \
+    do {                                                                                                     \
+        long long gs_a_ = (long long)(a), gs_b_ = (long long)(b);                                            \
+        if (!(gs_a_ op gs_b_))                                                                               \
+            gs_test_fail_here(__FILE__, __LINE__, "expected %s %s %s: %lld vs %lld", #a, #op, #b, gs_a_,     \
+                              gs_b_);                                                                        \
     } while (0)
 #define GS_ASSERT_EQ(a, b) GS_ASSERT_INT_OP(a, ==, b)
 #define GS_ASSERT_NE(a, b) GS_ASSERT_INT_OP(a, !=, b)
@@ -55,39 +55,39 @@ void gs_test_skip_here(const char *why) __attribute__((noreturn));
 #define GS_ASSERT_GT(a, b) GS_ASSERT_INT_OP(a, >, b)
 #define GS_ASSERT_GE(a, b) GS_ASSERT_INT_OP(a, >=, b)
 
-#define GS_ASSERT_U64_EQ(a, b)                                                                     \
-    do {                                                                                           \
-        uint64_t gs_a_ = (uint64_t)(a), gs_b_ = (uint64_t)(b);                                     \
-        if (gs_a_ != gs_b_)                                                                        \
-            gs_test_fail_here(__FILE__, __LINE__, "expected %s == %s: %" PRIu64 " vs %" PRIu64, #a, #b, \
-                              gs_a_, gs_b_);                                                       \
+#define GS_ASSERT_U64_EQ(a, b)                                                                               \
+    do {                                                                                                     \
+        uint64_t gs_a_ = (uint64_t)(a), gs_b_ = (uint64_t)(b);                                               \
+        if (gs_a_ != gs_b_)                                                                                  \
+            gs_test_fail_here(__FILE__, __LINE__, "expected %s == %s: %" PRIu64 " vs %" PRIu64, #a, #b,      \
+                              gs_a_, gs_b_);                                                                 \
     } while (0)
 
 /* A gs_status call that must return the expected status; prints names and
  * gs_last_error() otherwise. */
-#define GS_ASSERT_STATUS(expr, expected)                                                      \
-    do {                                                                                      \
-        gs_status gs_s_ = (expr), gs_e_ = (expected);                                         \
-        if (gs_s_ != gs_e_)                                                                   \
-            gs_test_fail_here(__FILE__, __LINE__, "%s returned %s, expected %s (last error: %s)", \
-                              #expr, gs_status_name(gs_s_), gs_status_name(gs_e_), gs_last_error()); \
+#define GS_ASSERT_STATUS(expr, expected)                                                                     \
+    do {                                                                                                     \
+        gs_status gs_s_ = (expr), gs_e_ = (expected);                                                        \
+        if (gs_s_ != gs_e_)                                                                                  \
+            gs_test_fail_here(__FILE__, __LINE__, "%s returned %s, expected %s (last error: %s)", #expr,     \
+                              gs_status_name(gs_s_), gs_status_name(gs_e_), gs_last_error());                \
     } while (0)
 #define GS_ASSERT_OK(expr) GS_ASSERT_STATUS(expr, GS_OK)
 
-#define GS_ASSERT_STR_EQ(a, b)                                                                \
-    do {                                                                                      \
-        const char *gs_a_ = (a), *gs_b_ = (b);                                                \
-        if (!gs_a_ || !gs_b_ || strcmp(gs_a_, gs_b_) != 0)                                    \
-            gs_test_fail_here(__FILE__, __LINE__, "expected %s == %s: \"%s\" vs \"%s\"", #a, #b, \
-                              gs_a_ ? gs_a_ : "(null)", gs_b_ ? gs_b_ : "(null)");             \
+#define GS_ASSERT_STR_EQ(a, b)                                                                               \
+    do {                                                                                                     \
+        const char *gs_a_ = (a), *gs_b_ = (b);                                                               \
+        if (!gs_a_ || !gs_b_ || strcmp(gs_a_, gs_b_) != 0)                                                   \
+            gs_test_fail_here(__FILE__, __LINE__, "expected %s == %s: \"%s\" vs \"%s\"", #a, #b,             \
+                              gs_a_ ? gs_a_ : "(null)", gs_b_ ? gs_b_ : "(null)");                           \
     } while (0)
 
-#define GS_ASSERT_CONTAINS(haystack, needle)                                                       \
-    do {                                                                                           \
-        const char *gs_h_ = (haystack), *gs_n_ = (needle);                                         \
-        if (!gs_h_ || !strstr(gs_h_, gs_n_))                                                       \
-            gs_test_fail_here(__FILE__, __LINE__, "expected %s to contain \"%s\": \"%s\"", #haystack, \
-                              gs_n_, gs_h_ ? gs_h_ : "(null)");                                    \
+#define GS_ASSERT_CONTAINS(haystack, needle)                                                                 \
+    do {                                                                                                     \
+        const char *gs_h_ = (haystack), *gs_n_ = (needle);                                                   \
+        if (!gs_h_ || !strstr(gs_h_, gs_n_))                                                                 \
+            gs_test_fail_here(__FILE__, __LINE__, "expected %s to contain \"%s\": \"%s\"", #haystack, gs_n_, \
+                              gs_h_ ? gs_h_ : "(null)");                                                     \
     } while (0)
 
 #endif

@@ -106,7 +106,8 @@ static int run_one(const test_entry *t, int timeout_s)
         result = 2;
     else {
         if (WIFSIGNALED(status))
-            fprintf(stderr, "  FAIL: killed by signal %d (%s)\n", WTERMSIG(status), strsignal(WTERMSIG(status)));
+            fprintf(stderr, "  FAIL: killed by signal %d (%s)\n", WTERMSIG(status),
+                    strsignal(WTERMSIG(status)));
         else
             fprintf(stderr, "  FAIL: exit status %d\n", WEXITSTATUS(status));
         result = 1;

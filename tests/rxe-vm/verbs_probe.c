@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PROBE_LEN 4096            /* one page per area */
-#define PROBE_DEPTH 16
+#define PROBE_LEN        4096 /* one page per area */
+#define PROBE_DEPTH      16
 #define PROBE_TIMEOUT_MS 10000
 
 enum { AREA_SRC, AREA_DST, AREA_BACK, AREA_ATOMIC, AREA_RECV, AREA_COUNT };
@@ -28,10 +28,10 @@ struct probe {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     struct ibv_comp_channel *chan;
-    struct ibv_cq *cq_a, *cq_b;   /* cq_b is armed through chan */
+    struct ibv_cq *cq_a, *cq_b; /* cq_b is armed through chan */
     struct ibv_qp *qp_a, *qp_b;
     struct ibv_mr *mr;
-    char *buf;                    /* AREA_COUNT pages */
+    char *buf; /* AREA_COUNT pages */
     int gid_index;
     union ibv_gid gid;
     enum ibv_mtu mtu;
@@ -40,17 +40,20 @@ struct probe {
 
 static int failures;
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "probe: FAIL %s:%d: ", __FILE__, __LINE__);    \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "probe: FAIL %s:%d: ", __FILE__, __LINE__);                                      \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fputc('\n', stderr);                                                                             \
+            failures++;                                                                                      \
+        }                                                                                                    \
     } while (0)
 
-static char *area(struct probe *p, int which) { return p->buf + which * PROBE_LEN; }
+static char *area(struct probe *p, int which)
+{
+    return p->buf + which * PROBE_LEN;
+}
 
 static struct ibv_context *open_device(const char *name)
 {
@@ -73,12 +76,11 @@ static void print_limits(struct probe *p)
     if (ibv_query_device(p->ctx, &dev) || ibv_query_port(p->ctx, 1, &port))
         return;
     printf("atomic_cap %d (0 none, 1 HCA, 2 GLOB)\n", dev.atomic_cap);
-    printf("max_qp_wr %d max_sge %d max_cqe %d max_mr_size 0x%llx\n", dev.max_qp_wr,
-           dev.max_sge, dev.max_cqe, (unsigned long long)dev.max_mr_size);
-    printf("max_qp_rd_atom %d max_qp_init_rd_atom %d\n", dev.max_qp_rd_atom,
-           dev.max_qp_init_rd_atom);
-    printf("port state %d active_mtu %d (3=1024 5=4096) max_msg_sz %u link_layer %d\n",
-           port.state, port.active_mtu, port.max_msg_sz, port.link_layer);
+    printf("max_qp_wr %d max_sge %d max_cqe %d max_mr_size 0x%llx\n", dev.max_qp_wr, dev.max_sge, dev.max_cqe,
+           (unsigned long long)dev.max_mr_size);
+    printf("max_qp_rd_atom %d max_qp_init_rd_atom %d\n", dev.max_qp_rd_atom, dev.max_qp_init_rd_atom);
+    printf("port state %d active_mtu %d (3=1024 5=4096) max_msg_sz %u link_layer %d\n", port.state,
+           port.active_mtu, port.max_msg_sz, port.link_layer);
     for (int i = 0; i < port.gid_tbl_len && i < 8; i++) {
         union ibv_gid g;
         char s[64];
@@ -96,8 +98,11 @@ static struct ibv_qp *create_qp(struct probe *p, struct ibv_cq *cq, uint32_t inl
     struct ibv_qp_init_attr attr = {
         .send_cq = cq,
         .recv_cq = cq,
-        .cap = { .max_send_wr = PROBE_DEPTH, .max_recv_wr = PROBE_DEPTH,
-                 .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = inline_len },
+        .cap = {.max_send_wr = PROBE_DEPTH,
+                .max_recv_wr = PROBE_DEPTH,
+                .max_send_sge = 1,
+                .max_recv_sge = 1,
+                .max_inline_data = inline_len},
         .qp_type = IBV_QPT_RC,
     };
     return ibv_create_qp(p->pd, &attr);
@@ -123,8 +128,8 @@ static uint32_t find_max_inline(struct probe *p)
 
 static int setup(struct probe *p, const char *dev_name)
 {
-    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    int access =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
     p->ctx = open_device(dev_name);
     if (!p->ctx)
@@ -157,8 +162,7 @@ static int connect_qp(struct probe *p, struct ibv_qp *qp, uint32_t dest_qpn)
     struct ibv_qp_attr init = {
         .qp_state = IBV_QPS_INIT,
         .port_num = 1,
-        .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                           IBV_ACCESS_REMOTE_ATOMIC,
+        .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
     };
     struct ibv_qp_attr rtr = {
         .qp_state = IBV_QPS_RTR,
@@ -167,8 +171,9 @@ static int connect_qp(struct probe *p, struct ibv_qp *qp, uint32_t dest_qpn)
         .rq_psn = 0,
         .max_dest_rd_atomic = 16,
         .min_rnr_timer = 12,
-        .ah_attr = { .is_global = 1, .port_num = 1,
-                     .grh = { .dgid = p->gid, .sgid_index = p->gid_index, .hop_limit = 1 } },
+        .ah_attr = {.is_global = 1,
+                    .port_num = 1,
+                    .grh = {.dgid = p->gid, .sgid_index = p->gid_index, .hop_limit = 1}},
     };
     struct ibv_qp_attr rts = {
         .qp_state = IBV_QPS_RTS,
@@ -179,16 +184,15 @@ static int connect_qp(struct probe *p, struct ibv_qp *qp, uint32_t dest_qpn)
         .max_rd_atomic = 16,
     };
 
-    if (ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                     IBV_QP_ACCESS_FLAGS))
+    if (ibv_modify_qp(qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return fprintf(stderr, "probe: INIT failed\n"), -1;
-    if (ibv_modify_qp(qp, &rtr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    if (ibv_modify_qp(qp, &rtr,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
         return fprintf(stderr, "probe: RTR failed\n"), -1;
-    if (ibv_modify_qp(qp, &rts, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                    IBV_QP_MAX_QP_RD_ATOMIC))
+    if (ibv_modify_qp(qp, &rts,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC))
         return fprintf(stderr, "probe: RTS failed\n"), -1;
     return 0;
 }
@@ -208,11 +212,11 @@ static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 /* Wait for one completion on cq_b through the completion channel. */
 static int wait_event(struct probe *p, struct ibv_wc *wc)
 {
-    struct pollfd pfd = { .fd = p->chan->fd, .events = POLLIN };
+    struct pollfd pfd = {.fd = p->chan->fd, .events = POLLIN};
     struct ibv_cq *cq;
     void *cq_ctx;
 
-    if (ibv_poll_cq(p->cq_b, 1, wc) == 1)     /* already there */
+    if (ibv_poll_cq(p->cq_b, 1, wc) == 1) /* already there */
         return 0;
     if (poll(&pfd, 1, PROBE_TIMEOUT_MS) != 1)
         return fprintf(stderr, "probe: no completion event (timeout)\n"), -1;
@@ -225,14 +229,13 @@ static int wait_event(struct probe *p, struct ibv_wc *wc)
 
 static int post_recv(struct probe *p, uint64_t wr_id)
 {
-    struct ibv_sge sge = { (uintptr_t)area(p, AREA_RECV), PROBE_LEN, p->mr->lkey };
-    struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+    struct ibv_sge sge = {(uintptr_t)area(p, AREA_RECV), PROBE_LEN, p->mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
     return ibv_post_recv(p->qp_b, &wr, &bad);
 }
 
 /* Post one signaled request from qp_a; return its completion status. */
-static int post_a(struct probe *p, struct ibv_send_wr *wr, struct ibv_sge *sge,
-                  struct ibv_wc *wc)
+static int post_a(struct probe *p, struct ibv_send_wr *wr, struct ibv_sge *sge, struct ibv_wc *wc)
 {
     struct ibv_send_wr *bad;
 
@@ -248,22 +251,20 @@ static int post_a(struct probe *p, struct ibv_send_wr *wr, struct ibv_sge *sge,
 
 static void test_write_read(struct probe *p)
 {
-    struct ibv_sge sge = { (uintptr_t)area(p, AREA_SRC), PROBE_LEN, p->mr->lkey };
-    struct ibv_send_wr wr = { .wr_id = 1, .opcode = IBV_WR_RDMA_WRITE,
-        .wr.rdma = { (uintptr_t)area(p, AREA_DST), p->mr->rkey } };
+    struct ibv_sge sge = {(uintptr_t)area(p, AREA_SRC), PROBE_LEN, p->mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = 1, .opcode = IBV_WR_RDMA_WRITE, .wr.rdma = {(uintptr_t)area(p, AREA_DST), p->mr->rkey}};
     struct ibv_wc wc;
 
     for (int i = 0; i < PROBE_LEN; i++)
         area(p, AREA_SRC)[i] = (char)(i * 7 + 1);
-    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "WRITE: %s",
-          ibv_wc_status_str(wc.status));
+    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "WRITE: %s", ibv_wc_status_str(wc.status));
     CHECK(!memcmp(area(p, AREA_SRC), area(p, AREA_DST), PROBE_LEN), "WRITE: data differs");
 
-    struct ibv_sge back = { (uintptr_t)area(p, AREA_BACK), PROBE_LEN, p->mr->lkey };
-    struct ibv_send_wr rd = { .wr_id = 2, .opcode = IBV_WR_RDMA_READ,
-        .wr.rdma = { (uintptr_t)area(p, AREA_DST), p->mr->rkey } };
-    CHECK(post_a(p, &rd, &back, &wc) == IBV_WC_SUCCESS, "READ: %s",
-          ibv_wc_status_str(wc.status));
+    struct ibv_sge back = {(uintptr_t)area(p, AREA_BACK), PROBE_LEN, p->mr->lkey};
+    struct ibv_send_wr rd = {
+        .wr_id = 2, .opcode = IBV_WR_RDMA_READ, .wr.rdma = {(uintptr_t)area(p, AREA_DST), p->mr->rkey}};
+    CHECK(post_a(p, &rd, &back, &wc) == IBV_WC_SUCCESS, "READ: %s", ibv_wc_status_str(wc.status));
     CHECK(wc.opcode == IBV_WC_RDMA_READ, "READ: opcode %d", wc.opcode);
     CHECK(!memcmp(area(p, AREA_SRC), area(p, AREA_BACK), PROBE_LEN), "READ: data differs");
     printf("WRITE, READ: %s\n", failures ? "FAIL" : "ok");
@@ -271,22 +272,23 @@ static void test_write_read(struct probe *p)
 
 static void test_write_imm(struct probe *p)
 {
-    struct ibv_sge sge = { (uintptr_t)area(p, AREA_SRC), 512, p->mr->lkey };
-    struct ibv_send_wr wr = { .wr_id = 3, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-        .imm_data = htobe32(0xC0FFEE), .wr.rdma = { (uintptr_t)area(p, AREA_DST), p->mr->rkey } };
+    struct ibv_sge sge = {(uintptr_t)area(p, AREA_SRC), 512, p->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 3,
+                             .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                             .imm_data = htobe32(0xC0FFEE),
+                             .wr.rdma = {(uintptr_t)area(p, AREA_DST), p->mr->rkey}};
     struct ibv_wc wc, rwc;
     int before = failures;
 
     memset(area(p, AREA_SRC), 0x5A, 512);
     CHECK(post_recv(p, 30) == 0, "WRITE_IMM: post_recv");
     CHECK(ibv_req_notify_cq(p->cq_b, 0) == 0, "req_notify_cq");
-    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "WRITE_IMM: %s",
-          ibv_wc_status_str(wc.status));
+    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "WRITE_IMM: %s", ibv_wc_status_str(wc.status));
     CHECK(wait_event(p, &rwc) == 0, "WRITE_IMM: no target completion");
     CHECK(rwc.status == IBV_WC_SUCCESS && rwc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
-          (rwc.wc_flags & IBV_WC_WITH_IMM) && be32toh(rwc.imm_data) == 0xC0FFEE,
-          "WRITE_IMM: target completion status %d opcode %d imm 0x%x", rwc.status,
-          rwc.opcode, be32toh(rwc.imm_data));
+              (rwc.wc_flags & IBV_WC_WITH_IMM) && be32toh(rwc.imm_data) == 0xC0FFEE,
+          "WRITE_IMM: target completion status %d opcode %d imm 0x%x", rwc.status, rwc.opcode,
+          be32toh(rwc.imm_data));
     CHECK(rwc.wr_id == 30 && rwc.byte_len == 512, "WRITE_IMM: wr_id %llu byte_len %u",
           (unsigned long long)rwc.wr_id, rwc.byte_len);
     CHECK(!memcmp(area(p, AREA_SRC), area(p, AREA_DST), 512), "WRITE_IMM: data differs");
@@ -296,14 +298,13 @@ static void test_write_imm(struct probe *p)
 static uint64_t atomic_op(struct probe *p, enum ibv_wr_opcode op, uint64_t a, uint64_t b)
 {
     uint64_t *old = (uint64_t *)area(p, AREA_BACK);
-    struct ibv_sge sge = { (uintptr_t)old, 8, p->mr->lkey };
-    struct ibv_send_wr wr = { .wr_id = 4, .opcode = op,
-        .wr.atomic = { (uintptr_t)area(p, AREA_ATOMIC), a, b, p->mr->rkey } };
+    struct ibv_sge sge = {(uintptr_t)old, 8, p->mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = 4, .opcode = op, .wr.atomic = {(uintptr_t)area(p, AREA_ATOMIC), a, b, p->mr->rkey}};
     struct ibv_wc wc;
 
     *old = 0xdeadbeef;
-    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "atomic %d: %s", op,
-          ibv_wc_status_str(wc.status));
+    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "atomic %d: %s", op, ibv_wc_status_str(wc.status));
     return *old;
 }
 
@@ -324,29 +325,29 @@ static void test_atomics(struct probe *p)
 
 static void test_send_recv(struct probe *p)
 {
-    struct ibv_sge sge = { (uintptr_t)area(p, AREA_SRC), 64, p->mr->lkey };
-    struct ibv_send_wr wr = { .wr_id = 5, .opcode = IBV_WR_SEND,
-        .send_flags = p->max_inline >= 64 ? IBV_SEND_INLINE : 0 };
+    struct ibv_sge sge = {(uintptr_t)area(p, AREA_SRC), 64, p->mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = 5, .opcode = IBV_WR_SEND, .send_flags = p->max_inline >= 64 ? IBV_SEND_INLINE : 0};
     struct ibv_wc wc, rwc;
     int before = failures;
 
     memcpy(area(p, AREA_SRC), "hello over rxe", 15);
     CHECK(post_recv(p, 50) == 0, "SEND: post_recv");
-    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "SEND: %s",
-          ibv_wc_status_str(wc.status));
-    CHECK(poll_one(p->cq_b, &rwc) == 0 && rwc.status == IBV_WC_SUCCESS &&
-          rwc.opcode == IBV_WC_RECV && rwc.byte_len == 64, "RECV: completion");
+    CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_SUCCESS, "SEND: %s", ibv_wc_status_str(wc.status));
+    CHECK(poll_one(p->cq_b, &rwc) == 0 && rwc.status == IBV_WC_SUCCESS && rwc.opcode == IBV_WC_RECV &&
+              rwc.byte_len == 64,
+          "RECV: completion");
     CHECK(!strcmp(area(p, AREA_RECV), "hello over rxe"), "RECV: data differs");
-    printf("SEND/RECV%s: %s\n", wr.send_flags ? " (inline)" : "",
-           failures > before ? "FAIL" : "ok");
+    printf("SEND/RECV%s: %s\n", wr.send_flags ? " (inline)" : "", failures > before ? "FAIL" : "ok");
 }
 
 /* A wrong rkey: remote access error, target untouched, next request flushed. */
 static void test_bad_rkey(struct probe *p)
 {
-    struct ibv_sge sge = { (uintptr_t)area(p, AREA_SRC), 64, p->mr->lkey };
-    struct ibv_send_wr wr = { .wr_id = 6, .opcode = IBV_WR_RDMA_WRITE,
-        .wr.rdma = { (uintptr_t)area(p, AREA_DST), p->mr->rkey ^ 0x5500 } };
+    struct ibv_sge sge = {(uintptr_t)area(p, AREA_SRC), 64, p->mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = 6,
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .wr.rdma = {(uintptr_t)area(p, AREA_DST), p->mr->rkey ^ 0x5500}};
     struct ibv_wc wc;
     int before = failures;
 
@@ -359,24 +360,21 @@ static void test_bad_rkey(struct probe *p)
     wr.send_flags = 0;
     CHECK(post_a(p, &wr, &sge, &wc) == IBV_WC_WR_FLUSH_ERR, "after error: got %s",
           ibv_wc_status_str(wc.status));
-    printf("bad rkey -> REM_ACCESS_ERR, then WR_FLUSH_ERR: %s\n",
-           failures > before ? "FAIL" : "ok");
+    printf("bad rkey -> REM_ACCESS_ERR, then WR_FLUSH_ERR: %s\n", failures > before ? "FAIL" : "ok");
 }
 
 int main(int argc, char **argv)
 {
-    struct probe p = { .gid_index = argc > 2 ? atoi(argv[2]) : 0 };
+    struct probe p = {.gid_index = argc > 2 ? atoi(argv[2]) : 0};
     const char *dev = argc > 1 ? argv[1] : "rxe0";
 
-    if (setup(&p, dev) || connect_qp(&p, p.qp_a, p.qp_b->qp_num) ||
-        connect_qp(&p, p.qp_b, p.qp_a->qp_num))
+    if (setup(&p, dev) || connect_qp(&p, p.qp_a, p.qp_b->qp_num) || connect_qp(&p, p.qp_b, p.qp_a->qp_num))
         return 2;
     test_write_read(&p);
     test_write_imm(&p);
     test_atomics(&p);
     test_send_recv(&p);
     test_bad_rkey(&p);
-    printf("verbs_probe on %s gid %d: %s\n", dev, p.gid_index,
-           failures ? "FAILED" : "all ok");
-    return failures ? 1 : 0;           /* the process exit releases the verbs objects */
+    printf("verbs_probe on %s gid %d: %s\n", dev, p.gid_index, failures ? "FAILED" : "all ok");
+    return failures ? 1 : 0; /* the process exit releases the verbs objects */
 }

@@ -67,10 +67,22 @@ static const char *ct_usable(int i)
 
 #define CT_TEST(name)                                                                                        \
     static void name(const char *transport);                                                                 \
-    static void name##_t0(void) { name(ct_usable(0)); }                                                      \
-    static void name##_t1(void) { name(ct_usable(1)); }                                                      \
-    static void name##_t2(void) { name(ct_usable(2)); }                                                      \
-    static void name##_t3(void) { name(ct_usable(3)); }                                                      \
+    static void name##_t0(void)                                                                              \
+    {                                                                                                        \
+        name(ct_usable(0));                                                                                  \
+    }                                                                                                        \
+    static void name##_t1(void)                                                                              \
+    {                                                                                                        \
+        name(ct_usable(1));                                                                                  \
+    }                                                                                                        \
+    static void name##_t2(void)                                                                              \
+    {                                                                                                        \
+        name(ct_usable(2));                                                                                  \
+    }                                                                                                        \
+    static void name##_t3(void)                                                                              \
+    {                                                                                                        \
+        name(ct_usable(3));                                                                                  \
+    }                                                                                                        \
     __attribute__((constructor)) static void ct_reg_##name(void)                                             \
     {                                                                                                        \
         static const gs_test_fn tramp[CT_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \

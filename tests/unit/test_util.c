@@ -1,11 +1,13 @@
 /* Status table, configuration parsing, logging and allocation. */
 #include "gs_test.h"
+#include "util/affinity.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,7 +46,8 @@ GS_TEST(status_names_and_messages_come_from_one_table)
 
 GS_TEST(last_error_keeps_the_detail)
 {
-    gs_status st = gs_fail(GS_SUBSYS_UTIL, GS_ERR_PEER_LOST, "rank %d: peer %d gone during %s", 1, 3, "barrier");
+    gs_status st =
+        gs_fail(GS_SUBSYS_UTIL, GS_ERR_PEER_LOST, "rank %d: peer %d gone during %s", 1, 3, "barrier");
     GS_ASSERT_EQ(st, GS_ERR_PEER_LOST);
     GS_ASSERT_CONTAINS(gs_last_error(), "GS_ERR_PEER_LOST");
     GS_ASSERT_CONTAINS(gs_last_error(), "peer 3 gone during barrier");
@@ -65,9 +68,19 @@ GS_TEST(config_defaults_parse)
 
 GS_TEST(config_parses_every_form)
 {
-    static const char *const env[] = {"GS_TIMEOUT_MS", "1500", "GS_TRANSPORT", "TCP", "GS_CHUNK_BYTES", "4M",
-                                      "GS_IB_FORK_SAFE", "yes", "GS_STORE", "10.0.0.1:29500",
-                                      "GS_PS_SHARD_BYTES", "64KiB", NULL};
+    static const char *const env[] = {"GS_TIMEOUT_MS",
+                                      "1500",
+                                      "GS_TRANSPORT",
+                                      "TCP",
+                                      "GS_CHUNK_BYTES",
+                                      "4M",
+                                      "GS_IB_FORK_SAFE",
+                                      "yes",
+                                      "GS_STORE",
+                                      "10.0.0.1:29500",
+                                      "GS_PS_SHARD_BYTES",
+                                      "64KiB",
+                                      NULL};
     gs_config cfg;
     char buf[64];
     GS_ASSERT_OK(parse_with(&cfg, env));
@@ -110,8 +123,9 @@ GS_TEST(config_rejects_malformed_values_naming_the_variable)
 
 GS_TEST(config_warns_about_unknown_variables_with_the_closest_name)
 {
-    char *envp[] = {"GS_TIMEOUT_MS=5", "GS_TIMEOUT=5", "GS_TRANSPRT=tcp", "PATH=/bin", "GS_ZZZZZZZZZZZZ=1",
-                    "GS_TEST_TRANSPORT=tcp", "GS_RXE_OUT=/x", "GS_TOOLS_DIR=/b", NULL};
+    char *envp[] = {"GS_TIMEOUT_MS=5", "GS_TIMEOUT=5",      "GS_TRANSPRT=tcp",
+                    "PATH=/bin",       "GS_ZZZZZZZZZZZZ=1", "GS_TEST_TRANSPORT=tcp",
+                    "GS_RXE_OUT=/x",   "GS_TOOLS_DIR=/b",   NULL};
     GS_ASSERT_EQ(gs_config_warn_unknown(envp), 3);
     GS_ASSERT_STR_EQ(gs_param_closest("GS_TIMEOUT"), "GS_TIMEOUT_MS");
     GS_ASSERT_STR_EQ(gs_param_closest("GS_TRANSPRT"), "GS_TRANSPORT");
@@ -179,4 +193,22 @@ GS_TEST(dtype_sizes_and_names)
     GS_ASSERT_EQ(gs_dtype_size((gs_dtype)99), 0);
     GS_ASSERT_STR_EQ(gs_dtype_name(GS_F16), "f16");
     GS_ASSERT_STR_EQ(gs_redop_name(GS_AVG), "avg");
+}
+
+GS_TEST(affinity_pins_by_local_rank_or_rejects_a_bad_list)
+{
+    cpu_set_t set;
+    int cpu = -2;
+    GS_ASSERT_OK(gs_affinity_apply("", 0, &cpu));
+    GS_ASSERT_EQ(cpu, -1);
+    GS_ASSERT_STATUS(gs_affinity_apply("0,x", 0, &cpu), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_CPU_AFFINITY='0,x'");
+    GS_ASSERT_STATUS(gs_affinity_apply("-1", 0, &cpu), GS_ERR_CONFIG);
+    GS_ASSERT_OK(gs_affinity_apply("0", 5, &cpu));
+    GS_ASSERT_EQ(cpu, 0);
+    GS_ASSERT_OK(gs_affinity_apply("auto", 1, &cpu));
+    GS_ASSERT_GE(cpu, 0);
+    GS_ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+    GS_ASSERT_EQ(CPU_COUNT(&set), 1);
+    GS_ASSERT(CPU_ISSET(cpu, &set));
 }

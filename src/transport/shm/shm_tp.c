@@ -297,7 +297,6 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies)
     return GS_OK;
 }
 
-
 static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
 {
     gs_status st;

@@ -1,0 +1,32 @@
+/* gstrain's command line. */
+#ifndef GT_OPTIONS_H
+#define GT_OPTIONS_H
+
+#include "report.h"
+#include "sync.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gt_options {
+    const char *data_dir;
+    int epochs;
+    size_t batch; /* global: split over the ranks */
+    float lr, momentum, weight_decay;
+    uint64_t seed;
+    size_t limit, test_limit; /* 0: every image */
+    int threads;              /* OpenBLAS threads per rank */
+    gt_sync_method method;
+    int overlap;
+    int split_wait;
+    size_t bucket_kb; /* gradient exchanged in buckets of at most this (0: per layer) */
+    gt_progress_mode progress;
+    int json;
+    const char *save; /* write the final weights here (rank 0) */
+} gt_options;
+
+/* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage
+ * error (already printed). */
+int gt_options_parse(int argc, char **argv, gt_options *opt);
+
+#endif

@@ -1,0 +1,67 @@
+/* What a person (or a script, with --json) sees: the run's setup, a
+ * progress bar per epoch, one summary line per epoch, the final result. */
+#ifndef GT_REPORT_H
+#define GT_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum gt_progress_mode {
+    GT_PROGRESS_AUTO,  /* bar on a terminal, else lines */
+    GT_PROGRESS_BAR,   /* one line redrawn with \r */
+    GT_PROGRESS_LINES, /* a line every 10% */
+    GT_PROGRESS_NONE,
+} gt_progress_mode;
+
+typedef struct gt_run_info {
+    int ranks;   /* trainers */
+    int servers; /* parameter-server ranks */
+    const char *transport;
+    const char *sync; /* "none", "allreduce", "allreduce+overlap", "ps", "ps+overlap" */
+    int epochs;
+    size_t batch;
+    float lr, momentum, weight_decay;
+    uint64_t seed;
+    size_t train_images, test_images, params;
+    int threads;
+    int split_wait;
+} gt_run_info;
+
+typedef struct gt_epoch_stats {
+    int epoch;
+    double train_loss, train_acc; /* over the epoch's batches, all ranks */
+    double test_loss, test_acc;
+    double time_s;       /* wall time of the training steps */
+    double eval_s;       /* wall time of the test-set evaluation */
+    double compute_s;    /* per rank (mean over ranks): forward, backward, update */
+    double wait_s;       /* per rank: waiting for the slowest rank (--split-wait, else 0) */
+    double sync_s;       /* per rank: exchanging gradients (with --split-wait, after the wait) */
+    double images_per_s; /* all ranks together */
+} gt_epoch_stats;
+
+typedef struct gt_progress {
+    gt_progress_mode mode;
+    FILE *out;
+    int epoch, epochs;
+    size_t steps;
+    int last_tenth;
+    double start_s;
+} gt_progress;
+
+void gt_report_setup(FILE *out, const gt_run_info *info);
+
+/* mode AUTO resolves here (terminal or not). */
+void gt_progress_begin(gt_progress *p, gt_progress_mode mode, FILE *out, int epoch, int epochs, size_t steps);
+/* After step `done` of `steps`: loss and sync share so far (this rank). */
+void gt_progress_update(gt_progress *p, size_t done, size_t images, double loss, double sync_share);
+void gt_progress_end(gt_progress *p);
+
+void gt_report_epoch(FILE *out, const gt_epoch_stats *s, int epochs, int split_wait);
+void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *last, double total_s,
+                     uint64_t hash, int same);
+/* One JSON object on out. */
+void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *stats, int n, double total_s,
+                    uint64_t hash, int same);
+
+#endif

@@ -1,0 +1,89 @@
+/* Gradient synchronization between the data-parallel ranks.
+ *
+ * The trainer sees one small interface whatever the method:
+ *   grads = gt_sync_grads(sync)         the flat gradient vector
+ *   backward pass -> gt_sync_ready()    a layer's segment is final: a method
+ *                                       may start exchanging it while the
+ *                                       backward pass goes on (overlap)
+ *   gt_sync_finish()                    allreduce: every segment now holds
+ *                                       the sum over the trainers, bitwise
+ *                                       the same on each; ps: params hold
+ *                                       the weights the servers computed
+ * plus small reductions for metrics and the end-of-run weight check.
+ * With one rank (no launcher) every call is local.
+ * Methods: sync_allreduce.c, sync_ps.c. */
+#ifndef GT_SYNC_H
+#define GT_SYNC_H
+
+#include "gradsync.h"
+#include "util.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum gt_sync_method {
+    GT_SYNC_ALLREDUCE, /* gradients summed by gradsync's allreduce; every rank runs the optimizer */
+    GT_SYNC_PS,        /* gradients pushed to gradsync's parameter server, which runs the
+                          optimizer; the trainers pull the new weights */
+} gt_sync_method;
+
+#define GT_SYNC_MAX_SEGMENTS 64
+
+typedef struct gt_sync_params {
+    gt_sync_method method;
+    int overlap;                               /* exchange each segment as soon as backward produced it */
+    int split_wait;                            /* a barrier before each step's synchronization, to time the
+                                                  wait for the slowest rank apart from the data exchange */
+    size_t count;                              /* floats in the gradient vector */
+    gt_segment segments[GT_SYNC_MAX_SEGMENTS]; /* what gt_sync_ready announces (buckets) */
+    size_t nsegments;
+    float lr, momentum, weight_decay; /* ps: the servers' optimizer (as gt_sgd) */
+} gt_sync_params;
+
+typedef struct gt_sync gt_sync;
+
+/* Joins the job (rank and size from the launcher's environment; none: a
+ * single process) and sets up the method. Collective over the job. */
+gs_status gt_sync_create(const gt_sync_params *params, gt_sync **sync_p);
+/* Collective. */
+gs_status gt_sync_destroy(gt_sync *sync);
+
+/* A parameter-server rank trains nothing: after gt_sync_start it serves in
+ * the background and only joins gt_sync_sum / gt_sync_same, in the same
+ * order as the trainers (with zeros). */
+int gt_sync_is_server(const gt_sync *sync);
+/* This rank among the trainers (-1 on a server) and their number. */
+int gt_sync_rank(const gt_sync *sync);
+int gt_sync_size(const gt_sync *sync);
+int gt_sync_servers(const gt_sync *sync);
+/* What carries the data ("local" for one process, else the transport name). */
+const char *gt_sync_transport(const gt_sync *sync);
+
+/* Collective, once, before the first step: the initial weights (the same on
+ * every trainer; NULL on a server). gt_sync_finish may write params. */
+gs_status gt_sync_start(gt_sync *sync, float *params);
+/* 1: gt_sync_finish leaves the updated weights in params (ps); 0: it leaves
+ * the gradient summed over the trainers and the caller runs the optimizer. */
+int gt_sync_updates_weights(const gt_sync *sync);
+
+/* The gradient vector (count floats, page-aligned). */
+float *gt_sync_grads(gt_sync *sync);
+
+/* Segment [offset, offset + count) of the gradient is final for this step
+ * (it must be one of params.segments). */
+gs_status gt_sync_ready(gt_sync *sync, size_t offset, size_t count);
+/* Completes the step's synchronization (see gt_sync_updates_weights). */
+gs_status gt_sync_finish(gt_sync *sync);
+
+/* Sums count doubles over all ranks, in place (metrics). */
+gs_status gt_sync_sum(gt_sync *sync, double *values, size_t count);
+/* Seconds spent inside this module's calls so far: *sync_s starting, driving
+ * and waiting for the exchanges; *wait_s (split_wait only, else 0) in the
+ * barrier before them, i.e. waiting for the slowest rank. */
+void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s);
+
+/* Compares a hash of the weights across the ranks that hold weights
+ * (has_weights; a server passes 0): *same_p = 1 when they all agree. */
+gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_p);
+
+#endif

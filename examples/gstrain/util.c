@@ -1,0 +1,41 @@
+/* gstrain's small helpers. */
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+int gt_rank = -1;
+
+gs_status gt_fail(gs_status status, const char *fmt, ...)
+{
+    va_list ap;
+    if (gt_rank >= 0)
+        fprintf(stderr, "gstrain: rank %d: error: ", gt_rank);
+    else
+        fprintf(stderr, "gstrain: error: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    return status;
+}
+
+double gt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t gt_hash64(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# cmake --install puts the library, the header, the tools and gradsync.pc in a
+# prefix; a program builds from pkg-config alone and runs; libgradsync.so
+# exports gs_* symbols only.
+# usage: check_install.sh BUILD_DIR [extra compiler flags, e.g. sanitizers]
+set -euo pipefail
+build=$1
+shift
+prefix=$(mktemp -d "${TMPDIR:-/tmp}/gs-install.XXXXXX")
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+for f in include/gradsync.h bin/gsrun bin/gsinfo bin/gsperf bin/gsbench; do
+    [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
+done
+pc=$(find "$prefix" -name gradsync.pc | head -n 1)
+[ -n "$pc" ] || { echo "FAIL: gradsync.pc not installed"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+libdir=$(pkg-config --variable=libdir gradsync)
+cat > "$prefix/use.c" <<'SRC'
+#include <gradsync.h>
+#include <stdio.h>
+#include <string.h>
+int main(void)
+{
+    printf("gradsync %s\n", gs_version());
+    return strcmp(gs_status_name(GS_ERR_PEER_LOST), "GS_ERR_PEER_LOST") != 0;
+}
+SRC
+# shellcheck disable=SC2046
+cc "$@" "$prefix/use.c" -o "$prefix/use" $(pkg-config --cflags --libs gradsync) -Wl,-rpath,"$libdir"
+"$prefix/use"
+others=$(nm -D --defined-only "$libdir/libgradsync.so" | awk '{print $3}' | grep -v '^gs_' || true)
+[ -z "$others" ] || { echo "FAIL: libgradsync.so exports more than gs_*:"; echo "$others"; exit 1; }
+echo "1 passed, 0 failed"
