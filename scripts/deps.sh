@@ -1,7 +1,7 @@
 #!/bin/bash
 # Installs the Debian 12 packages gradsync builds, tests and runs with (as root).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev libibverbs-dev rdma-core ibverbs-providers
+pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev libibverbs-dev rdma-core ibverbs-providers
       libopenblas-dev zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev iproute2 python3)
 missing=()
 for p in "${pkgs[@]}"; do

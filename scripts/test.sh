@@ -12,6 +12,7 @@ cmake --build "$build" -j"$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 scripts/readme-params.sh --check "$build/tools/gsinfo"
+scripts/format.sh --check
 ctest --test-dir "$build" --output-on-failure --timeout 1200 -j1
 for extra in tests/*/ci.sh; do
     [ -x "$extra" ] || continue

@@ -228,8 +228,10 @@ static gs_status open_one(struct ibv_device *device, uint8_t port, int rank, gs_
     dev->link_layer = dev->port_attr.link_layer;
     dev->fence_unneeded = dev->attr.vendor_id == GS_VERBS_RXE_VENDOR_ID;
     if (dev->fence_unneeded)
-        gs_log_info(VERBS, "rank %d: %s is Soft-RoCE: fenced operations are posted without the fence "
-                    "(its responder runs requests in order; fenced ones can stall there)", rank, dev->name);
+        gs_log_info(VERBS,
+                    "rank %d: %s is Soft-RoCE: fenced operations are posted without the fence "
+                    "(its responder runs requests in order; fenced ones can stall there)",
+                    rank, dev->name);
     *active_p = dev->port_attr.state == IBV_PORT_ACTIVE;
     return GS_OK;
 }

@@ -17,7 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 static gs_status fork_setup(const gs_config *cfg, int rank)
 {
     int rc;
