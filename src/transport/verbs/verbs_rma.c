@@ -359,6 +359,15 @@ gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_r
     return status == GS_OK ? post_op((gs_verbs_ep *)ep, &op) : status;
 }
 
+/* FETCH_ADD and CMP_SWAP: the device must do atomics, the result word must be writable. */
+static gs_status post_atomic(gs_ep *ep, gs_mr *lmr, const gs_verbs_op *op)
+{
+    gs_status status = check_atomics(ep, op->name);
+    if (status == GS_OK)
+        status = check_local_write(ep, lmr, op->name);
+    return status == GS_OK ? post_op((gs_verbs_ep *)ep, op) : status;
+}
+
 gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
                              uint64_t add, uint64_t wr_id, unsigned flags)
 {
@@ -373,10 +382,7 @@ gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_r
                       .compare_add = add,
                       .wr_id = wr_id,
                       .flags = flags};
-    gs_status status = check_atomics(ep, op.name);
-    if (status == GS_OK)
-        status = check_local_write(ep, lmr, op.name);
-    return status == GS_OK ? post_op((gs_verbs_ep *)ep, &op) : status;
+    return post_atomic(ep, lmr, &op);
 }
 
 gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
@@ -394,10 +400,7 @@ gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rm
                       .swap = swap,
                       .wr_id = wr_id,
                       .flags = flags};
-    gs_status status = check_atomics(ep, op.name);
-    if (status == GS_OK)
-        status = check_local_write(ep, lmr, op.name);
-    return status == GS_OK ? post_op((gs_verbs_ep *)ep, &op) : status;
+    return post_atomic(ep, lmr, &op);
 }
 
 gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags)
