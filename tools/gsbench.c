@@ -250,10 +250,12 @@ static void fill_inputs(bench *b, size_t count)
     size_t es = gs_dtype_size(b->o.dtype), n = (size_t)b->n;
     bool integer = b->o.dtype == GS_I32 || b->o.dtype == GS_I64;
     switch (b->o.coll) {
-    case C_ALLREDUCE:
+    case C_ALLREDUCE: {
+        uint8_t *src = b->o.inplace ? b->recv : b->send; /* in place: the call's input is recv */
         for (size_t i = 0; i < count; i++)
-            store(b->o.dtype, value(b->o.op, integer, b->rank, i), b->send + i * es);
+            store(b->o.dtype, value(b->o.op, integer, b->rank, i), src + i * es);
         break;
+    }
     case C_REDUCE_SCATTER:
         for (size_t i = 0; i < count * n; i++)
             store(b->o.dtype, value(b->o.op, integer, b->rank, i), b->send + i * es);

@@ -1,0 +1,66 @@
+/* gsbench checks what it measures: every collective, in place and out of
+ * place, over shm and tcp, reports a row per size with #wrong 0 and exits 0
+ * (it exits 1 when any element is wrong). */
+#include "gs_test.h"
+#include "multirank.h"
+#include "spawn.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void run_gsbench(const char *transport, const char *coll, bool inplace)
+{
+    char gsbench[4200];
+    snprintf(gsbench, sizeof(gsbench), "%s", gs_test_tool("gsbench"));
+    char *argv[] = {(char *)gs_test_tool("gsrun"),
+                    "-n",
+                    "3",
+                    "--transport",
+                    (char *)transport,
+                    gsbench,
+                    "--coll",
+                    (char *)coll,
+                    "--sizes",
+                    "12,4K,300K",
+                    "--iters",
+                    "5",
+                    "--warmup",
+                    "2",
+                    "--no-pin",
+                    "--json",
+                    inplace ? "--inplace" : NULL,
+                    NULL};
+    gs_test_proc p;
+    gs_test_spawn(&p, argv, NULL);
+    gs_test_proc_wait(&p, 60000);
+    if (!WIFEXITED(p.status) || WEXITSTATUS(p.status) != 0)
+        fprintf(stderr, "gsbench %s %s%s:\n%s\n%s\n", transport, coll, inplace ? " in place" : "", p.out, p.err);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    int rows = 0;
+    for (const char *s = p.out; (s = strstr(s, "\"wrong\": ")) != NULL; s++) {
+        GS_ASSERT_EQ(strncmp(s, "\"wrong\": 0,", 11), 0);
+        rows++;
+    }
+    GS_ASSERT_EQ(rows, 3);
+    GS_ASSERT_CONTAINS(p.out, inplace ? "\"inplace\": true" : "\"inplace\": false");
+    gs_test_proc_free(&p);
+}
+
+static void every_collective(const char *transport)
+{
+    static const char *const colls[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+    for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
+        run_gsbench(transport, colls[i], false);
+        run_gsbench(transport, colls[i], true);
+    }
+}
+
+GS_TEST(gsbench_checks_every_collective_over_shm)
+{
+    every_collective("shm");
+}
+
+GS_TEST(gsbench_checks_every_collective_over_tcp)
+{
+    every_collective("tcp");
+}
