@@ -383,8 +383,6 @@ void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);
 
 /* ---- layout.c */
-/* Chunk columns for payloads of at most max_bytes: at least 1. */
-size_t gs_coll_columns(size_t chunk, size_t max_bytes);
 /* Sets ncols and col_elems for segments of at most max_seg elements and
  * puts the cursor at the start. */
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);
