@@ -282,17 +282,31 @@ static gs_status peer_failed(gs_coll_op *op)
 gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
-    gs_box *box = c->box;
-    uint64_t post = box->posts + 1;
-    gs_box_head *head = slot_of(box, c->rank, post);
-    uint8_t *dst = payload_of(head);
+    uint8_t *dst = gs_box_next_payload(c);
     if (p->stride) { /* a piece for every rank, mine included */
         for (int q = 0; q < c->size && p->bytes; q++)
             memcpy(dst + (size_t)q * p->bytes, p->local + (size_t)q * p->stride, p->bytes);
     } else if (p->bytes) {
         memcpy(dst, p->local, p->bytes);
     }
-    gs_desc_fill(op, &head->hdr, p->send_unit, p->bytes);
+    gs_box_publish(op, p->send_unit, p->bytes);
+    if (p->out && p->local && p->out != p->local && p->bytes && !p->stride)
+        gs_coll_copy_out(op, p->out, p->local, p->bytes);
+    return GS_OK;
+}
+
+uint8_t *gs_box_next_payload(gs_comm *comm)
+{
+    return payload_of(slot_of(comm->box, comm->rank, comm->box->posts + 1));
+}
+
+void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
+{
+    gs_comm *c = op->comm;
+    gs_box *box = c->box;
+    uint64_t post = box->posts + 1;
+    gs_box_head *head = slot_of(box, c->rank, post);
+    gs_desc_fill(op, &head->hdr, unit, bytes);
     /* a plain release store: a locked instruction would wait for the line
      * to come back from the readers. A sleeper whose flag this rank misses
      * (store and flag load crossing) wakes at its 1 ms timeout and sees it. */
@@ -300,10 +314,7 @@ gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
     box->posts = post;
     op->box_post = post;
     ring_sleepers(c);
-    if (p->out && p->local && p->out != p->local && p->bytes && !p->stride)
-        gs_coll_copy_out(op, p->out, p->local, p->bytes);
     c->progress_count++;
-    return GS_OK;
 }
 
 /* Whether every peer has made the post op is waiting for. */
@@ -397,6 +408,30 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
     }
     c->progress_count++;
     return GS_OK;
+}
+
+gs_status gs_box_arrived(gs_coll_op *op, uint32_t unit, size_t (*bytes_of)(const gs_coll_op *op, int peer))
+{
+    gs_comm *c = op->comm;
+    gs_status st;
+    bool ready = gs_box_ready(op);
+    if ((st = peer_failed(op)) != GS_OK) /* after the posts, as in gs_box_gather */
+        return st;
+    if (!ready)
+        return GS_INPROGRESS;
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank)
+            continue;
+        st = gs_desc_check(c, op, &slot_of(c->box, q, op->box_post)->hdr, q, unit, bytes_of(op, q));
+        if (st != GS_OK)
+            return st;
+    }
+    return GS_OK;
+}
+
+const uint8_t *gs_box_peer_payload(const gs_coll_op *op, int q)
+{
+    return payload_of(slot_of(op->comm->box, q, op->box_post));
 }
 
 /* ---- waiting ----------------------------------------------------------------- */

@@ -144,6 +144,7 @@ struct gs_coll_op {
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
     bool halves;       /* direct over the boxes, 2 ranks: each rank reduces its half (direct.c) */
+    bool parts;        /* direct over the boxes, 3+ ranks: each rank reduces its part (parts.c) */
     uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
@@ -202,6 +203,7 @@ struct gs_comm {
     uint64_t progress_ns;    /* when it last changed, as far as the waiter saw (for the deadline) */
     gs_box *box;             /* shared-memory boxes of the direct algorithm, or NULL */
     size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
+    size_t parts_bytes;      /* 3+ ranks over the boxes: allreduces by parts from here (GS_BOX_PARTS_BYTES) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
     gs_status failed;        /* GS_OK, or the error every later call returns */
     uint64_t failed_seq;     /* the first call the failure concerns */
@@ -254,6 +256,9 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 
 /* 2 ranks over the boxes: allreduces this large reduce by halves. */
 #define GS_BOX_HALVES_BYTES (1u << 20)
+
+/* 3 or more ranks over the boxes: allreduces this large run by parts. */
+#define GS_BOX_PARTS_BYTES (64u << 10)
 
 /* Results of calls this large are written with non-temporal stores. */
 #define GS_COLL_NT_BYTES (8u << 20)
@@ -378,13 +383,29 @@ void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned
 void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap);
 /* Announces a failure in this rank's box (peers waiting on boxes see it). */
 void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text);
+/* For steps with their own payload layout (parts.c): this rank's payload
+ * of its next post (free to fill: every peer has read what it held),
+ * publishing it (descriptor with unit and bytes, then the post number),
+ * whether every peer's post op waits for came (GS_INPROGRESS if not; a
+ * peer's announced failure; each header checked against unit and
+ * bytes_of(op, peer)), and peer q's payload of that post. */
+uint8_t *gs_box_next_payload(gs_comm *comm);
+void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes);
+gs_status gs_box_arrived(gs_coll_op *op, uint32_t unit, size_t (*bytes_of)(const gs_coll_op *op, int peer));
+const uint8_t *gs_box_peer_payload(const gs_coll_op *op, int q);
+
+/* ---- parts.c */
+/* Allreduce by parts over the boxes (direct.c runs it for op->parts):
+ * layout, the schedule's step, and running its posts and receptions. */
+void gs_parts_start(gs_coll_op *op);
+void gs_parts_fill(gs_coll_op *op, int step, gs_prim *p);
+gs_status gs_parts_post(gs_coll_op *op, gs_prim *p);
+gs_status gs_parts_gather(gs_coll_op *op, gs_prim *p);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);
 
 /* ---- layout.c */
-/* Chunk columns for payloads of at most max_bytes: at least 1. */
-size_t gs_coll_columns(size_t chunk, size_t max_bytes);
 /* Sets ncols and col_elems for segments of at most max_seg elements and
  * puts the cursor at the start. */
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);

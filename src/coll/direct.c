@@ -15,7 +15,9 @@
  *
  * On one host over shm the sends and receives go through shared-memory
  * boxes instead of messages (box.c): a post instead of n-1 writes, and the
- * data read in place.
+ * data read in place. Large allreduces there split the reduction: each rank
+ * reduces one part and the others copy it (by halves for 2 ranks, below;
+ * by parts for more, parts.c).
  */
 #include "coll/coll.h"
 
@@ -27,6 +29,13 @@ static void direct_start(gs_coll_op *op)
     if (op->halves) {
         gs_coll_layout(op, op->count - op->count / 2);
         op->nsteps = 4; /* post, reduce, post the result, copy the peer's */
+        return;
+    }
+    op->parts = op->box && op->comm->size > 2 &&
+                (op->kind == GS_COLL_ALLREDUCE || op->kind == GS_COLL_ALLREDUCE_MULTI) &&
+                op->count * op->es >= op->comm->parts_bytes;
+    if (op->parts) {
+        gs_parts_start(op);
         return;
     }
     /* through the boxes, a reduce_scatter column holds a piece for every rank */
@@ -118,6 +127,10 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
     int r = op->comm->rank;
     if (op->halves) {
         fill_halves(op, step, p);
+        return true;
+    }
+    if (op->parts) {
+        gs_parts_fill(op, step, p);
         return true;
     }
     size_t first, cnt, es = op->es;

@@ -6,12 +6,6 @@
  */
 #include "coll/coll.h"
 
-size_t gs_coll_columns(size_t chunk, size_t max_bytes)
-{
-    size_t cols = (max_bytes + chunk - 1) / chunk;
-    return cols ? cols : 1;
-}
-
 void gs_coll_layout(gs_coll_op *op, size_t max_seg)
 {
     gs_coll_layout_pieces(op, max_seg, 1);
@@ -20,11 +14,14 @@ void gs_coll_layout(gs_coll_op *op, size_t max_seg)
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces)
 {
     size_t chunk = op->box ? op->comm->box_chunk : op->comm->chunk;
-    if (max_seg * op->es * pieces <= chunk) { /* one column: no division */
+    size_t unit = op->es * pieces, fit = unit ? chunk / unit : chunk; /* elements one column holds */
+    if (fit == 0)
+        fit = 1;
+    if (max_seg <= fit) { /* one column: no division */
         op->ncols = 1;
         op->col_elems = max_seg;
-    } else {
-        op->ncols = gs_coll_columns(chunk, max_seg * op->es * pieces);
+    } else { /* columns of at most fit elements, as even as can be */
+        op->ncols = (max_seg + fit - 1) / fit;
         op->col_elems = (max_seg + op->ncols - 1) / op->ncols;
     }
     op->col = 0;

@@ -239,8 +239,12 @@ gs_status gs_prim_run(gs_coll_op *op, gs_prim *prim)
 {
     switch (prim->kind) {
     case GS_PRIM_PAIR: return run_pair(op, prim);
-    case GS_PRIM_SEND_ALL: return op->box ? gs_box_post(op, prim) : run_send_all(op, prim);
-    case GS_PRIM_RECV_ALL: return op->box ? gs_box_gather(op, prim) : run_recv_all(op, prim);
+    case GS_PRIM_SEND_ALL:
+        return op->parts ? gs_parts_post(op, prim) : op->box ? gs_box_post(op, prim) : run_send_all(op, prim);
+    case GS_PRIM_RECV_ALL:
+        return op->parts ? gs_parts_gather(op, prim)
+               : op->box ? gs_box_gather(op, prim)
+                         : run_recv_all(op, prim);
     }
     return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "unknown step kind %d", (int)prim->kind);
 }

@@ -40,8 +40,8 @@ const gs_coll_algo gs_local_algo = {
 #define DIRECT_MAX_BYTES   (64u << 10)  /* allreduce with at most DIRECT_MAX_RANKS */
 #define PAIR_MAX_BYTES     (256u << 10) /* 2 ranks through the transport: direct up to here */
 #define DIRECT_MAX_RANKS   4
-#define BOX_PAIR_MAX_BYTES (16u << 20)  /* shared-memory boxes, 2 ranks: direct (halves from 1 MiB) */
-#define BOX_MAX_BYTES      (256u << 10) /* shared-memory boxes, 3 to DIRECT_MAX_RANKS ranks */
+#define BOX_PAIR_MAX_BYTES (16u << 20) /* shared-memory boxes, 2 ranks: direct (halves from 1 MiB) */
+#define BOX_MAX_RANKS      8           /* shared-memory boxes, 3 to 8 ranks: direct at every size */
 #define RD_MAX_BYTES       (16u << 10)
 #define SMALL_TOTAL_BYTES  (16u << 10) /* reduce_scatter, allgather, broadcast */
 
@@ -67,7 +67,9 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
     case GS_COLL_BARRIER:
         if (want)
             return want;
-        if (comm->box && bytes <= (n == 2 ? BOX_PAIR_MAX_BYTES : n <= DIRECT_MAX_RANKS ? BOX_MAX_BYTES : 0))
+        /* 3 to BOX_MAX_RANKS ranks over the boxes: direct at every size
+         * (by parts from GS_BOX_PARTS_BYTES), fewer waits than the ring's */
+        if (comm->box && (n == 2 ? bytes <= BOX_PAIR_MAX_BYTES : n <= BOX_MAX_RANKS))
             return &gs_direct_algo;
         /* 2 ranks: direct sends what the ring sends, without the ring's
          * dependency of the all-gather on the reduce-scatter; from about

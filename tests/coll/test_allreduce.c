@@ -11,6 +11,8 @@
 #define SMALL_CHUNK_ENV "GS_CHUNK_BYTES=4096"
 #define COLUMNS_COUNT   3077 /* 12 KiB of f32: several 4 KiB chunks per segment */
 
+enum { MATRIX_PLAIN, MATRIX_STREAMED, MATRIX_PARTS };
+
 static void matrix_body(gs_ctx *ctx, int rank, void *argp)
 {
     const cc_arg *arg = argp;
@@ -22,8 +24,10 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, arg->transport, &tp);
     char what[160];
-    if (arg->param) /* every result streamed: odd sizes through the non-temporal paths */
+    if (arg->param == MATRIX_STREAMED) /* every result streamed: odd sizes through the non-temporal paths */
         comm->nt_bytes = 0;
+    if (arg->param == MATRIX_PARTS) /* 3+ ranks over shm: every direct allreduce by parts (parts.c) */
+        comm->parts_bytes = 0;
 
     for (size_t a = 0; a < sizeof(cc_algos) / sizeof(cc_algos[0]); a++) {
         cc_set_algo(ctx, cc_algos[a]);
@@ -52,10 +56,10 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
     free(out);
 }
 
-static void run_matrix_opts(const char *transport, int n, int streamed)
+static void run_matrix_opts(const char *transport, int n, int variant)
 {
     const char *env[] = {SMALL_CHUNK_ENV, NULL};
-    cc_arg arg = {.transport = transport, .param = streamed};
+    cc_arg arg = {.transport = transport, .param = variant};
     gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
     int status[GS_TEST_RANKS_MAX];
     int ok = gs_test_run_ranks_opts(&opts, matrix_body, &arg, status);
@@ -66,16 +70,36 @@ static void run_matrix_opts(const char *transport, int n, int streamed)
 
 static void run_matrix(const char *transport, int n)
 {
-    run_matrix_opts(transport, n, 0);
+    run_matrix_opts(transport, n, MATRIX_PLAIN);
 }
 
 CC_TEST(allreduce_matrix_streamed_2_ranks)
 {
-    run_matrix_opts(transport, 2, 1);
+    run_matrix_opts(transport, 2, MATRIX_STREAMED);
 }
 CC_TEST(allreduce_matrix_streamed_3_ranks)
 {
-    run_matrix_opts(transport, 3, 1);
+    run_matrix_opts(transport, 3, MATRIX_STREAMED);
+}
+/* by parts at every count (0, 1, fewer elements than ranks: empty parts);
+ * parts need the shared-memory boxes */
+static void run_matrix_parts(const char *transport, int n)
+{
+    if (strcmp(transport, "shm") != 0)
+        GS_SKIP("allreduce by parts runs over the shm transport's boxes only");
+    run_matrix_opts(transport, n, MATRIX_PARTS);
+}
+CC_TEST(allreduce_matrix_parts_3_ranks)
+{
+    run_matrix_parts(transport, 3);
+}
+CC_TEST(allreduce_matrix_parts_4_ranks)
+{
+    run_matrix_parts(transport, 4);
+}
+CC_TEST(allreduce_matrix_parts_5_ranks)
+{
+    run_matrix_parts(transport, 5);
 }
 CC_TEST(allreduce_matrix_1_rank)
 {
