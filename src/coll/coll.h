@@ -56,7 +56,11 @@ typedef struct gs_chan {
     uint64_t rx_released;        /* messages whose slot is free again */
     uint64_t rx_returned;        /* released count last sent back to the peer */
     bool rx_held[GS_COLL_SLOTS]; /* consumed but still the source of a forward */
-    uint64_t *credit_src;        /* outbox word the credit write is made from */
+    /* an unsignaled forward's slot: held until the peer sends a message of a
+     * later step (call, unit) than the forward's (0: held by a signaled one) */
+    uint64_t held_call[GS_COLL_SLOTS];
+    uint32_t held_unit[GS_COLL_SLOTS];
+    uint64_t *credit_src; /* outbox word the credit write is made from */
     bool credit_inflight;
     uint64_t rx_seq_max;  /* highest call number of a message that arrived from the peer */
     uint32_t rx_unit_max; /* highest step id that arrived in that call */
@@ -226,17 +230,23 @@ int gs_coll_outbox_take(gs_comm *comm);
  * arrived), or of a later step of s (direct: a rank sends column k+1 only
  * after it received column k from everyone). */
 bool gs_coll_outbox_busy(gs_comm *comm, int i);
-/* Whether op's sends from the outbox go unsignaled (freed by the proof
- * above, with no acknowledgement on the wire): direct calls of 2 ranks
- * whose every column goes both ways (a broadcast's later columns go from
- * the root only). With 2 ranks every later column and call, whatever its
+/* Whether op's writes go unsignaled (freed by the proof above, with no
+ * acknowledgement on the wire): calls of 2 ranks by direct or ring whose
+ * every column goes both ways (a broadcast's later columns go from the
+ * root only). The ring's steps alternate: a rank sends step j+1 of a column
+ * (or the next column's step 0) only after it received the peer's step j,
+ * so a message of a later step proves the earlier ones arrived, forwards
+ * included. With 2 ranks every later column and call, whatever its
  * algorithm, brings a message from the peer (with more, a ring call after
  * a direct one hears only from its left neighbour and could wait forever
  * for the proof). */
 static inline bool gs_coll_unsignaled(const gs_coll_op *op)
 {
-    return op->comm->size == 2 && op->algo == &gs_direct_algo &&
-           (op->ncols == 1 || op->kind != GS_COLL_BROADCAST);
+    if (op->comm->size != 2)
+        return false;
+    if (op->algo == &gs_direct_algo)
+        return op->ncols == 1 || op->kind != GS_COLL_BROADCAST;
+    return op->algo == &gs_ring_algo && op->kind != GS_COLL_BROADCAST;
 }
 /* A payload's header (payload - GS_COLL_HDR_BYTES). */
 static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
@@ -295,7 +305,7 @@ uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch);
 /* Consumes the head message; hold keeps its slot until gs_chan_release
  * (it is being forwarded from). */
 void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold);
-void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot);
+void gs_chan_release(gs_chan *ch, unsigned slot);
 /* Writes slot (header + bytes of payload, in lmr) into the peer's next slot
  * with op's descriptor and unit in the header; signaled: wr_id completes
  * when the write is done. GS_ERR_AGAIN: nothing posted. */
@@ -303,6 +313,12 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
                        const gs_coll_op *op, uint32_t unit, uint64_t wr_id, bool signaled);
 /* Sends a credit if enough slots were released since the last one. */
 gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch);
+/* Sends the credits still owed once a progress pass has posted what it
+ * could (a data message going the other way carries them for free). */
+void gs_chan_flush_credits(gs_comm *comm);
+/* Holds the head slot of rx (being consumed) until the peer proves that
+ * the unsignaled forward from it, step unit of call seq, arrived. */
+void gs_chan_hold_until_proof(gs_chan *rx, uint64_t seq, uint32_t unit);
 /* Handles one completion of the communicator's transport. */
 gs_status gs_chan_complete(gs_comm *comm, const gs_wc *wc);
 /* Checks every message already queued for op (it just started). */

@@ -200,7 +200,13 @@ gs_status gs_engine_progress(gs_comm *comm)
         if (st != GS_OK)
             return st;
     } while (n == max);
-    return run_queue(comm);
+    st = run_queue(comm);
+    /* credits the messages just posted did not carry; 2 ranks between calls:
+     * the next call's first message carries them (the peer cannot finish
+     * that call without it anyway) */
+    if (comm->failed == GS_OK && (comm->head || comm->size > 2))
+        gs_chan_flush_credits(comm);
+    return st;
 }
 
 /* The head request made no progress for GS_TIMEOUT_MS. */

@@ -113,14 +113,18 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
         gs_chan_consume(c, rx, false);
         return GS_OK;
     }
-    /* 3. forward from the slot it arrived in (held until the write is done) */
+    /* 3. forward from the slot it arrived in, held until the write is done
+     * (signaled) or the peer's next step proves it arrived (unsignaled) */
     unsigned held = (unsigned)(rx->rx_next % GS_COLL_SLOTS);
+    bool sig = !gs_coll_unsignaled(op);
     st = gs_chan_post(c, tx, slot, c->inbox, p->bytes, op, p->send_unit,
-                      GS_WR_ID(GS_WR_FORWARD, rx->peer, held), true);
+                      GS_WR_ID(GS_WR_FORWARD, rx->peer, held), sig);
     if (st == GS_ERR_AGAIN)
         return GS_INPROGRESS;
     if (st != GS_OK)
         return st;
+    if (!sig)
+        gs_chan_hold_until_proof(rx, op->seq, p->send_unit);
     gs_chan_consume(c, rx, true);
     return GS_OK;
 }
