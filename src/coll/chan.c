@@ -91,6 +91,35 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
     return GS_OK;
 }
 
+gs_status gs_chan_post_apart(gs_comm *comm, gs_chan *ch, uint8_t *hdr_slot, gs_mr *hdr_mr,
+                             const void *payload, gs_mr *payload_mr, size_t bytes, const gs_coll_op *op,
+                             uint32_t unit, uint64_t wr_id, bool signaled)
+{
+    uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
+    uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, unit, ch->rx_released);
+    gs_ep *ep = gs_tp_ep(comm->tp, ch->peer);
+    gs_coll_hdr *h = gs_coll_hdr_of(hdr_slot);
+    gs_status st;
+    gs_desc_fill(op, h, unit, bytes);
+    h->flags = GS_COLL_HDR_APART;
+    /* the payload first; if the header cannot follow now, both go again
+     * later (the same bytes to the same place) */
+    st = gs_ep_write(ep, payload, payload_mr, bytes, &comm->peer_inbox[ch->peer], off + GS_COLL_HDR_BYTES, 0,
+                     0);
+    if (st == GS_OK)
+        st = gs_ep_write_imm(ep, h, hdr_mr, GS_COLL_HDR_BYTES, &comm->peer_inbox[ch->peer], off, imm, wr_id,
+                             signaled ? GS_OP_SIGNALED : 0);
+    if (st == GS_ERR_AGAIN)
+        return st;
+    if (st != GS_OK)
+        return gs_fail(GS_SUBSYS_COLL, st,
+                       "rank %d: posting %zu bytes from user memory to rank %d failed: %s", comm->rank, bytes,
+                       ch->peer, gs_last_error());
+    ch->tx_sent++;
+    ch->rx_returned = ch->rx_released;
+    return GS_OK;
+}
+
 gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch)
 {
     /* lazily: the peer still has at least half its slots */
@@ -175,12 +204,16 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
         ch->rx_unit_max = h->unit;
         release_proven(ch, h->seq, h->unit);
     }
-    if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != GS_COLL_HDR_BYTES + h->bytes)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
-                       "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x "
-                       "and %u bytes",
-                       comm->rank, wc->peer, GS_COLL_IMM_UNIT(wc->imm), wc->len, h->unit,
-                       (unsigned)(GS_COLL_HDR_BYTES + h->bytes));
+    /* a payload written apart came before its header: the notification
+     * covers the header alone */
+    uint32_t len = (h->flags & GS_COLL_HDR_APART) ? GS_COLL_HDR_BYTES : GS_COLL_HDR_BYTES + h->bytes;
+    if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != len || (h->flags & ~GS_COLL_HDR_FLAGS))
+        return gs_fail(
+            GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+            "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x, "
+            "%u bytes and flags 0x%x",
+            comm->rank, wc->peer, GS_COLL_IMM_UNIT(wc->imm), wc->len, h->unit, (unsigned)len,
+            (unsigned)h->flags);
     return check_arrival(comm, ch, h);
 }
 
