@@ -73,7 +73,10 @@ static void combine(gs_coll_op *op, const gs_prim *p, uint8_t *data, bool forwar
     if (p->mode == GS_PRIM_REDUCE) {
         const void *a = p->recv_first ? (const void *)data : p->local;
         const void *b = p->recv_first ? p->local : (const void *)data;
-        if (forward || !p->out || p->finish) { /* in the slot: it goes on, or is finished first */
+        if (p->from_user) { /* into out, cached (not streamed): it is sent from there next */
+            gs_red_apply(op->dtype, op->redop, p->out, a, b, n);
+            result = p->out;
+        } else if (forward || !p->out || p->finish) { /* in the slot: it goes on, or is finished first */
             gs_red_apply(op->dtype, op->redop, data, a, b, n);
         } else {
             gs_coll_reduce_out(op, p->out, a, b, n);
