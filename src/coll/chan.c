@@ -18,16 +18,44 @@ uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch)
     return ch->slots + (size_t)(ch->rx_next % GS_COLL_SLOTS) * comm->slot_stride;
 }
 
-static void advance_released(gs_comm *comm, gs_chan *ch)
+/* Releases slots in order up to the first one still held; the credit goes
+ * back with the next message to the peer, or from gs_chan_flush_credits. */
+static void advance_released(gs_chan *ch)
 {
-    uint64_t before = ch->rx_released;
     while (ch->rx_released < ch->rx_next && !ch->rx_held[ch->rx_released % GS_COLL_SLOTS])
         ch->rx_released++;
-    if (ch->rx_released != before) {
-        gs_status st = gs_chan_credit(comm, ch);
-        if (st != GS_OK)
+}
+
+void gs_chan_flush_credits(gs_comm *comm)
+{
+    for (int p = 0; p < comm->size; p++) {
+        gs_status st = p == comm->rank ? GS_OK : gs_chan_credit(comm, &comm->chans[p]);
+        if (st != GS_OK) {
             gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
+            return;
+        }
     }
+}
+
+void gs_chan_hold_until_proof(gs_chan *rx, uint64_t seq, uint32_t unit)
+{
+    unsigned slot = (unsigned)(rx->rx_next % GS_COLL_SLOTS);
+    rx->held_call[slot] = seq;
+    rx->held_unit[slot] = unit;
+}
+
+/* A message of (seq, unit) arrived from ch's peer: slots held for
+ * unsignaled forwards of earlier steps to it are free. */
+static void release_proven(gs_chan *ch, uint64_t seq, uint32_t unit)
+{
+    for (unsigned s = 0; s < GS_COLL_SLOTS; s++) {
+        uint64_t call = ch->held_call[s];
+        if (call != 0 && (seq > call || (seq == call && unit > ch->held_unit[s]))) {
+            ch->held_call[s] = 0;
+            ch->rx_held[s] = false;
+        }
+    }
+    advance_released(ch);
 }
 
 void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold)
@@ -35,13 +63,13 @@ void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold)
     ch->rx_held[ch->rx_next % GS_COLL_SLOTS] = hold;
     ch->rx_next++;
     comm->progress_count++;
-    advance_released(comm, ch);
+    advance_released(ch);
 }
 
-void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot)
+void gs_chan_release(gs_chan *ch, unsigned slot)
 {
     ch->rx_held[slot % GS_COLL_SLOTS] = false;
-    advance_released(comm, ch);
+    advance_released(ch);
 }
 
 gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
@@ -58,6 +86,35 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
     if (st != GS_OK)
         return gs_fail(GS_SUBSYS_COLL, st, "rank %d: posting %zu bytes to rank %d failed: %s", comm->rank,
                        bytes, ch->peer, gs_last_error());
+    ch->tx_sent++;
+    ch->rx_returned = ch->rx_released;
+    return GS_OK;
+}
+
+gs_status gs_chan_post_apart(gs_comm *comm, gs_chan *ch, uint8_t *hdr_slot, gs_mr *hdr_mr,
+                             const void *payload, gs_mr *payload_mr, size_t bytes, const gs_coll_op *op,
+                             uint32_t unit, uint64_t wr_id, bool signaled)
+{
+    uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
+    uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, unit, ch->rx_released);
+    gs_ep *ep = gs_tp_ep(comm->tp, ch->peer);
+    gs_coll_hdr *h = gs_coll_hdr_of(hdr_slot);
+    gs_status st;
+    gs_desc_fill(op, h, unit, bytes);
+    h->flags = GS_COLL_HDR_APART;
+    /* the payload first; if the header cannot follow now, both go again
+     * later (the same bytes to the same place) */
+    st = gs_ep_write(ep, payload, payload_mr, bytes, &comm->peer_inbox[ch->peer], off + GS_COLL_HDR_BYTES, 0,
+                     0);
+    if (st == GS_OK)
+        st = gs_ep_write_imm(ep, h, hdr_mr, GS_COLL_HDR_BYTES, &comm->peer_inbox[ch->peer], off, imm, wr_id,
+                             signaled ? GS_OP_SIGNALED : 0);
+    if (st == GS_ERR_AGAIN)
+        return st;
+    if (st != GS_OK)
+        return gs_fail(GS_SUBSYS_COLL, st,
+                       "rank %d: posting %zu bytes from user memory to rank %d failed: %s", comm->rank, bytes,
+                       ch->peer, gs_last_error());
     ch->tx_sent++;
     ch->rx_returned = ch->rx_released;
     return GS_OK;
@@ -145,13 +202,18 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
     if (h->seq > ch->rx_seq_max || (h->seq == ch->rx_seq_max && h->unit > ch->rx_unit_max)) {
         ch->rx_seq_max = h->seq;
         ch->rx_unit_max = h->unit;
+        release_proven(ch, h->seq, h->unit);
     }
-    if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != GS_COLL_HDR_BYTES + h->bytes)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
-                       "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x "
-                       "and %u bytes",
-                       comm->rank, wc->peer, GS_COLL_IMM_UNIT(wc->imm), wc->len, h->unit,
-                       (unsigned)(GS_COLL_HDR_BYTES + h->bytes));
+    /* a payload written apart came before its header: the notification
+     * covers the header alone */
+    uint32_t len = (h->flags & GS_COLL_HDR_APART) ? GS_COLL_HDR_BYTES : GS_COLL_HDR_BYTES + h->bytes;
+    if (GS_COLL_IMM_UNIT(wc->imm) != (h->unit & 0x3fffu) || wc->len != len || (h->flags & ~GS_COLL_HDR_FLAGS))
+        return gs_fail(
+            GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+            "rank %d: message from rank %d announces step 0x%x and %u bytes, its header step 0x%x, "
+            "%u bytes and flags 0x%x",
+            comm->rank, wc->peer, GS_COLL_IMM_UNIT(wc->imm), wc->len, h->unit, (unsigned)len,
+            (unsigned)h->flags);
     return check_arrival(comm, ch, h);
 }
 
@@ -167,7 +229,7 @@ static gs_status written(gs_comm *comm, const gs_wc *wc)
         return GS_OK;
     case GS_WR_FORWARD:
         if ((int)a < comm->size)
-            gs_chan_release(comm, &comm->chans[a], b);
+            gs_chan_release(&comm->chans[a], b);
         return GS_OK;
     case GS_WR_CREDIT:
         if ((int)a < comm->size) {

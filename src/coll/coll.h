@@ -56,7 +56,11 @@ typedef struct gs_chan {
     uint64_t rx_released;        /* messages whose slot is free again */
     uint64_t rx_returned;        /* released count last sent back to the peer */
     bool rx_held[GS_COLL_SLOTS]; /* consumed but still the source of a forward */
-    uint64_t *credit_src;        /* outbox word the credit write is made from */
+    /* an unsignaled forward's slot: held until the peer sends a message of a
+     * later step (call, unit) than the forward's (0: held by a signaled one) */
+    uint64_t held_call[GS_COLL_SLOTS];
+    uint32_t held_unit[GS_COLL_SLOTS];
+    uint64_t *credit_src; /* outbox word the credit write is made from */
     bool credit_inflight;
     uint64_t rx_seq_max;  /* highest call number of a message that arrived from the peer */
     uint32_t rx_unit_max; /* highest step id that arrived in that call */
@@ -87,6 +91,9 @@ typedef struct gs_prim {
     bool send_local;      /* PAIR: send local before receiving; else forward the result */
     bool recv_first;      /* REDUCE operand order: received op local (else local op received) */
     bool finish;          /* divide the result by the rank count (GS_AVG) */
+    bool from_user;       /* PAIR, 2 ranks: what it sends (send_local's data, or the forwarded result,
+                           * then in out) goes straight from the caller's buffers, registered for the
+                           * call (op->send_mr, op->recv_mr), instead of from a staging copy */
     int root;             /* RECV_ALL BCAST: whose payload; SEND_ALL: -1 or the only sender */
     uint32_t send_unit;   /* the unit id carried by what this step sends */
     uint32_t recv_unit;   /* the unit id expected on what it receives */
@@ -146,6 +153,8 @@ struct gs_coll_op {
     bool halves;       /* direct over the boxes, 2 ranks: each rank reduces its half (direct.c) */
     bool parts;        /* direct over the boxes, 3+ ranks: each rank reduces its part (parts.c) */
     uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
+    gs_mr *send_mr;    /* the caller's buffers registered for sends from them (gs_coll_user_open), or NULL */
+    gs_mr *recv_mr;
     int last_out_slot; /* outbox slot of the latest SEND_ALL */
     /* allreduce_multi */
     const gs_tensor *tensors;
@@ -228,18 +237,37 @@ int gs_coll_outbox_take(gs_comm *comm);
  * arrived), or of a later step of s (direct: a rank sends column k+1 only
  * after it received column k from everyone). */
 bool gs_coll_outbox_busy(gs_comm *comm, int i);
-/* Whether op's sends from the outbox go unsignaled (freed by the proof
- * above, with no acknowledgement on the wire): direct calls of 2 ranks
- * whose every column goes both ways (a broadcast's later columns go from
- * the root only). With 2 ranks every later column and call, whatever its
+/* Whether op's writes go unsignaled (freed by the proof above, with no
+ * acknowledgement on the wire): calls of 2 ranks by direct or ring whose
+ * every column goes both ways (a broadcast's later columns go from the
+ * root only). The ring's steps alternate: a rank sends step j+1 of a column
+ * (or the next column's step 0) only after it received the peer's step j,
+ * so a message of a later step proves the earlier ones arrived, forwards
+ * included. With 2 ranks every later column and call, whatever its
  * algorithm, brings a message from the peer (with more, a ring call after
  * a direct one hears only from its left neighbour and could wait forever
  * for the proof). */
 static inline bool gs_coll_unsignaled(const gs_coll_op *op)
 {
-    return op->comm->size == 2 && op->algo == &gs_direct_algo &&
-           (op->ncols == 1 || op->kind != GS_COLL_BROADCAST);
+    if (op->comm->size != 2)
+        return false;
+    if (op->algo == &gs_direct_algo)
+        return op->ncols == 1 || op->kind != GS_COLL_BROADCAST;
+    return op->algo == &gs_ring_algo && op->kind != GS_COLL_BROADCAST;
 }
+/* Registers the caller's buffers of op for the call, so that its ring sends
+ * go straight from them (gs_prim.from_user): 2 ranks over tcp, allreduce of
+ * at least GS_COLL_USER_BYTES (tcp registration is a table entry; verbs
+ * would pin pages on every call). Leaves both NULL when it does not apply
+ * or registration fails (the sends then go through the staging slots). */
+void gs_coll_user_open(gs_coll_op *op);
+/* Deregisters them: at the end of the call, when every write from them has
+ * arrived (a 2-rank ring call ends after its last receive, which the peer
+ * sent after it received all of this rank's writes but the last forward,
+ * and that one goes from the staging slot). */
+void gs_coll_user_close(gs_coll_op *op);
+#define GS_COLL_USER_BYTES (64u << 10)
+
 /* A payload's header (payload - GS_COLL_HDR_BYTES). */
 static inline gs_coll_hdr *gs_coll_hdr_of(uint8_t *slot)
 {
@@ -253,6 +281,13 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 /* A box column is this many slot chunks: a post costs a synchronization,
  * not a message, so fewer and larger columns pay off. */
 #define GS_BOX_CHUNK_FACTOR 2
+
+/* 2 ranks through the network (tcp, verbs): a slot, and so a column, is
+ * this many GS_CHUNK_BYTES. Each message costs both ends system calls and
+ * a turn of the wait loop; over tcp on loopback 512K columns measured
+ * faster than 256K from 1 to 64 MiB (1 MiB: 200 against 250 us), 1M ones
+ * slower from 4 MiB (docs/collectives.md). */
+#define GS_PAIR_CHUNK_FACTOR 2
 
 /* 2 ranks over the boxes: allreduces this large reduce by halves. */
 #define GS_BOX_HALVES_BYTES (1u << 20)
@@ -300,14 +335,26 @@ uint8_t *gs_chan_head(gs_comm *comm, gs_chan *ch);
 /* Consumes the head message; hold keeps its slot until gs_chan_release
  * (it is being forwarded from). */
 void gs_chan_consume(gs_comm *comm, gs_chan *ch, bool hold);
-void gs_chan_release(gs_comm *comm, gs_chan *ch, unsigned slot);
+void gs_chan_release(gs_chan *ch, unsigned slot);
 /* Writes slot (header + bytes of payload, in lmr) into the peer's next slot
  * with op's descriptor and unit in the header; signaled: wr_id completes
  * when the write is done. GS_ERR_AGAIN: nothing posted. */
 gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
                        const gs_coll_op *op, uint32_t unit, uint64_t wr_id, bool signaled);
+/* The same with the payload apart, straight from (registered) user memory:
+ * a WRITE of it into the slot's payload, then a WRITE_IMM of the header
+ * (built in hdr_slot, which stays untouched until the write is done). */
+gs_status gs_chan_post_apart(gs_comm *comm, gs_chan *ch, uint8_t *hdr_slot, gs_mr *hdr_mr,
+                             const void *payload, gs_mr *payload_mr, size_t bytes, const gs_coll_op *op,
+                             uint32_t unit, uint64_t wr_id, bool signaled);
 /* Sends a credit if enough slots were released since the last one. */
 gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch);
+/* Sends the credits still owed once a progress pass has posted what it
+ * could (a data message going the other way carries them for free). */
+void gs_chan_flush_credits(gs_comm *comm);
+/* Holds the head slot of rx (being consumed) until the peer proves that
+ * the unsignaled forward from it, step unit of call seq, arrived. */
+void gs_chan_hold_until_proof(gs_chan *rx, uint64_t seq, uint32_t unit);
 /* Handles one completion of the communicator's transport. */
 gs_status gs_chan_complete(gs_comm *comm, const gs_wc *wc);
 /* Checks every message already queued for op (it just started). */

@@ -10,13 +10,12 @@
  *
  * A data message is one WRITE_IMM of header + payload into the next slot of
  * the receiver's block for the sender (message m goes to slot m mod
- * GS_COLL_SLOTS). The sender may have at most GS_COLL_SLOTS messages
- * unreleased by the receiver. The immediate carries the message's chunk and
- * step id (low bits) and, piggy-backed, a credit: the sender's released
- * count of the channel flowing the other way; without traffic that way
- * credits go as an 8-byte WRITE_IMM of the credit word (GS_COLL_IMM_CREDIT).
- * The header holds nothing specific to one channel, so one outbox copy can
- * be written to every peer.
+ * GS_COLL_SLOTS), or a WRITE of the payload followed by a WRITE_IMM of the
+ * header alone (GS_COLL_HDR_APART: the payload comes from user memory). The sender may have at most
+ * GS_COLL_SLOTS messages unreleased by the receiver. The immediate carries the message's chunk and step id
+ * (low bits) and, piggy-backed, a credit: the sender's released count of the channel flowing the other way;
+ * without traffic that way credits go as an 8-byte WRITE_IMM of the credit word (GS_COLL_IMM_CREDIT). The
+ * header holds nothing specific to one channel, so one outbox copy can be written to every peer.
  *
  * Every header carries the full call descriptor (collective, count, type,
  * operator, root, algorithm, sequence number), so the receiver checks each
@@ -28,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GS_COLL_PROTO_VERSION 1
+#define GS_COLL_PROTO_VERSION 2    /* 2: gs_coll_hdr.flags (a payload written apart) */
 #define GS_COLL_SLOTS         4    /* data slots per peer (credits) */
 #define GS_COLL_HDR_BYTES     48   /* payload starts here: up to 16 payload bytes share the header's line */
 #define GS_COLL_CTRL_BYTES    1024 /* the control slot */
@@ -58,7 +57,8 @@ typedef struct gs_coll_hdr {
     uint8_t dtype;   /* gs_dtype */
     uint8_t op;      /* gs_redop */
     uint8_t algo;    /* gs_coll_algo_id */
-    uint8_t pad[3];
+    uint8_t flags;   /* GS_COLL_HDR_* */
+    uint8_t pad[2];
     int32_t root;    /* broadcast root; allreduce_multi: hash of the tensor list; else -1 */
     uint32_t sender; /* rank */
     uint64_t seq;    /* the call's number on the communicator, from 1 */
@@ -68,7 +68,15 @@ typedef struct gs_coll_hdr {
     uint64_t reserved;
 } gs_coll_hdr;
 
+/* Header flags. APART: the payload was written into the slot by a WRITE of
+ * its own, posted just before the WRITE_IMM of this header (which then
+ * carries the header alone), so that it can go straight from the caller's
+ * memory; RC ordering puts it in place before the header's notification. */
+#define GS_COLL_HDR_APART 0x1u
+#define GS_COLL_HDR_FLAGS GS_COLL_HDR_APART
+
 _Static_assert(offsetof(gs_coll_hdr, version) == 0, "version byte first");
+_Static_assert(offsetof(gs_coll_hdr, flags) == 5 && offsetof(gs_coll_hdr, root) == 8, "header layout");
 _Static_assert(sizeof(gs_coll_hdr) == GS_COLL_HDR_BYTES, "header layout");
 
 /* Immediates: the kind in the top 2 bits. Data: bits 16..29 the low 14 bits

@@ -55,6 +55,37 @@ int gs_coll_outbox_take(gs_comm *comm)
     return i;
 }
 
+void gs_coll_user_open(gs_coll_op *op)
+{
+    gs_comm *c = op->comm;
+    size_t bytes = (size_t)op->count * op->es;
+    if (c->size != 2 || op->algo != &gs_ring_algo || op->kind != GS_COLL_ALLREDUCE ||
+        bytes < GS_COLL_USER_BYTES || strcmp(gs_tp_name(c->tp), "tcp") != 0)
+        return;
+    if (gs_mr_reg(c->tp, (void *)op->send, bytes, 0, &op->send_mr) != GS_OK) {
+        gs_log_debug(COLL, "rank %d: sending from the caller's buffer is not possible (%s): copying", c->rank,
+                     gs_last_error());
+        op->send_mr = NULL;
+        return;
+    }
+    if (op->recv == op->send)
+        op->recv_mr = op->send_mr;
+    else if (gs_mr_reg(c->tp, op->recv, bytes, GS_ACCESS_LOCAL_WRITE, &op->recv_mr) != GS_OK)
+        gs_coll_user_close(op);
+}
+
+void gs_coll_user_close(gs_coll_op *op)
+{
+    gs_comm *c = op->comm;
+    if (op->recv_mr && op->recv_mr != op->send_mr && gs_mr_dereg(op->recv_mr) != GS_OK)
+        gs_log_warn(COLL, "rank %d: deregistering a call's result buffer failed: %s", c->rank,
+                    gs_last_error());
+    if (op->send_mr && gs_mr_dereg(op->send_mr) != GS_OK)
+        gs_log_warn(COLL, "rank %d: deregistering a call's input buffer failed: %s", c->rank,
+                    gs_last_error());
+    op->send_mr = op->recv_mr = NULL;
+}
+
 /* Sizes of slots and blocks from GS_CHUNK_BYTES. */
 static gs_status layout(gs_comm *comm)
 {
@@ -64,6 +95,8 @@ static gs_status layout(gs_comm *comm)
                        "GS_CHUNK_BYTES=%llu is out of range: use 4K to 1G (default 256K)",
                        (unsigned long long)chunk);
     comm->chunk = (size_t)chunk / GS_COLL_LINE * GS_COLL_LINE;
+    if (comm->size == 2 && strcmp(gs_tp_name(comm->tp), "shm") != 0)
+        comm->chunk *= GS_PAIR_CHUNK_FACTOR;
     comm->box_chunk = GS_BOX_CHUNK_FACTOR * comm->chunk;
     comm->slot_stride = gs_round_up(GS_COLL_HDR_BYTES + comm->chunk, GS_COLL_LINE);
     comm->peer_block = GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE + GS_COLL_CTRL_BYTES;
@@ -188,6 +221,7 @@ static void free_request_list(gs_req *req)
 {
     while (req) {
         gs_req *next = req->next;
+        gs_coll_user_close(&req->op);
         gs_pages_free(req->fused, req->fused_cap);
         if (req->pooled)
             free(req);

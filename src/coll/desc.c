@@ -43,6 +43,7 @@ void gs_desc_fill(const gs_coll_op *op, gs_coll_hdr *hdr, uint32_t unit, size_t 
     hdr->dtype = (uint8_t)op->dtype;
     hdr->op = (uint8_t)op->redop;
     hdr->algo = (uint8_t)op->algo->id;
+    hdr->flags = 0;
     memset(hdr->pad, 0, sizeof(hdr->pad));
     hdr->root = op->root;
     hdr->sender = (uint32_t)op->comm->rank;

@@ -69,6 +69,7 @@ static void finish_head(gs_comm *comm, gs_status status)
     if (!comm->head)
         comm->tail = NULL;
     req->next = NULL;
+    gs_coll_user_close(&req->op);
     if (req->op.seq > comm->seq_done)
         comm->seq_done = req->op.seq;
     if (status == GS_OK && req->op.kind == GS_COLL_ALLREDUCE_MULTI) {
@@ -111,6 +112,7 @@ void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *t
         *link = req->next;
         req->next = NULL;
         req->status = status;
+        gs_coll_user_close(&req->op);
     }
     if (!comm->head)
         comm->tail = NULL;
@@ -153,6 +155,7 @@ static gs_status run_queue(gs_comm *comm)
         if (!op->started) {
             op->started = true;
             comm->progress_count++;
+            gs_coll_user_open(op);
             st = gs_chan_check_queued(comm, op);
         }
         if (st == GS_OK)
@@ -200,7 +203,13 @@ gs_status gs_engine_progress(gs_comm *comm)
         if (st != GS_OK)
             return st;
     } while (n == max);
-    return run_queue(comm);
+    st = run_queue(comm);
+    /* credits the messages just posted did not carry; 2 ranks between calls:
+     * the next call's first message carries them (the peer cannot finish
+     * that call without it anyway) */
+    if (comm->failed == GS_OK && (comm->head || comm->size > 2))
+        gs_chan_flush_credits(comm);
+    return st;
 }
 
 /* The head request made no progress for GS_TIMEOUT_MS. */

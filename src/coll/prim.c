@@ -33,18 +33,26 @@ gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *
     };
 }
 
-/* Copies src into the next outbox slot and posts it to tx. */
-static gs_status send_copy(gs_coll_op *op, gs_chan *tx, const uint8_t *src, size_t bytes, uint32_t unit)
+/* Copies src into the next outbox slot and posts it to tx; from_user: posts
+ * src straight from the caller's input, the header alone in the slot. */
+static gs_status send_copy(gs_coll_op *op, gs_chan *tx, const uint8_t *src, size_t bytes, uint32_t unit,
+                           bool from_user)
 {
     gs_comm *c = op->comm;
     int i = c->out_next;
     bool sig = !gs_coll_unsignaled(op);
+    uint64_t wr_id = GS_WR_ID(GS_WR_OUTBOX, i, 0);
+    gs_status st;
     if (!gs_chan_has_credit(tx) || gs_coll_outbox_busy(c, i))
         return GS_INPROGRESS;
     uint8_t *slot = gs_coll_outbox_slot(c, i);
-    if (bytes)
-        memcpy(gs_coll_payload(slot), src, bytes);
-    gs_status st = gs_chan_post(c, tx, slot, c->outbox, bytes, op, unit, GS_WR_ID(GS_WR_OUTBOX, i, 0), sig);
+    if (from_user) {
+        st = gs_chan_post_apart(c, tx, slot, c->outbox, src, op->send_mr, bytes, op, unit, wr_id, sig);
+    } else {
+        if (bytes)
+            memcpy(gs_coll_payload(slot), src, bytes);
+        st = gs_chan_post(c, tx, slot, c->outbox, bytes, op, unit, wr_id, sig);
+    }
     if (st == GS_ERR_AGAIN)
         return GS_INPROGRESS;
     if (st != GS_OK)
@@ -65,7 +73,10 @@ static void combine(gs_coll_op *op, const gs_prim *p, uint8_t *data, bool forwar
     if (p->mode == GS_PRIM_REDUCE) {
         const void *a = p->recv_first ? (const void *)data : p->local;
         const void *b = p->recv_first ? p->local : (const void *)data;
-        if (forward || !p->out || p->finish) { /* in the slot: it goes on, or is finished first */
+        if (p->from_user) { /* into out, cached (not streamed): it is sent from there next */
+            gs_red_apply(op->dtype, op->redop, p->out, a, b, n);
+            result = p->out;
+        } else if (forward || !p->out || p->finish) { /* in the slot: it goes on, or is finished first */
             gs_red_apply(op->dtype, op->redop, data, a, b, n);
         } else {
             gs_coll_reduce_out(op, p->out, a, b, n);
@@ -87,7 +98,7 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
 
     /* 1. this rank's own data leaves first: the result may overwrite it */
     if (tx && p->send_local && !p->sent) {
-        st = send_copy(op, tx, p->local, p->bytes, p->send_unit);
+        st = send_copy(op, tx, p->local, p->bytes, p->send_unit, p->from_user);
         if (st != GS_OK)
             return st;
         p->sent = true;
@@ -106,21 +117,29 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
         st = gs_desc_check(c, op, gs_coll_hdr_of(slot), p->recv_from, p->recv_unit, p->bytes);
         if (st != GS_OK)
             return st;
-        combine(op, p, gs_coll_payload(slot), forward);
+        combine(op, p, gs_coll_payload(slot), forward && !p->from_user); /* from_user: into out */
         p->combined = true;
     }
     if (!forward) {
         gs_chan_consume(c, rx, false);
         return GS_OK;
     }
-    /* 3. forward from the slot it arrived in (held until the write is done) */
+    /* 3. forward from the slot it arrived in, held until the write is done
+     * (signaled) or the peer's next step proves it arrived (unsignaled) */
     unsigned held = (unsigned)(rx->rx_next % GS_COLL_SLOTS);
-    st = gs_chan_post(c, tx, slot, c->inbox, p->bytes, op, p->send_unit,
-                      GS_WR_ID(GS_WR_FORWARD, rx->peer, held), true);
+    bool sig = !gs_coll_unsignaled(op);
+    uint64_t wr_id = GS_WR_ID(GS_WR_FORWARD, rx->peer, held);
+    if (p->from_user) /* the result from out, the header from the slot */
+        st = gs_chan_post_apart(c, tx, slot, c->inbox, p->out, op->recv_mr, p->bytes, op, p->send_unit, wr_id,
+                                sig);
+    else
+        st = gs_chan_post(c, tx, slot, c->inbox, p->bytes, op, p->send_unit, wr_id, sig);
     if (st == GS_ERR_AGAIN)
         return GS_INPROGRESS;
     if (st != GS_OK)
         return st;
+    if (!sig)
+        gs_chan_hold_until_proof(rx, op->seq, p->send_unit);
     gs_chan_consume(c, rx, true);
     return GS_OK;
 }
@@ -133,7 +152,7 @@ static gs_status run_send_all(gs_coll_op *op, gs_prim *p)
         gs_chan *tx = &c->chans[q];
         gs_status st;
         if (p->stride) {
-            st = send_copy(op, tx, p->local + (size_t)q * p->stride, p->bytes, p->send_unit);
+            st = send_copy(op, tx, p->local + (size_t)q * p->stride, p->bytes, p->send_unit, false);
             if (st != GS_OK)
                 return st;
             continue;

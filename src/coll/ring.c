@@ -62,6 +62,12 @@ static bool allreduce_next(gs_coll_op *op, gs_prim *p)
     p->recv_first = true;
     p->send_unit = gs_coll_unit(op, op->col, j);
     p->recv_unit = gs_coll_unit(op, op->col, j - 1);
+    /* 2 ranks, buffers registered: my segment goes from my input, the final
+     * segment from my result (reduced straight into it), both without a
+     * staging copy; the call's last forward still goes from its slot (it
+     * is proven arrived only by the peer's next call, after this one
+     * returned the buffers to the caller) */
+    p->from_user = op->send_mr && (j == 0 || (n == 2 && j == 1 && op->col + 1 < op->ncols));
     if (++op->step == op->nsteps) {
         op->step = 0;
         op->col++;

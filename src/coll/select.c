@@ -38,7 +38,7 @@ const gs_coll_algo gs_local_algo = {
 /* ---- the choice ----------------------------------------------------------- */
 
 #define DIRECT_MAX_BYTES   (64u << 10)  /* allreduce with at most DIRECT_MAX_RANKS */
-#define PAIR_MAX_BYTES     (256u << 10) /* 2 ranks through the transport: direct up to here */
+#define PAIR_MAX_BYTES     (512u << 10) /* 2 ranks through the transport: direct up to here */
 #define DIRECT_MAX_RANKS   4
 #define BOX_PAIR_MAX_BYTES (16u << 20) /* shared-memory boxes, 2 ranks: direct (halves from 1 MiB) */
 #define BOX_MAX_RANKS      8           /* shared-memory boxes, 3 to 8 ranks: direct at every size */

@@ -134,6 +134,74 @@ CC_TEST(allreduce_matrix_8_ranks)
     run_matrix(transport, 8);
 }
 
+/* ---- 2-rank ring sending straight from the caller's buffers ----------------------- */
+
+/* Over tcp a 2-rank ring allreduce of GS_COLL_USER_BYTES or more sends its
+ * segment from the input and the final segment from the result (payload
+ * written apart from its header); the call's last forward from its slot.
+ * Small chunks give many columns; every type and operator, in place and
+ * out of place, twice in a row (slots and outbox slots freed by the peer's
+ * next call), counts at and around the threshold. */
+static void from_user_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *arg = argp;
+    size_t counts[] = {GS_COLL_USER_BYTES / 4, GS_COLL_USER_BYTES / 4 + 3, 40001};
+    size_t max_bytes = 40001 * 8;
+    uint8_t *in = cc_alloc(max_bytes), *out = cc_alloc(max_bytes);
+    uint64_t h = 1469598103934665603ull;
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, arg->transport, &tp);
+    char what[160];
+    if (arg->param)
+        comm->nt_bytes = 0;
+    cc_set_algo(ctx, GS_ALGO_RING);
+    for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+        for (int op = 0; op < GS_REDOP_COUNT; op++) {
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                for (int round = 0; round < 2; round++) {
+                    size_t count = counts[c], bytes = count * gs_dtype_size((gs_dtype)t);
+                    bool in_place = (c + (size_t)op + (size_t)round) % 2 == 0;
+                    uint8_t *dst = in_place ? in : out;
+                    snprintf(what, sizeof(what), "rank %d ring from user count %zu %s round %d", rank, count,
+                             in_place ? "in place" : "out of place", round);
+                    memset(out, CC_GUARD, max_bytes + 64);
+                    memset(in, CC_GUARD, max_bytes + 64);
+                    cc_fill((gs_dtype)t, (gs_redop)op, rank, in, count);
+                    GS_ASSERT_OK(gs_allreduce(comm, in, dst, count, (gs_dtype)t, (gs_redop)op));
+                    cc_check_reduced(what, (gs_dtype)t, (gs_redop)op, 2, dst, 0, count);
+                    cc_check_guard(dst, bytes, what);
+                    h = cc_hash(h, dst, bytes);
+                }
+            }
+        }
+    }
+    cc_same_everywhere(ctx, "allreduce-from-user", h);
+    cc_close(comm, tp);
+    free(in);
+    free(out);
+}
+
+static void run_from_user(const char *transport, int streamed)
+{
+    const char *env[] = {SMALL_CHUNK_ENV, NULL};
+    cc_arg arg = {.transport = transport, .param = streamed};
+    gs_test_ranks_opts opts = {.n = 2, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    int ok = gs_test_run_ranks_opts(&opts, from_user_body, &arg, status);
+    for (int r = 0; r < 2; r++)
+        GS_ASSERT_RANK_EXIT(status[r], 0);
+    GS_ASSERT_EQ(ok, 2);
+}
+
+CC_TEST(allreduce_ring_from_user_2_ranks)
+{
+    run_from_user(transport, 0);
+}
+CC_TEST(allreduce_ring_from_user_streamed_2_ranks)
+{
+    run_from_user(transport, 1);
+}
+
 /* ---- large counts, default chunk: many columns of 256 KiB ------------------------ */
 
 typedef struct large_case {
