@@ -183,6 +183,7 @@ typedef struct gs_ps_worker {
     uint64_t pull_retries;   /* torn or stale copies read again (statistics) */
     uint64_t next_probe_ns;  /* peer-loss probes are rate limited */
     gs_status replay_status; /* the first error of a replayed push */
+    uint64_t finished;       /* requests finished, ever (a progress pass that finished one does not block) */
     bool again;              /* a post met a full send queue: poll and retry, do not block */
     bool no_zcopy;           /* the transport refused to register caller memory: always stage */
 } gs_ps_worker;
@@ -345,6 +346,10 @@ gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms);
 void gs_ps_worker_fail_all(gs_ps *ps, gs_status st);
 /* Makes st (detail: gs_last_error()) sticky and fails every request. */
 void gs_ps_worker_set_fatal(gs_ps *ps, gs_status st);
+/* The status a worker call returns for st once the job is fatal: the job's
+ * error with its detail as gs_last_error() (polls after it overwrite that
+ * with the transport's report of the lost peer) for st GS_OK excepted. */
+gs_status gs_ps_worker_fatal_status(gs_ps *ps, gs_status st);
 /* Shard ws of its key's oldest request is done (from a completion). */
 void gs_ps_worker_shard_done(gs_ps *ps, gs_ps_wshard *ws);
 /* The error a server reported on the shard, as the request's status (logged). */

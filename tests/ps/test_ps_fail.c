@@ -200,3 +200,41 @@ PS_TEST(workers_hear_of_a_dead_server)
     job.expect_exit[2] = 3;
     ps_job_run(&job);
 }
+
+/* The server takes the worker's push and then dies without a word, while
+ * the worker is between two calls; the worker's wait then finds the loss
+ * itself (its transport already knows) and must still say what to do. */
+static void silent_server(gs_ps *ps, ps_job *job)
+{
+    (void)ps;
+    while (__atomic_load_n(&job->shared[5], __ATOMIC_SEQ_CST) == 0)
+        sleep_ms(1);
+    _exit(3);
+}
+
+static void waiting_worker(gs_ps *ps, ps_job *job)
+{
+    size_t n = job->counts[0];
+    float *g = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    gs_ps_req *req = NULL;
+    GS_ASSERT_OK(gs_ps_push_pull_start(ps, job->keys[0], g, out, &req));
+    sleep_ms(100); /* the push is taken (no notice will come) */
+    __atomic_store_n(&job->shared[5], 1, __ATOMIC_SEQ_CST);
+    sleep_ms(300); /* the transport sees the server go */
+    GS_ASSERT_STATUS(gs_ps_wait(req), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
+    GS_ASSERT_STATUS(gs_ps_pull(ps, job->keys[0], out), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
+    free(g);
+    free(out);
+}
+
+PS_TEST(a_wait_that_finds_the_server_dead_says_what_to_do)
+{
+    ps_job job = ps_job_default(transport, 1, 1);
+    ps_job_key(&job, 1, 1000);
+    job.worker = waiting_worker;
+    job.server = silent_server;
+    job.expect_exit[1] = 3;
+    ps_job_run(&job);
+}
