@@ -70,6 +70,7 @@ typedef struct gs_ps_tx {
     uint32_t cap;
     uint32_t *free_list;
     uint32_t nfree;
+    int *dest; /* [cap] the rank a record in flight goes to, -1 if free */
 } gs_ps_tx;
 
 /* ---- server ---------------------------------------------------------------- */
@@ -272,6 +273,11 @@ void gs_ps_tx_free(gs_ps_tx *tx);
 gs_status gs_ps_tx_send(gs_ps *ps, gs_ps_tx *tx, int rank, const void *rec, const gs_rmr *dst, uint64_t off,
                         uint32_t imm);
 void gs_ps_tx_complete(gs_ps_tx *tx, uint64_t wr_id);
+/* Records in flight to peers not known lost: what a loop that lets the
+ * records leave waits for (a lost peer's may complete late or never). */
+uint32_t gs_ps_tx_live(const gs_ps *ps, const gs_ps_tx *tx);
+/* Whether rank, a peer of this role (a server of a worker, a worker of a server), is known lost. */
+bool gs_ps_peer_lost(const gs_ps *ps, int rank);
 /* A zero-length control message (CTRL imm) to rank's control region. */
 gs_status gs_ps_ctrl_send(gs_ps *ps, int rank, uint32_t cmd, uint32_t arg);
 
@@ -363,6 +369,10 @@ static inline gs_status gs_ps_again(gs_ps *ps, gs_status st)
     ps->wrk.again = true;
     return GS_OK;
 }
+/* A control message to server s, progressing while no record or send slot
+ * is free, until deadline (GS_ERR_TIMEOUT); gives up at once when server s
+ * is known lost (its records may never come back). */
+gs_status gs_ps_worker_ctrl_send(gs_ps *ps, int s, uint32_t cmd, uint32_t arg, uint64_t deadline);
 /* Merges a notice into the shard's view. */
 void gs_ps_worker_merge_notice(gs_ps_wshard *ws, const gs_ps_notice *n);
 

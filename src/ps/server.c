@@ -121,8 +121,10 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
     }
 }
 
-/* poll/wait said a peer is gone: find which workers (probes are rate limited). */
-static void find_lost_workers(gs_ps *ps, int wait_ms)
+/* poll/wait said a peer is gone: find which workers (probes are rate limited).
+ * A loss already known makes every poll and wait say so at once: unless
+ * this is a poll that must not block, sleep a little rather than spin on it. */
+static void find_lost_workers(gs_ps *ps, bool may_sleep)
 {
     gs_ps_server *srv = &ps->srv;
     bool *skip = gs_calloc((size_t)ps->nworkers, sizeof(bool)), *lost = gs_calloc((size_t)ps->nworkers, 1);
@@ -140,8 +142,7 @@ static void find_lost_workers(gs_ps *ps, int wait_ms)
     }
     free(skip);
     free(lost);
-    /* A loss already known keeps poll from blocking: do not spin on it. */
-    if (!found && wait_ms > 0) {
+    if (!found && may_sleep) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
     }
@@ -332,7 +333,7 @@ gs_status gs_ps_server_progress(gs_ps *ps, int wait_ms)
         st = GS_OK;
         n = 0;
     } else if (st == GS_ERR_PEER_LOST) {
-        find_lost_workers(ps, wait_ms);
+        find_lost_workers(ps, wait_ms > 0 || owed); /* owed: retrying sends, not a poll for the caller */
         st = GS_OK;
         n = 0;
     }
@@ -406,7 +407,7 @@ static int serve_wait_ms(const gs_ps *ps)
 static void drain(gs_ps *ps)
 {
     uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
-    while ((ps->srv.ndirty || ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) &&
+    while ((ps->srv.ndirty || ps->srv.noutbox || gs_ps_tx_live(ps, &ps->srv.tx) > 0) &&
            !gs_deadline_passed(deadline))
         if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;

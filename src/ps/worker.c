@@ -582,6 +582,25 @@ gs_status gs_ps_push_pull(gs_ps *ps, uint64_t key, const float *grad, float *out
     return blocking(ps, key, grad, out, true, true);
 }
 
+/* ---- control messages ---------------------------------------------------------------- */
+
+gs_status gs_ps_worker_ctrl_send(gs_ps *ps, int s, uint32_t cmd, uint32_t arg, uint64_t deadline)
+{
+    gs_status st;
+    while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], cmd, arg)) == GS_ERR_AGAIN &&
+           !ps->wrk.server_lost[s]) {
+        if (gs_deadline_passed(deadline))
+            return gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
+                           "rank %d: worker %d: no room to send control message %u to server %d (rank %d) "
+                           "within GS_TIMEOUT_MS=%lld (is it serving?)",
+                           ps->rank, ps->index, cmd, s, ps->server_ranks[s], (long long)ps->timeout_ms);
+        gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
+    }
+    if (st == GS_ERR_AGAIN) /* the server is gone: its records will not come back */
+        st = gs_ps_worker_fatal_status(ps, GS_ERR_PEER_LOST);
+    return st;
+}
+
 /* ---- checkpoint on request ---------------------------------------------------------- */
 
 static gs_status worker_checkpoint(gs_ps *ps)
@@ -592,9 +611,7 @@ static gs_status worker_checkpoint(gs_ps *ps)
     ps->wrk.ckpt_pending = 0;
     ps->wrk.ckpt_status = GS_OK;
     for (int s = 0; st == GS_OK && s < ps->nservers; s++) {
-        while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_CKPT, serial)) == GS_ERR_AGAIN &&
-               !gs_deadline_passed(deadline))
-            gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
+        st = gs_ps_worker_ctrl_send(ps, s, GS_PS_CTRL_CKPT, serial, deadline);
         ps->wrk.ckpt_pending += st == GS_OK;
     }
     while (st == GS_OK && ps->wrk.ckpt_pending > 0) {
