@@ -150,12 +150,16 @@ static void find_lost_workers(gs_ps *ps, bool may_sleep)
 
 /* ---- arrivals ---------------------------------------------------------------------------- */
 
+/* Sync: every worker's gradient of the pending step is in. A lost worker's
+ * never will be: the step does not complete without it (pushes that arrive
+ * after the loss, even while the notices of it leave, apply nothing, and
+ * the notices keep saying who is lost). */
 static bool sync_complete(const gs_ps *ps, const gs_ps_sshard *sh)
 {
     const gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     uint64_t version = gs_ps_head_of(sh)->version;
     for (int w = 0; w < ps->nworkers; w++)
-        if (!ps->srv.lost[w] && ws[w].received <= version)
+        if (ps->srv.lost[w] || ws[w].received <= version)
             return false;
     return true;
 }
