@@ -102,7 +102,9 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
         gs_ps_wstate_of(sh)[w].flags |= GS_PS_WSTATE_LOST;
         h->min_step = gs_ps_min_step(ps, sh);
         gs_ps_seq_end(h);
-        if (ps->params.mode == GS_PS_MODE_SYNC) {
+        /* the first loss is the cause the notices keep naming */
+        if (ps->params.mode == GS_PS_MODE_SYNC && sh->status != GS_ERR_PEER_LOST &&
+            sh->status != GS_ERR_TIMEOUT) {
             sh->status = st;
             sh->status_about = w;
         }
@@ -110,11 +112,12 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
             gs_ps_notify_all(ps, sh);
     }
     if (ps->params.mode == GS_PS_MODE_SYNC) {
-        srv->verdict =
+        gs_status verdict =
             gs_fail(GS_SUBSYS_PS, st,
                     "rank %d: server %d: worker %d (rank %d) %s; sync mode cannot go on without it (the "
                     "other workers are told)",
                     ps->rank, ps->index, w, ps->worker_ranks[w], why);
+        srv->verdict = srv->verdict != GS_OK ? srv->verdict : verdict;
     } else {
         gs_log_warn(PS, "rank %d: server %d: worker %d (rank %d) %s; async mode goes on with the other %d",
                     ps->rank, ps->index, w, ps->worker_ranks[w], why, ps->nworkers - srv->finished);
@@ -407,12 +410,21 @@ static int serve_wait_ms(const gs_ps *ps)
     return (int)((next - now) / 1000000ull) + 1;
 }
 
-/* Lets the notices and replies owed leave before the loop ends. */
+/* Whether the loop's end must wait: notices or replies owed, or (the job
+ * failed) live workers that have not said BYE yet: they may still read the
+ * steps that did complete, so the regions stay up until they leave. */
+static bool draining(const gs_ps *ps)
+{
+    const gs_ps_server *srv = &ps->srv;
+    return srv->ndirty || srv->noutbox || gs_ps_tx_live(ps, &srv->tx) > 0 ||
+           (srv->verdict != GS_OK && srv->finished < ps->nworkers);
+}
+
+/* Lets the notices and replies owed leave before the loop ends (at most GS_TIMEOUT_MS). */
 static void drain(gs_ps *ps)
 {
     uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
-    while ((ps->srv.ndirty || ps->srv.noutbox || gs_ps_tx_live(ps, &ps->srv.tx) > 0) &&
-           !gs_deadline_passed(deadline))
+    while (draining(ps) && !gs_deadline_passed(deadline))
         if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
 }
