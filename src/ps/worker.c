@@ -551,9 +551,9 @@ gs_status gs_ps_wait(gs_ps_req *req)
     while (!req->done && !gs_deadline_passed(deadline))
         if (gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
+    /* not done: leaked on purpose, the transport may still write into what it names */
     if (!req->done)
-        return gs_ps_worker_fatal_status(ps,
-                                         st); /* leaked on purpose: the transport may still write into it */
+        return gs_ps_worker_fatal_status(ps, st);
     if (st == GS_OK)
         st = req->status;
     free(req);
