@@ -186,14 +186,16 @@ gs_status gs_ps_tx_init(gs_ps *ps, gs_ps_tx *tx, uint32_t cap)
     if (st != GS_OK)
         return st;
     tx->free_list = gs_calloc(cap, sizeof(uint32_t));
-    if (!tx->free_list) {
-        gs_mr_dereg(tx->mr);
-        tx->mr = NULL;
+    tx->dest = gs_calloc(cap, sizeof(int));
+    if (!tx->free_list || !tx->dest) {
+        gs_ps_tx_free(tx);
         return GS_ERR_NOMEM;
     }
     tx->cap = cap;
-    for (uint32_t i = 0; i < cap; i++)
+    for (uint32_t i = 0; i < cap; i++) {
         tx->free_list[i] = cap - 1 - i;
+        tx->dest[i] = -1;
+    }
     tx->nfree = cap;
     return GS_OK;
 }
@@ -203,6 +205,7 @@ void gs_ps_tx_free(gs_ps_tx *tx)
     if (tx->mr)
         gs_mr_dereg(tx->mr);
     free(tx->free_list);
+    free(tx->dest);
     memset(tx, 0, sizeof(*tx));
 }
 
@@ -220,16 +223,38 @@ gs_status gs_ps_tx_send(gs_ps *ps, gs_ps_tx *tx, int rank, const void *rec, cons
         memcpy(buf, rec, GS_PS_ALIGN);
     st = gs_ep_write_imm(gs_tp_ep(ps->tp, rank), buf, tx->mr, rec ? GS_PS_ALIGN : 0, dst, off, imm,
                          gs_ps_wr(GS_PS_WR_TX, slot), GS_OP_SIGNALED);
-    if (st == GS_OK)
+    if (st == GS_OK) {
         tx->nfree--;
+        tx->dest[slot] = rank;
+    }
     return st;
 }
 
 void gs_ps_tx_complete(gs_ps_tx *tx, uint64_t wr_id)
 {
     uint64_t slot = gs_ps_wr_index(wr_id);
-    if (slot < tx->cap && tx->nfree < tx->cap)
+    if (slot < tx->cap && tx->dest[slot] >= 0) {
+        tx->dest[slot] = -1;
         tx->free_list[tx->nfree++] = (uint32_t)slot;
+    }
+}
+
+bool gs_ps_peer_lost(const gs_ps *ps, int rank)
+{
+    int i = ps->role_index[rank];
+    if (ps->is_server)
+        return i < ps->nworkers && ps->worker_ranks[i] == rank && ps->srv.lost[i];
+    return i < ps->nservers && ps->server_ranks[i] == rank && ps->wrk.server_lost[i];
+}
+
+uint32_t gs_ps_tx_live(const gs_ps *ps, const gs_ps_tx *tx)
+{
+    uint32_t live = 0;
+    if (tx->nfree == tx->cap)
+        return 0;
+    for (uint32_t slot = 0; slot < tx->cap; slot++)
+        live += tx->dest[slot] >= 0 && !gs_ps_peer_lost(ps, tx->dest[slot]);
+    return live;
 }
 
 gs_status gs_ps_ctrl_send(gs_ps *ps, int rank, uint32_t cmd, uint32_t arg)
@@ -370,14 +395,12 @@ static gs_status say_goodbye(gs_ps *ps)
                 break;
             }
         for (int s = 0; s < ps->nservers; s++) {
-            if (ps->wrk.server_lost[s])
-                continue;
-            while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_BYE, 0)) == GS_ERR_AGAIN &&
-                   !gs_deadline_passed(deadline))
-                gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
+            gs_status sst =
+                ps->wrk.server_lost[s] ? GS_OK : gs_ps_worker_ctrl_send(ps, s, GS_PS_CTRL_BYE, 0, deadline);
+            st = st != GS_OK ? st : sst;
         }
-        /* let the BYEs leave before the barrier */
-        while (ps->wrk.tx.nfree < ps->wrk.tx.cap && !gs_deadline_passed(deadline))
+        /* let the BYEs leave before the barrier (a lost server's records may never come back) */
+        while (gs_ps_tx_live(ps, &ps->wrk.tx) > 0 && !gs_deadline_passed(deadline))
             if (gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
                 break;
     }

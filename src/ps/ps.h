@@ -70,6 +70,7 @@ typedef struct gs_ps_tx {
     uint32_t cap;
     uint32_t *free_list;
     uint32_t nfree;
+    int *dest; /* [cap] the rank a record in flight goes to, -1 if free */
 } gs_ps_tx;
 
 /* ---- server ---------------------------------------------------------------- */
@@ -183,6 +184,7 @@ typedef struct gs_ps_worker {
     uint64_t pull_retries;   /* torn or stale copies read again (statistics) */
     uint64_t next_probe_ns;  /* peer-loss probes are rate limited */
     gs_status replay_status; /* the first error of a replayed push */
+    uint64_t finished;       /* requests finished, ever (a progress pass that finished one does not block) */
     bool again;              /* a post met a full send queue: poll and retry, do not block */
     bool no_zcopy;           /* the transport refused to register caller memory: always stage */
 } gs_ps_worker;
@@ -271,6 +273,11 @@ void gs_ps_tx_free(gs_ps_tx *tx);
 gs_status gs_ps_tx_send(gs_ps *ps, gs_ps_tx *tx, int rank, const void *rec, const gs_rmr *dst, uint64_t off,
                         uint32_t imm);
 void gs_ps_tx_complete(gs_ps_tx *tx, uint64_t wr_id);
+/* Records in flight to peers not known lost: what a loop that lets the
+ * records leave waits for (a lost peer's may complete late or never). */
+uint32_t gs_ps_tx_live(const gs_ps *ps, const gs_ps_tx *tx);
+/* Whether rank, a peer of this role (a server of a worker, a worker of a server), is known lost. */
+bool gs_ps_peer_lost(const gs_ps *ps, int rank);
 /* A zero-length control message (CTRL imm) to rank's control region. */
 gs_status gs_ps_ctrl_send(gs_ps *ps, int rank, uint32_t cmd, uint32_t arg);
 
@@ -345,6 +352,10 @@ gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms);
 void gs_ps_worker_fail_all(gs_ps *ps, gs_status st);
 /* Makes st (detail: gs_last_error()) sticky and fails every request. */
 void gs_ps_worker_set_fatal(gs_ps *ps, gs_status st);
+/* The status a worker call returns for st once the job is fatal: the job's
+ * error with its detail as gs_last_error() (polls after it overwrite that
+ * with the transport's report of the lost peer) for st GS_OK excepted. */
+gs_status gs_ps_worker_fatal_status(gs_ps *ps, gs_status st);
 /* Shard ws of its key's oldest request is done (from a completion). */
 void gs_ps_worker_shard_done(gs_ps *ps, gs_ps_wshard *ws);
 /* The error a server reported on the shard, as the request's status (logged). */
@@ -358,6 +369,10 @@ static inline gs_status gs_ps_again(gs_ps *ps, gs_status st)
     ps->wrk.again = true;
     return GS_OK;
 }
+/* A control message to server s, progressing while no record or send slot
+ * is free, until deadline (GS_ERR_TIMEOUT); gives up at once when server s
+ * is known lost (its records may never come back). */
+gs_status gs_ps_worker_ctrl_send(gs_ps *ps, int s, uint32_t cmd, uint32_t arg, uint64_t deadline);
 /* Merges a notice into the shard's view. */
 void gs_ps_worker_merge_notice(gs_ps_wshard *ws, const gs_ps_notice *n);
 

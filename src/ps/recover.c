@@ -201,7 +201,7 @@ gs_status gs_ps_recover_server(gs_ps *ps)
     for (int w = 0; w < ps->nworkers; w++)
         if (!ps->srv.lost[w] && !ps->srv.bye[w])
             gs_ps_server_reply(ps, w, GS_PS_CTRL_RECOVER, gen & 0xffffffu);
-    while ((ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) && !gs_deadline_passed(deadline))
+    while ((ps->srv.noutbox || gs_ps_tx_live(ps, &ps->srv.tx) > 0) && !gs_deadline_passed(deadline))
         if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
     return rebuild(ps, gen, false);
@@ -302,16 +302,13 @@ static gs_status gather(gs_ps *ps, uint32_t gen)
         gs_status sst;
         if (ps->wrk.server_lost[s])
             continue;
-        while ((sst = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_RECOVER, gen & 0xffffffu)) ==
-                   GS_ERR_AGAIN &&
-               !gs_deadline_passed(deadline))
-            gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
+        sst = gs_ps_worker_ctrl_send(ps, s, GS_PS_CTRL_RECOVER, gen & 0xffffffu, deadline);
         if (sst != GS_OK)
             gs_log_info(
                 PS, "rank %d: recovery request to server rank %d not sent (%s): it may be recovering already",
                 ps->rank, ps->server_ranks[s], gs_status_name(sst));
     }
-    while (st == GS_OK && ps->wrk.tx.nfree < ps->wrk.tx.cap && !gs_deadline_passed(deadline))
+    while (st == GS_OK && gs_ps_tx_live(ps, &ps->wrk.tx) > 0 && !gs_deadline_passed(deadline))
         gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
     return st;
 }

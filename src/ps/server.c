@@ -102,7 +102,9 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
         gs_ps_wstate_of(sh)[w].flags |= GS_PS_WSTATE_LOST;
         h->min_step = gs_ps_min_step(ps, sh);
         gs_ps_seq_end(h);
-        if (ps->params.mode == GS_PS_MODE_SYNC) {
+        /* the first loss is the cause the notices keep naming */
+        if (ps->params.mode == GS_PS_MODE_SYNC && sh->status != GS_ERR_PEER_LOST &&
+            sh->status != GS_ERR_TIMEOUT) {
             sh->status = st;
             sh->status_about = w;
         }
@@ -110,19 +112,22 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
             gs_ps_notify_all(ps, sh);
     }
     if (ps->params.mode == GS_PS_MODE_SYNC) {
-        srv->verdict =
+        gs_status verdict =
             gs_fail(GS_SUBSYS_PS, st,
                     "rank %d: server %d: worker %d (rank %d) %s; sync mode cannot go on without it (the "
                     "other workers are told)",
                     ps->rank, ps->index, w, ps->worker_ranks[w], why);
+        srv->verdict = srv->verdict != GS_OK ? srv->verdict : verdict;
     } else {
         gs_log_warn(PS, "rank %d: server %d: worker %d (rank %d) %s; async mode goes on with the other %d",
                     ps->rank, ps->index, w, ps->worker_ranks[w], why, ps->nworkers - srv->finished);
     }
 }
 
-/* poll/wait said a peer is gone: find which workers (probes are rate limited). */
-static void find_lost_workers(gs_ps *ps, int wait_ms)
+/* poll/wait said a peer is gone: find which workers (probes are rate limited).
+ * A loss already known makes every poll and wait say so at once: unless
+ * this is a poll that must not block, sleep a little rather than spin on it. */
+static void find_lost_workers(gs_ps *ps, bool may_sleep)
 {
     gs_ps_server *srv = &ps->srv;
     bool *skip = gs_calloc((size_t)ps->nworkers, sizeof(bool)), *lost = gs_calloc((size_t)ps->nworkers, 1);
@@ -140,8 +145,7 @@ static void find_lost_workers(gs_ps *ps, int wait_ms)
     }
     free(skip);
     free(lost);
-    /* A loss already known keeps poll from blocking: do not spin on it. */
-    if (!found && wait_ms > 0) {
+    if (!found && may_sleep) {
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
     }
@@ -149,12 +153,16 @@ static void find_lost_workers(gs_ps *ps, int wait_ms)
 
 /* ---- arrivals ---------------------------------------------------------------------------- */
 
+/* Sync: every worker's gradient of the pending step is in. A lost worker's
+ * never will be: the step does not complete without it (pushes that arrive
+ * after the loss, even while the notices of it leave, apply nothing, and
+ * the notices keep saying who is lost). */
 static bool sync_complete(const gs_ps *ps, const gs_ps_sshard *sh)
 {
     const gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     uint64_t version = gs_ps_head_of(sh)->version;
     for (int w = 0; w < ps->nworkers; w++)
-        if (!ps->srv.lost[w] && ws[w].received <= version)
+        if (ps->srv.lost[w] || ws[w].received <= version)
             return false;
     return true;
 }
@@ -332,7 +340,7 @@ gs_status gs_ps_server_progress(gs_ps *ps, int wait_ms)
         st = GS_OK;
         n = 0;
     } else if (st == GS_ERR_PEER_LOST) {
-        find_lost_workers(ps, wait_ms);
+        find_lost_workers(ps, wait_ms > 0 || owed); /* owed: retrying sends, not a poll for the caller */
         st = GS_OK;
         n = 0;
     }
@@ -402,12 +410,21 @@ static int serve_wait_ms(const gs_ps *ps)
     return (int)((next - now) / 1000000ull) + 1;
 }
 
-/* Lets the notices and replies owed leave before the loop ends. */
+/* Whether the loop's end must wait: notices or replies owed, or (the job
+ * failed) live workers that have not said BYE yet: they may still read the
+ * steps that did complete, so the regions stay up until they leave. */
+static bool draining(const gs_ps *ps)
+{
+    const gs_ps_server *srv = &ps->srv;
+    return srv->ndirty || srv->noutbox || gs_ps_tx_live(ps, &srv->tx) > 0 ||
+           (srv->verdict != GS_OK && srv->finished < ps->nworkers);
+}
+
+/* Lets the notices and replies owed leave before the loop ends (at most GS_TIMEOUT_MS). */
 static void drain(gs_ps *ps)
 {
     uint64_t deadline = gs_deadline_after_ms(ps->timeout_ms);
-    while ((ps->srv.ndirty || ps->srv.noutbox || ps->srv.tx.nfree < ps->srv.tx.cap) &&
-           !gs_deadline_passed(deadline))
+    while (draining(ps) && !gs_deadline_passed(deadline))
         if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
 }

@@ -214,6 +214,7 @@ static void finish(gs_ps *ps, gs_ps_req *req)
 {
     gs_ps_wkey *wk = req->key;
     req->done = true;
+    ps->wrk.finished++;
     /* A push that failed because the job must recover is repeated by the
      * caller after gs_ps_recover: it keeps its step. (Shards that did get it
      * are skipped then, see gs_ps_push_advance.) */
@@ -345,6 +346,18 @@ void gs_ps_worker_set_fatal(gs_ps *ps, gs_status st)
     gs_ps_worker_fail_all(ps, st);
 }
 
+gs_status gs_ps_worker_fatal_status(gs_ps *ps, gs_status st)
+{
+    if (st == GS_OK || ps->wrk.fatal == GS_OK)
+        return st;
+    /* what failed with it: the job's error, said once, with what to do */
+    if (st == ps->wrk.fatal || st == GS_ERR_PEER_LOST || st == GS_ERR_FLUSHED) {
+        gs_error_restore(ps->wrk.fatal_why);
+        return ps->wrk.fatal;
+    }
+    return st;
+}
+
 void gs_ps_worker_fail_all(gs_ps *ps, gs_status st)
 {
     for (size_t k = 0; k < ps->wrk.nkeys; k++)
@@ -401,10 +414,11 @@ gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms)
 {
     gs_wc wcs[64];
     int n = 0;
+    uint64_t finished = ps->wrk.finished;
     /* Step 1: what is there, and everything that can be posted now. */
     gs_status st = gs_tp_poll(ps->tp, wcs, 64, &n);
     st = take(ps, st, wcs, n, 0);
-    if (st != GS_OK || n > 0 || wait_ms <= 0)
+    if (st != GS_OK || n > 0 || wait_ms <= 0 || ps->wrk.finished != finished)
         return st;
     if (ps->wrk.again) { /* a post is to be retried: do not block */
         ps->wrk.again = false;
@@ -537,12 +551,13 @@ gs_status gs_ps_wait(gs_ps_req *req)
     while (!req->done && !gs_deadline_passed(deadline))
         if (gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
+    /* not done: leaked on purpose, the transport may still write into what it names */
     if (!req->done)
-        return st; /* leaked on purpose: the transport may still write into what it names */
+        return gs_ps_worker_fatal_status(ps, st);
     if (st == GS_OK)
         st = req->status;
     free(req);
-    return st;
+    return gs_ps_worker_fatal_status(ps, st);
 }
 
 static gs_status blocking(gs_ps *ps, uint64_t key, const float *grad, float *out, bool push, bool pull)
@@ -567,6 +582,25 @@ gs_status gs_ps_push_pull(gs_ps *ps, uint64_t key, const float *grad, float *out
     return blocking(ps, key, grad, out, true, true);
 }
 
+/* ---- control messages ---------------------------------------------------------------- */
+
+gs_status gs_ps_worker_ctrl_send(gs_ps *ps, int s, uint32_t cmd, uint32_t arg, uint64_t deadline)
+{
+    gs_status st;
+    while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], cmd, arg)) == GS_ERR_AGAIN &&
+           !ps->wrk.server_lost[s]) {
+        if (gs_deadline_passed(deadline))
+            return gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
+                           "rank %d: worker %d: no room to send control message %u to server %d (rank %d) "
+                           "within GS_TIMEOUT_MS=%lld (is it serving?)",
+                           ps->rank, ps->index, cmd, s, ps->server_ranks[s], (long long)ps->timeout_ms);
+        gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
+    }
+    if (st == GS_ERR_AGAIN) /* the server is gone: its records will not come back */
+        st = gs_ps_worker_fatal_status(ps, GS_ERR_PEER_LOST);
+    return st;
+}
+
 /* ---- checkpoint on request ---------------------------------------------------------- */
 
 static gs_status worker_checkpoint(gs_ps *ps)
@@ -577,9 +611,7 @@ static gs_status worker_checkpoint(gs_ps *ps)
     ps->wrk.ckpt_pending = 0;
     ps->wrk.ckpt_status = GS_OK;
     for (int s = 0; st == GS_OK && s < ps->nservers; s++) {
-        while ((st = gs_ps_ctrl_send(ps, ps->server_ranks[s], GS_PS_CTRL_CKPT, serial)) == GS_ERR_AGAIN &&
-               !gs_deadline_passed(deadline))
-            gs_ps_worker_progress(ps, gs_ps_wait_ms(deadline));
+        st = gs_ps_worker_ctrl_send(ps, s, GS_PS_CTRL_CKPT, serial, deadline);
         ps->wrk.ckpt_pending += st == GS_OK;
     }
     while (st == GS_OK && ps->wrk.ckpt_pending > 0) {
@@ -592,7 +624,7 @@ static gs_status worker_checkpoint(gs_ps *ps)
         if (st == GS_OK && ps->wrk.fatal != GS_OK)
             st = ps->wrk.fatal;
     }
-    return st == GS_OK ? ps->wrk.ckpt_status : st;
+    return st == GS_OK ? ps->wrk.ckpt_status : gs_ps_worker_fatal_status(ps, st);
 }
 
 gs_status gs_ps_checkpoint(gs_ps *ps)

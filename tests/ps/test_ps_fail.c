@@ -106,7 +106,10 @@ PS_TEST(sync_atomic_reports_a_hung_worker_at_the_deadline)
 }
 
 /* Async: the last worker dies after 3 pushes; the others push on, and the
- * parameters hold exactly every push that was applied. */
+ * parameters hold exactly every push that was applied. shared[1] is set
+ * when the last worker's pushes are all applied, just before it dies: the
+ * others take their second half of steps only after that (async lets them
+ * run far ahead of it, and they would pull before its pushes land). */
 static void async_survivor(gs_ps *ps, ps_job *job)
 {
     int me = gs_ps_index(ps), W = gs_ps_num_workers(ps);
@@ -116,10 +119,14 @@ static void async_survivor(gs_ps *ps, ps_job *job)
     for (int t = 0; t < steps; t++) {
         for (size_t i = 0; i < n; i++)
             g[i] = int_grad(me, t, i);
+        while (t == job->steps / 2 && __atomic_load_n(&job->shared[1], __ATOMIC_SEQ_CST) == 0)
+            sleep_ms(1);
         GS_ASSERT_OK(gs_ps_push_pull(ps, job->keys[0], g, out)); /* applied when it returns */
     }
-    if (me == W - 1)
+    if (me == W - 1) {
+        __atomic_store_n(&job->shared[1], 1, __ATOMIC_SEQ_CST);
         _exit(3);
+    }
     __atomic_add_fetch(&job->shared[0], 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&job->shared[0], __ATOMIC_SEQ_CST) < (uint64_t)W - 1)
         sleep_ms(1);
@@ -160,23 +167,25 @@ static void doomed_server(gs_ps *ps, ps_job *job)
     _exit(3);
 }
 
+/* The first worker to reach step 3 tells the server to die and notes when
+ * (shared[6]): the other may still be in step 2 and fail there. */
 static void orphan_worker(gs_ps *ps, ps_job *job)
 {
     size_t n = job->counts[0];
     float *g = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
     gs_status st = GS_OK;
-    uint64_t t0 = 0;
     for (int t = 0; t < 1000 && st == GS_OK; t++) {
-        if (t == 3) {
+        uint64_t unset = 0;
+        if (t == 3 && __atomic_compare_exchange_n(&job->shared[6], &unset, gs_now_ns(), false,
+                                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
             __atomic_store_n(&job->shared[5], 1, __ATOMIC_SEQ_CST);
-            t0 = gs_now_ns();
-        }
         st = gs_ps_push_pull(ps, job->keys[0], g, out);
         GS_ASSERT(t >= 2 || st == GS_OK); /* step 2 may still be pulling when the server dies */
     }
     GS_ASSERT_STATUS(st, GS_ERR_PEER_LOST);
     GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
-    GS_ASSERT_LT(gs_now_ns() - t0, report_within_ns());
+    GS_ASSERT(__atomic_load_n(&job->shared[6], __ATOMIC_SEQ_CST) != 0);
+    GS_ASSERT_LT(gs_now_ns() - __atomic_load_n(&job->shared[6], __ATOMIC_SEQ_CST), report_within_ns());
     GS_ASSERT_STATUS(gs_ps_pull(ps, job->keys[0], out), GS_ERR_PEER_LOST); /* until recovered */
     free(g);
     free(out);
@@ -189,5 +198,43 @@ PS_TEST(workers_hear_of_a_dead_server)
     job.worker = orphan_worker;
     job.server = doomed_server;
     job.expect_exit[2] = 3;
+    ps_job_run(&job);
+}
+
+/* The server takes the worker's push and then dies without a word, while
+ * the worker is between two calls; the worker's wait then finds the loss
+ * itself (its transport already knows) and must still say what to do. */
+static void silent_server(gs_ps *ps, ps_job *job)
+{
+    (void)ps;
+    while (__atomic_load_n(&job->shared[5], __ATOMIC_SEQ_CST) == 0)
+        sleep_ms(1);
+    _exit(3);
+}
+
+static void waiting_worker(gs_ps *ps, ps_job *job)
+{
+    size_t n = job->counts[0];
+    float *g = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
+    gs_ps_req *req = NULL;
+    GS_ASSERT_OK(gs_ps_push_pull_start(ps, job->keys[0], g, out, &req));
+    sleep_ms(100); /* the push is taken (no notice will come) */
+    __atomic_store_n(&job->shared[5], 1, __ATOMIC_SEQ_CST);
+    sleep_ms(300); /* the transport sees the server go */
+    GS_ASSERT_STATUS(gs_ps_wait(req), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
+    GS_ASSERT_STATUS(gs_ps_pull(ps, job->keys[0], out), GS_ERR_PEER_LOST);
+    GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
+    free(g);
+    free(out);
+}
+
+PS_TEST(a_wait_that_finds_the_server_dead_says_what_to_do)
+{
+    ps_job job = ps_job_default(transport, 1, 1);
+    ps_job_key(&job, 1, 1000);
+    job.worker = waiting_worker;
+    job.server = silent_server;
+    job.expect_exit[1] = 3;
     ps_job_run(&job);
 }

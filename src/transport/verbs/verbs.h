@@ -99,6 +99,7 @@ typedef struct gs_verbs_ep {
     gs_verbs_ep_state state;
     gs_status err;     /* the first error, once FAILED or CLOSED */
     bool err_reported; /* err reached the user (a completion or a return) */
+    bool err_logged;   /* the failure was logged: later reports of it go to gs_last_error() only */
     uint32_t psn;
 
     /* Send queue accounting: slots [sq_done, sq_posted) are outstanding. */
@@ -228,6 +229,11 @@ gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_c
 void gs_verbs_ep_destroy(gs_verbs_ep *ep);
 /* GS_OK when ops may be posted, else the status a post returns (and logs). */
 gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op);
+/* Returns status for the failed or closed ep with gs_last_error() set to the
+ * message; logs it only the first time (a lost peer is reported by every
+ * poll, wait and post after it, and a caller may loop on them). */
+gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* verbs_mr.c: registration. */
 int gs_verbs_access_flags(unsigned access);

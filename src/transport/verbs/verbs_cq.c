@@ -331,8 +331,8 @@ static gs_status endpoint_news(gs_verbs_tp *vt)
         if (!ep || ep->state != GS_VERBS_EP_FAILED || (ep->err != GS_ERR_PEER_LOST && ep->err_reported))
             continue;
         ep->err_reported = true;
-        return gs_fail(
-            GS_SUBSYS_VERBS, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
+        return gs_verbs_ep_report(
+            ep, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
             ep->err == GS_ERR_PEER_LOST ? "that rank is lost (died or unreachable)" : gs_strerror(ep->err));
     }
     return GS_OK;

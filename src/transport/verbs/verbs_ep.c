@@ -9,6 +9,8 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -272,6 +274,22 @@ gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_c
     return GS_OK;
 }
 
+gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt, ...)
+{
+    char text[768], full[800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (!ep->err_logged) {
+        ep->err_logged = true;
+        return gs_fail(GS_SUBSYS_VERBS, status, "%s", text);
+    }
+    snprintf(full, sizeof(full), "%s: %s", gs_status_name(status), text);
+    gs_error_restore(full);
+    return status;
+}
+
 gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
 {
     int rank = ep->base.tp->rank, peer = ep->base.peer;
@@ -280,15 +298,15 @@ gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
     switch (ep->state) {
     case GS_VERBS_EP_READY: return GS_OK;
     case GS_VERBS_EP_CLOSED:
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PEER_LOST,
-                       "rank %d: %s to rank %d: that rank closed its transport", rank, op, peer);
+        return gs_verbs_ep_report(ep, GS_ERR_PEER_LOST,
+                                  "rank %d: %s to rank %d: that rank closed its transport", rank, op, peer);
     case GS_VERBS_EP_FAILED:
         /* A lost peer stays lost; any other error is reported once, then the endpoint flushes. */
         if (err != GS_ERR_PEER_LOST && ep->err_reported)
             err = GS_ERR_FLUSHED;
         ep->err_reported = true;
-        return gs_fail(GS_SUBSYS_VERBS, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank,
-                       op, peer, gs_status_name(ep->err));
+        return gs_verbs_ep_report(ep, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank,
+                                  op, peer, gs_status_name(ep->err));
     default:
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to rank %d: endpoint not connected",
                        rank, op, peer);
