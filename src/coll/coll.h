@@ -175,6 +175,8 @@ struct gs_req {
     size_t fused_cap;
 };
 
+#define GS_COLL_USER_MRS 8 /* cached registrations of callers' buffers per communicator */
+
 struct gs_comm {
     gs_ctx *ctx;
     gs_tp *tp;
@@ -214,8 +216,17 @@ struct gs_comm {
     size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
     size_t parts_bytes;      /* 3+ ranks over the boxes: allreduces by parts from here (GS_BOX_PARTS_BYTES) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
-    gs_status failed;        /* GS_OK, or the error every later call returns */
-    uint64_t failed_seq;     /* the first call the failure concerns */
+    struct {
+        gs_mr *mr; /* a caller's buffer registered by gs_coll_user_open, or NULL */
+        const void *addr;
+        size_t len;
+        unsigned access;
+        unsigned refs; /* calls using it now */
+        uint64_t used; /* user_clock when last taken (the least recent unused one is replaced) */
+    } user_mrs[GS_COLL_USER_MRS];
+    uint64_t user_clock;
+    gs_status failed;    /* GS_OK, or the error every later call returns */
+    uint64_t failed_seq; /* the first call the failure concerns */
     char failed_text[GS_COLL_CTRL_BYTES];
     /* progress thread (GS_PROGRESS_THREAD) */
     bool threaded;
@@ -258,14 +269,20 @@ static inline bool gs_coll_unsignaled(const gs_coll_op *op)
 /* Registers the caller's buffers of op for the call, so that its ring sends
  * go straight from them (gs_prim.from_user): 2 ranks over tcp, allreduce of
  * at least GS_COLL_USER_BYTES (tcp registration is a table entry; verbs
- * would pin pages on every call). Leaves both NULL when it does not apply
- * or registration fails (the sends then go through the staging slots). */
+ * would pin pages). Registrations are kept in a small per-communicator
+ * cache keyed by address, length and access (training loops reduce the same
+ * buckets every step), so a repeated call registers nothing. Leaves both
+ * NULL when it does not apply or registration fails (the sends then go
+ * through the staging slots). */
 void gs_coll_user_open(gs_coll_op *op);
-/* Deregisters them: at the end of the call, when every write from them has
+/* Gives them back at the end of the call, when every write from them has
  * arrived (a 2-rank ring call ends after its last receive, which the peer
  * sent after it received all of this rank's writes but the last forward,
- * and that one goes from the staging slot). */
+ * and that one goes from the staging slot): to the cache, or deregistered
+ * if the cache was full of registrations in use. */
 void gs_coll_user_close(gs_coll_op *op);
+/* Deregisters every cached registration (at gs_comm_destroy). */
+void gs_coll_user_drop(gs_comm *comm);
 #define GS_COLL_USER_BYTES (64u << 10)
 
 /* A payload's header (payload - GS_COLL_HDR_BYTES). */

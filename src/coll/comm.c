@@ -55,6 +55,59 @@ int gs_coll_outbox_take(gs_comm *comm)
     return i;
 }
 
+static void user_dereg(gs_comm *c, gs_mr *mr)
+{
+    if (gs_mr_dereg(mr) != GS_OK)
+        gs_log_warn(COLL, "rank %d: deregistering a caller's buffer failed: %s", c->rank, gs_last_error());
+}
+
+/* A registration of [addr, addr + len) with access: a cached one, or a new
+ * one put in the cache in place of the least recently used idle entry (or
+ * outside it if every entry is in use). */
+static gs_status user_get(gs_comm *c, void *addr, size_t len, unsigned access, gs_mr **mr_p)
+{
+    int victim = -1;
+    for (int i = 0; i < GS_COLL_USER_MRS; i++) {
+        gs_mr *mr = c->user_mrs[i].mr;
+        if (mr && c->user_mrs[i].addr == addr && c->user_mrs[i].len == len &&
+            c->user_mrs[i].access == access) {
+            c->user_mrs[i].refs++;
+            c->user_mrs[i].used = ++c->user_clock;
+            *mr_p = mr;
+            return GS_OK;
+        }
+        if (c->user_mrs[i].refs == 0 &&
+            (victim < 0 || !mr || (c->user_mrs[victim].mr && c->user_mrs[i].used < c->user_mrs[victim].used)))
+            victim = i;
+    }
+    gs_mr *mr;
+    gs_status st = gs_mr_reg(c->tp, addr, len, access, &mr);
+    if (st != GS_OK)
+        return st;
+    if (victim >= 0) {
+        if (c->user_mrs[victim].mr)
+            user_dereg(c, c->user_mrs[victim].mr);
+        c->user_mrs[victim].mr = mr;
+        c->user_mrs[victim].addr = addr;
+        c->user_mrs[victim].len = len;
+        c->user_mrs[victim].access = access;
+        c->user_mrs[victim].refs = 1;
+        c->user_mrs[victim].used = ++c->user_clock;
+    }
+    *mr_p = mr;
+    return GS_OK;
+}
+
+static void user_put(gs_comm *c, gs_mr *mr)
+{
+    for (int i = 0; i < GS_COLL_USER_MRS; i++)
+        if (c->user_mrs[i].mr == mr) {
+            c->user_mrs[i].refs--;
+            return;
+        }
+    user_dereg(c, mr); /* registered outside the cache */
+}
+
 void gs_coll_user_open(gs_coll_op *op)
 {
     gs_comm *c = op->comm;
@@ -62,7 +115,7 @@ void gs_coll_user_open(gs_coll_op *op)
     if (c->size != 2 || op->algo != &gs_ring_algo || op->kind != GS_COLL_ALLREDUCE ||
         bytes < GS_COLL_USER_BYTES || strcmp(gs_tp_name(c->tp), "tcp") != 0)
         return;
-    if (gs_mr_reg(c->tp, (void *)op->send, bytes, 0, &op->send_mr) != GS_OK) {
+    if (user_get(c, (void *)op->send, bytes, 0, &op->send_mr) != GS_OK) {
         gs_log_debug(COLL, "rank %d: sending from the caller's buffer is not possible (%s): copying", c->rank,
                      gs_last_error());
         op->send_mr = NULL;
@@ -70,20 +123,29 @@ void gs_coll_user_open(gs_coll_op *op)
     }
     if (op->recv == op->send)
         op->recv_mr = op->send_mr;
-    else if (gs_mr_reg(c->tp, op->recv, bytes, GS_ACCESS_LOCAL_WRITE, &op->recv_mr) != GS_OK)
+    else if (user_get(c, op->recv, bytes, GS_ACCESS_LOCAL_WRITE, &op->recv_mr) != GS_OK) {
+        op->recv_mr = NULL;
         gs_coll_user_close(op);
+    }
 }
 
 void gs_coll_user_close(gs_coll_op *op)
 {
     gs_comm *c = op->comm;
-    if (op->recv_mr && op->recv_mr != op->send_mr && gs_mr_dereg(op->recv_mr) != GS_OK)
-        gs_log_warn(COLL, "rank %d: deregistering a call's result buffer failed: %s", c->rank,
-                    gs_last_error());
-    if (op->send_mr && gs_mr_dereg(op->send_mr) != GS_OK)
-        gs_log_warn(COLL, "rank %d: deregistering a call's input buffer failed: %s", c->rank,
-                    gs_last_error());
+    if (op->recv_mr && op->recv_mr != op->send_mr)
+        user_put(c, op->recv_mr);
+    if (op->send_mr)
+        user_put(c, op->send_mr);
     op->send_mr = op->recv_mr = NULL;
+}
+
+void gs_coll_user_drop(gs_comm *comm)
+{
+    for (int i = 0; i < GS_COLL_USER_MRS; i++) {
+        if (comm->user_mrs[i].mr)
+            user_dereg(comm, comm->user_mrs[i].mr);
+        comm->user_mrs[i].mr = NULL;
+    }
 }
 
 /* Sizes of slots and blocks from GS_CHUNK_BYTES. */
@@ -238,6 +300,7 @@ static void release(gs_comm *comm)
     free_request_list(comm->free_reqs);
     free_request_list(comm->head);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
+    gs_coll_user_drop(comm);
     if (comm->inbox && gs_mr_dereg(comm->inbox) != GS_OK)
         gs_log_warn(COLL, "rank %d: deregistering the collectives' inbox failed: %s", comm->rank,
                     gs_last_error());
