@@ -223,9 +223,31 @@ static void req_put(gs_comm *comm, gs_req *req)
     comm->free_reqs = req;
 }
 
+/* A small allreduce or a barrier on the tiny path; the engine continues
+ * what the tiny path started but could not finish. GS_ERR_AGAIN: not taken. */
+static gs_status run_tiny(gs_comm *comm, gs_call *c)
+{
+    gs_tiny_call t = {.kind = c->kind,
+                      .send = c->send,
+                      .recv = c->recv,
+                      .count = c->count,
+                      .dtype = c->dtype,
+                      .redop = c->redop};
+    gs_status st = gs_tiny_run(comm, &t);
+    if (st == GS_INPROGRESS) {
+        st = prepare(comm, &comm->sync_req, c);
+        if (st == GS_OK)
+            st = gs_engine_resume(comm, &comm->sync_req);
+    }
+    return st;
+}
+
 static gs_status run_blocking(gs_comm *comm, gs_call *c)
 {
-    gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
+    gs_status st;
+    if (comm && gs_tiny_ready(comm) && (st = run_tiny(comm, c)) != GS_ERR_AGAIN)
+        return st;
+    st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
     if (st == GS_OK && c->kind == GS_COLL_ALLREDUCE && gs_engine_quick_fits(comm)) {
         st = prepare(comm, &comm->sync_req, c);
         return st == GS_OK ? gs_engine_quick(comm, &comm->sync_req) : st;

@@ -175,6 +175,7 @@ struct gs_comm {
     unsigned id;         /* creation number in this process: names store keys */
     bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
     bool all_local;      /* every rank on this host */
+    bool tiny;           /* small blocking calls may take the tiny path (tiny.c) */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
     size_t box_chunk;   /* payload bytes per shared-memory box slot (GS_BOX_CHUNK_FACTOR x chunk) */
@@ -359,6 +360,10 @@ static inline bool gs_engine_quick_fits(const gs_comm *comm)
  * anything unusual (a slow peer, a mismatch, a failure) continues in
  * gs_engine_wait from where it stands. */
 gs_status gs_engine_quick(gs_comm *comm, gs_req *req);
+/* Continues a prepared blocking call whose only box post the tiny path
+ * already made (call number comm->seq_issued, the box's latest post): runs
+ * its receive step in the engine (a late peer, a mismatch, a failure). */
+gs_status gs_engine_resume(gs_comm *comm, gs_req *req);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 
@@ -370,6 +375,8 @@ void gs_box_close(gs_comm *comm);
 /* SEND_ALL and RECV_ALL through the boxes. */
 gs_status gs_box_post(gs_coll_op *op, gs_prim *prim);
 gs_status gs_box_gather(gs_coll_op *op, gs_prim *prim);
+/* The number of this rank's latest post. */
+uint64_t gs_box_posts(const gs_comm *comm);
 /* Whether every peer made the post op waits for. */
 bool gs_box_ready(const gs_coll_op *op);
 /* One turn of waiting for it, idle_ns after the last progress: spin, yield
@@ -378,6 +385,36 @@ void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned
 void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap);
 /* Announces a failure in this rank's box (peers waiting on boxes see it). */
 void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text);
+
+/* ---- tiny.c */
+/* The payload the tiny path carries: what shares the post word's line. */
+#define GS_TINY_MAX_BYTES 8
+
+/* A blocking allreduce or barrier, as the tiny path needs it. */
+typedef struct gs_tiny_call {
+    gs_coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    gs_dtype dtype;
+    gs_redop redop;
+} gs_tiny_call;
+
+/* Whether the communicator allows the tiny path: 2 ranks over the boxes,
+ * no progress thread (set at creation). */
+bool gs_tiny_allowed(const gs_comm *comm);
+/* Whether a blocking call may try it now: nothing in flight or failed,
+ * GS_ALGO auto or direct (tests change it between calls). */
+static inline bool gs_tiny_ready(const gs_comm *comm)
+{
+    return comm->tiny && !comm->head && comm->failed == GS_OK &&
+           (comm->cfg->algo == GS_ALGO_AUTO || comm->cfg->algo == GS_ALGO_DIRECT);
+}
+/* Runs t when it is a valid allreduce of at most GS_TINY_MAX_BYTES or a
+ * barrier: GS_OK done; GS_INPROGRESS posted (call comm->seq_issued) but not
+ * finished: prepare the call in comm->sync_req and gs_engine_resume it;
+ * GS_ERR_AGAIN not taken (nothing done: the usual path checks and runs it). */
+gs_status gs_tiny_run(gs_comm *comm, const gs_tiny_call *t);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);
