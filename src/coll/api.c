@@ -235,6 +235,7 @@ static gs_status run_tiny(gs_comm *comm, gs_call *c)
                       .redop = c->redop};
     gs_status st = gs_tiny_run(comm, &t);
     if (st == GS_INPROGRESS) {
+        comm->tiny_resumed++;
         st = prepare(comm, &comm->sync_req, c);
         if (st == GS_OK)
             st = gs_engine_resume(comm, &comm->sync_req);

@@ -68,7 +68,8 @@ static inline gs_box_abort *gs_box_abort_of(uint8_t *seg)
 /* Rank's slot for post number post. */
 static inline gs_box_head *gs_box_slot(const gs_box *box, int rank, uint64_t post)
 {
-    return (gs_box_head *)(box->seg[rank] + GS_BOX_SLOTS_OFF + (size_t)(post % GS_BOX_SLOTS) * box->slot_stride);
+    return (gs_box_head *)(box->seg[rank] + GS_BOX_SLOTS_OFF +
+                           (size_t)(post % GS_BOX_SLOTS) * box->slot_stride);
 }
 
 static inline uint8_t *gs_box_payload(gs_box_head *head)

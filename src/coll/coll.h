@@ -172,10 +172,12 @@ struct gs_comm {
     const gs_config *cfg;
     int rank;
     int size;
-    unsigned id;         /* creation number in this process: names store keys */
-    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
-    bool all_local;      /* every rank on this host */
-    bool tiny;           /* small blocking calls may take the tiny path (tiny.c) */
+    unsigned id;           /* creation number in this process: names store keys */
+    bool oversubscribed;   /* more ranks on this host than cores: waiting yields the CPU */
+    bool all_local;        /* every rank on this host */
+    bool tiny;             /* small blocking calls may take the tiny path (tiny.c) */
+    uint64_t tiny_done;    /* calls the tiny path finished (tests read them) */
+    uint64_t tiny_resumed; /* calls it posted and the engine finished */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
     size_t box_chunk;   /* payload bytes per shared-memory box slot (GS_BOX_CHUNK_FACTOR x chunk) */

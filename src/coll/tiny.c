@@ -13,9 +13,9 @@
  *   2. spin on the peer's post word (GS_TINY_SPIN turns at most);
  *   3. the peer announced no failure, and its header is mine but for the
  *      sender (one compare of the line);
- *   4. out = x0 op x1 from the two boxes, in rank order, as the direct
- *      algorithm computes it (f32 sum and avg inline, the rest through the
- *      same kernels).
+ *   4. out = x0 op x1 in rank order through the direct algorithm's
+ *      kernels (my operand read from my buffer: reading my own line again
+ *      would wait for the peer's read of it to finish).
  *
  * Anything else (a late peer, a different header, an announced failure)
  * returns GS_INPROGRESS with the post made and counted: the caller prepares
@@ -24,7 +24,6 @@
  * lost peer as on any other path.
  */
 #include "coll/box.h"
-
 
 /* Turns of the spin on the peer's post before the engine takes over (each
  * a read of a line the peer is about to write: a few microseconds). */
@@ -100,19 +99,11 @@ static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
         memcpy(dst + (bytes & 4), src + (bytes & 4), 2);
 }
 
-/* out = x0 op x1 (avg: then halved), the bits the direct algorithm gives. */
+/* out = x0 op x1 (avg: then halved) through the kernels the direct
+ * algorithm uses: the same bits, NaN payloads included. */
 static void tiny_reduce(const gs_tiny_call *t, const uint8_t *x0, const uint8_t *x1, size_t bytes)
 {
     uint8_t acc[GS_TINY_MAX_BYTES];
-    if (t->dtype == GS_F32 && (t->redop == GS_SUM || t->redop == GS_AVG)) {
-        float a[2], b[2];
-        tiny_copy((uint8_t *)a, x0, bytes);
-        tiny_copy((uint8_t *)b, x1, bytes);
-        for (size_t i = 0; i < t->count; i++)
-            a[i] = t->redop == GS_AVG ? (a[i] + b[i]) / 2.0f : a[i] + b[i];
-        tiny_copy(t->recv, (const uint8_t *)a, bytes);
-        return;
-    }
     gs_red_apply(t->dtype, t->redop, acc, x0, x1, t->count);
     if (t->redop == GS_AVG)
         gs_red_avg_finish(t->dtype, acc, t->count, 2);
@@ -150,11 +141,12 @@ gs_status gs_tiny_run(gs_comm *comm, const gs_tiny_call *t)
     /* 4. the result, in rank order */
     if (bytes) {
         const uint8_t *x[2];
-        x[me] = gs_box_payload(mine);
+        x[me] = t->send;
         x[peer] = gs_box_payload(theirs);
         tiny_reduce(t, x[0], x[1], (size_t)bytes);
     }
     comm->seq_done = seq;
     comm->progress_count++;
+    comm->tiny_done++;
     return GS_OK;
 }
