@@ -223,17 +223,14 @@ static void req_put(gs_comm *comm, gs_req *req)
     comm->free_reqs = req;
 }
 
-/* A small allreduce or a barrier on the tiny path; the engine continues
- * what the tiny path started but could not finish. GS_ERR_AGAIN: not taken. */
+/* The tiny path's call, and the engine's continuation of what it started
+ * but could not finish. GS_ERR_AGAIN: not taken. */
 static gs_status run_tiny(gs_comm *comm, gs_call *c)
 {
-    gs_tiny_call t = {.kind = c->kind,
-                      .send = c->send,
-                      .recv = c->recv,
-                      .count = c->count,
-                      .dtype = c->dtype,
-                      .redop = c->redop};
-    gs_status st = gs_tiny_run(comm, &t);
+    gs_status st = c->kind == GS_COLL_BARRIER ? gs_tiny_barrier(comm)
+                   : c->kind == GS_COLL_ALLREDUCE
+                       ? gs_tiny_allreduce(comm, c->send, c->recv, c->count, c->dtype, c->redop)
+                       : GS_ERR_AGAIN;
     if (st == GS_INPROGRESS) {
         comm->tiny_resumed++;
         st = prepare(comm, &comm->sync_req, c);

@@ -161,6 +161,8 @@ gs_status gs_box_open(gs_comm *comm)
                     "rank %d: shared-memory boxes unavailable (%s): the direct algorithm uses the transport",
                     comm->rank, gs_last_error());
         gs_box_close(comm);
+    } else if (comm->size == 2) {
+        gs_box_pair_init(box, comm->rank);
     }
     return st; /* only a failing store is an error */
 }

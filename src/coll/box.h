@@ -45,12 +45,21 @@ _Static_assert(sizeof(gs_box_abort) % GS_COLL_LINE == 0, "abort notice: whole li
 _Static_assert(sizeof(gs_box_head) == GS_BOX_HEAD_BYTES, "post word and header, then the payload");
 _Static_assert(GS_BOX_LINE_BYTES == 8, "8 payload bytes share the post word's line");
 
+/* 2 ranks: where the tiny path looks, worked out once (tiny.c). */
+typedef struct gs_box_pair {
+    uint8_t *mine[GS_BOX_SLOTS];         /* my slots */
+    const uint8_t *theirs[GS_BOX_SLOTS]; /* the peer's */
+    const uint32_t *peer_waiting;        /* the peer's wake flag */
+    const uint64_t *peer_abort;          /* the seq of the peer's abort notice */
+} gs_box_pair;
+
 struct gs_box {
     int fd;
     size_t len;
     size_t slot_stride;
-    uint8_t **seg;  /* [size]: every rank's segment as mapped here (seg[rank] is mine) */
-    uint64_t posts; /* posts made by this rank */
+    uint8_t **seg;    /* [size]: every rank's segment as mapped here (seg[rank] is mine) */
+    uint64_t posts;   /* posts made by this rank */
+    gs_box_pair pair; /* 2 ranks */
 };
 
 #define GS_BOX_SLOTS_OFF (GS_COLL_LINE + sizeof(gs_box_abort))
@@ -75,6 +84,18 @@ static inline gs_box_head *gs_box_slot(const gs_box *box, int rank, uint64_t pos
 static inline uint8_t *gs_box_payload(gs_box_head *head)
 {
     return (uint8_t *)head + GS_BOX_HEAD_BYTES;
+}
+
+/* Fills box->pair (2 ranks, every segment mapped). */
+static inline void gs_box_pair_init(gs_box *box, int rank)
+{
+    int peer = rank ^ 1;
+    for (uint64_t i = 0; i < GS_BOX_SLOTS; i++) {
+        box->pair.mine[i] = (uint8_t *)gs_box_slot(box, rank, i);
+        box->pair.theirs[i] = (const uint8_t *)gs_box_slot(box, peer, i);
+    }
+    box->pair.peer_waiting = &gs_box_wake_of(box->seg[peer])->waiting;
+    box->pair.peer_abort = &gs_box_abort_of(box->seg[peer])->seq;
 }
 
 /* Wakes the peers that sleep on their doorbell (box.c). */

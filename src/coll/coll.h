@@ -392,16 +392,6 @@ void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text
 /* The payload the tiny path carries: what shares the post word's line. */
 #define GS_TINY_MAX_BYTES 8
 
-/* A blocking allreduce or barrier, as the tiny path needs it. */
-typedef struct gs_tiny_call {
-    gs_coll_kind kind;
-    const void *send;
-    void *recv;
-    size_t count;
-    gs_dtype dtype;
-    gs_redop redop;
-} gs_tiny_call;
-
 /* Whether the communicator allows the tiny path: 2 ranks over the boxes,
  * no progress thread (set at creation). */
 bool gs_tiny_allowed(const gs_comm *comm);
@@ -412,11 +402,14 @@ static inline bool gs_tiny_ready(const gs_comm *comm)
     return comm->tiny && !comm->head && comm->failed == GS_OK &&
            (comm->cfg->algo == GS_ALGO_AUTO || comm->cfg->algo == GS_ALGO_DIRECT);
 }
-/* Runs t when it is a valid allreduce of at most GS_TINY_MAX_BYTES or a
- * barrier: GS_OK done; GS_INPROGRESS posted (call comm->seq_issued) but not
- * finished: prepare the call in comm->sync_req and gs_engine_resume it;
- * GS_ERR_AGAIN not taken (nothing done: the usual path checks and runs it). */
-gs_status gs_tiny_run(gs_comm *comm, const gs_tiny_call *t);
+/* A blocking allreduce, when it is a valid one of at most
+ * GS_TINY_MAX_BYTES, or a barrier: GS_OK done; GS_INPROGRESS posted (call
+ * comm->seq_issued) but not finished: prepare the call in comm->sync_req
+ * and gs_engine_resume it; GS_ERR_AGAIN (allreduce) not taken, nothing
+ * done: the usual path checks and runs it. */
+gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
+                            gs_redop op);
+gs_status gs_tiny_barrier(gs_comm *comm);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);

@@ -9,10 +9,11 @@
  * out is the engine's bookkeeping: no request, no schedule, no clock. The
  * hit path is
  *
- *   1. header and payload into my slot's line, the post number last;
+ *   1. header (six words built in registers) and payload into my slot's
+ *      line, the post number last;
  *   2. spin on the peer's post word (GS_TINY_SPIN turns at most);
  *   3. the peer announced no failure, and its header is mine but for the
- *      sender (one compare of the line);
+ *      sender (six word compares);
  *   4. out = x0 op x1 in rank order through the direct algorithm's
  *      kernels (my operand read from my buffer: reading my own line again
  *      would wait for the peer's read of it to finish).
@@ -25,68 +26,55 @@
  */
 #include "coll/box.h"
 
+#include <stddef.h>
+
 /* Turns of the spin on the peer's post before the engine takes over (each
  * a read of a line the peer is about to write: a few microseconds). */
 #define GS_TINY_SPIN 4096
 
 _Static_assert(GS_TINY_MAX_BYTES == GS_BOX_LINE_BYTES, "the tiny payload shares the post word's line");
+/* The header as six little-endian words (what gs_desc_fill writes). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "header words are packed little-endian");
+_Static_assert(offsetof(gs_coll_hdr, kind) == 1 && offsetof(gs_coll_hdr, dtype) == 2 &&
+                   offsetof(gs_coll_hdr, op) == 3 && offsetof(gs_coll_hdr, algo) == 4 &&
+                   offsetof(gs_coll_hdr, root) == 8 && offsetof(gs_coll_hdr, sender) == 12 &&
+                   offsetof(gs_coll_hdr, seq) == 16 && offsetof(gs_coll_hdr, count) == 24 &&
+                   offsetof(gs_coll_hdr, unit) == 32 && offsetof(gs_coll_hdr, bytes) == 36 &&
+                   offsetof(gs_coll_hdr, reserved) == 40 && offsetof(gs_box_head, hdr) == 8,
+               "header words");
+
+enum { W_DESC, W_ROOT_SENDER, W_SEQ, W_COUNT, W_UNIT_BYTES, W_RESERVED, W_WORDS };
 
 bool gs_tiny_allowed(const gs_comm *comm)
 {
     return comm->box && comm->size == 2 && !comm->threaded;
 }
 
-/* The payload bytes of t when it is a valid call the tiny path carries,
- * else -1 (too large, or an argument the usual checks report). */
-static int tiny_bytes(const gs_tiny_call *t)
+static uint64_t load64(const void *p)
 {
-    size_t es;
-    if (t->kind == GS_COLL_BARRIER)
-        return 0;
-    if (t->kind != GS_COLL_ALLREDUCE || (unsigned)t->redop >= GS_REDOP_COUNT || t->count > GS_TINY_MAX_BYTES)
-        return -1;
-    es = gs_dtype_size(t->dtype); /* 0: unknown */
-    if (!es || t->count * es > GS_TINY_MAX_BYTES)
-        return -1;
-    if (t->count && (!t->send || !t->recv)) /* NULL buffers */
-        return -1;
-    uintptr_t s = (uintptr_t)t->send, r = (uintptr_t)t->recv, bytes = t->count * es;
-    if (s != r && s < r + bytes && r < s + bytes) /* overlap, not in place */
-        return -1;
-    return (int)bytes;
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
 }
 
-/* Whether two headers are equal (compared as words: no padding in them). */
-static bool tiny_same(const gs_coll_hdr *a, const gs_coll_hdr *b)
+static void store64(void *p, uint64_t v)
 {
-    uint64_t x[6], y[6], d = 0;
-    memcpy(x, a, sizeof(x));
-    memcpy(y, b, sizeof(y));
-    for (int i = 0; i < 6; i++)
-        d |= x[i] ^ y[i];
-    return d == 0;
+    memcpy(p, &v, sizeof(v));
 }
 
-/* The header the direct algorithm's post carries (desc.c's gs_desc_fill). */
-static gs_coll_hdr tiny_hdr(const gs_comm *comm, const gs_tiny_call *t, uint64_t seq, size_t bytes)
+/* Words 0 (version, kind, dtype, op, algo) and 1 (root -1, sender). */
+static uint64_t desc_word(gs_coll_kind kind, gs_dtype dtype, gs_redop op)
 {
-    bool barrier = t->kind == GS_COLL_BARRIER;
-    return (gs_coll_hdr){
-        .version = GS_COLL_PROTO_VERSION,
-        .kind = (uint8_t)t->kind,
-        .dtype = (uint8_t)(barrier ? GS_F32 : t->dtype),
-        .op = (uint8_t)(barrier ? GS_SUM : t->redop),
-        .algo = GS_COLL_ALGO_DIRECT,
-        .root = -1,
-        .sender = (uint32_t)comm->rank,
-        .seq = seq,
-        .count = barrier ? 0 : t->count,
-        .unit = 0,
-        .bytes = (uint32_t)bytes,
-    };
+    return (uint64_t)GS_COLL_PROTO_VERSION | (uint64_t)kind << 8 | (uint64_t)dtype << 16 |
+           (uint64_t)op << 24 | (uint64_t)GS_COLL_ALGO_DIRECT << 32;
 }
 
-/* bytes (0, 2, 4, 6 or 8) from src into the line. */
+static uint64_t root_sender_word(int sender)
+{
+    return (uint64_t)UINT32_MAX | (uint64_t)(uint32_t)sender << 32;
+}
+
+/* bytes (0, 2, 4, 6 or 8) from src to dst. */
 static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
 {
     if (bytes == 8) {
@@ -99,54 +87,147 @@ static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
         memcpy(dst + (bytes & 4), src + (bytes & 4), 2);
 }
 
-/* out = x0 op x1 (avg: then halved) through the kernels the direct
- * algorithm uses: the same bits, NaN payloads included. */
-static void tiny_reduce(const gs_tiny_call *t, const uint8_t *x0, const uint8_t *x1, size_t bytes)
-{
-    uint8_t acc[GS_TINY_MAX_BYTES];
-    gs_red_apply(t->dtype, t->redop, acc, x0, x1, t->count);
-    if (t->redop == GS_AVG)
-        gs_red_avg_finish(t->dtype, acc, t->count, 2);
-    tiny_copy(t->recv, acc, bytes);
-}
-
-gs_status gs_tiny_run(gs_comm *comm, const gs_tiny_call *t)
+/* Step 1 for a call described by desc, count and bytes: the post, counted
+ * as the engine counts posts and calls. */
+static inline __attribute__((always_inline)) void tiny_post(gs_comm *comm, uint64_t desc, uint64_t count,
+                                                            size_t bytes, const void *send)
 {
     gs_box *box = comm->box;
-    int me = comm->rank, peer = 1 - me;
-    uint64_t post = box->posts + 1, seq = comm->seq_issued + 1;
-    int bytes = tiny_bytes(t);
-    if (bytes < 0)
-        return GS_ERR_AGAIN;
-    gs_box_head *mine = gs_box_slot(box, me, post), *theirs = gs_box_slot(box, peer, post);
-    gs_coll_hdr hdr = tiny_hdr(comm, t, seq, (size_t)bytes);
-    /* 1. post, counted as the engine counts posts and calls */
-    tiny_copy(gs_box_payload(mine), t->send, (size_t)bytes);
-    mine->hdr = hdr;
-    __atomic_store_n(&mine->post, post, __ATOMIC_RELEASE);
+    uint64_t post = box->posts + 1;
+    uint8_t *mine = box->pair.mine[post % GS_BOX_SLOTS];
+    tiny_copy(mine + GS_BOX_HEAD_BYTES, send, bytes);
+    store64(mine + 8 + 8 * W_DESC, desc);
+    store64(mine + 8 + 8 * W_ROOT_SENDER, root_sender_word(comm->rank));
+    store64(mine + 8 + 8 * W_SEQ, comm->seq_issued + 1);
+    store64(mine + 8 + 8 * W_COUNT, count);
+    store64(mine + 8 + 8 * W_UNIT_BYTES, (uint64_t)bytes << 32); /* unit 0 */
+    store64(mine + 8 + 8 * W_RESERVED, 0);
+    __atomic_store_n((uint64_t *)mine, post, __ATOMIC_RELEASE);
     box->posts = post;
-    comm->seq_issued = seq;
+    comm->seq_issued++;
     comm->progress_count++;
-    if (__atomic_load_n(&gs_box_wake_of(box->seg[peer])->waiting, __ATOMIC_RELAXED))
+}
+
+/* Steps 2 and 3: the peer's post of the same call (its payload), or NULL
+ * (the engine finishes the call). */
+static inline __attribute__((always_inline)) const uint8_t *tiny_wait(gs_comm *comm, uint64_t desc,
+                                                                      uint64_t count, size_t bytes)
+{
+    const gs_box_pair *pair = &comm->box->pair;
+    uint64_t post = comm->box->posts, seq = comm->seq_issued;
+    const uint8_t *theirs = pair->theirs[post % GS_BOX_SLOTS], *th = theirs + 8;
+    if (__atomic_load_n(pair->peer_waiting, __ATOMIC_RELAXED))
         gs_box_ring(comm);
-    /* 2. the peer's post */
-    for (unsigned i = 0; __atomic_load_n(&theirs->post, __ATOMIC_ACQUIRE) != post; i++)
+    for (unsigned i = 0; __atomic_load_n((const uint64_t *)theirs, __ATOMIC_ACQUIRE) != post; i++)
         if (i == GS_TINY_SPIN || comm->oversubscribed)
-            return GS_INPROGRESS;
-    /* 3. no failure announced, the same call */
-    hdr.sender = (uint32_t)peer;
-    if (__atomic_load_n(&gs_box_abort_of(box->seg[peer])->seq, __ATOMIC_ACQUIRE) ||
-        !tiny_same(&theirs->hdr, &hdr))
-        return GS_INPROGRESS;
-    /* 4. the result, in rank order */
-    if (bytes) {
-        const uint8_t *x[2];
-        x[me] = t->send;
-        x[peer] = gs_box_payload(theirs);
-        tiny_reduce(t, x[0], x[1], (size_t)bytes);
-    }
+            return NULL;
+    uint64_t diff = (load64(th + 8 * W_DESC) ^ desc) |
+                    (load64(th + 8 * W_ROOT_SENDER) ^ root_sender_word(comm->rank ^ 1)) |
+                    (load64(th + 8 * W_SEQ) ^ seq) | (load64(th + 8 * W_COUNT) ^ count) |
+                    (load64(th + 8 * W_UNIT_BYTES) ^ (uint64_t)bytes << 32) | load64(th + 8 * W_RESERVED);
+    if (diff || __atomic_load_n(pair->peer_abort, __ATOMIC_ACQUIRE))
+        return NULL;
     comm->seq_done = seq;
     comm->progress_count++;
     comm->tiny_done++;
+    return theirs + GS_BOX_HEAD_BYTES;
+}
+
+/* x0 + x1 (avg: halved) for the common types inline, when that gives the
+ * kernels' bits for sure: integers always (wrapping, C division), floats
+ * unless an operand is NaN (which NaN comes out is the compiler's choice
+ * of operand order: the kernels decide it). False: use the kernels. */
+static bool tiny_sum_inline(gs_dtype dtype, gs_redop op, uint8_t *acc, const uint8_t *x0, const uint8_t *x1,
+                            size_t count)
+{
+    bool avg = op == GS_AVG;
+    if (op != GS_SUM && !avg)
+        return false;
+    for (size_t i = 0; i < count; i++) {
+        switch (dtype) {
+        case GS_F32: {
+            float a, b, r;
+            memcpy(&a, x0 + 4 * i, 4);
+            memcpy(&b, x1 + 4 * i, 4);
+            if (a != a || b != b)
+                return false;
+            r = avg ? (a + b) / 2.0f : a + b;
+            memcpy(acc + 4 * i, &r, 4);
+            break;
+        }
+        case GS_F64: {
+            double a, b, r;
+            memcpy(&a, x0, 8);
+            memcpy(&b, x1, 8);
+            if (a != a || b != b)
+                return false;
+            r = avg ? (a + b) / 2.0 : a + b;
+            memcpy(acc, &r, 8);
+            break;
+        }
+        case GS_I32: {
+            uint32_t a, b;
+            int32_t r;
+            memcpy(&a, x0 + 4 * i, 4);
+            memcpy(&b, x1 + 4 * i, 4);
+            r = (int32_t)(a + b);
+            r = avg ? r / 2 : r;
+            memcpy(acc + 4 * i, &r, 4);
+            break;
+        }
+        case GS_I64: {
+            uint64_t a, b;
+            int64_t r;
+            memcpy(&a, x0, 8);
+            memcpy(&b, x1, 8);
+            r = (int64_t)(a + b);
+            r = avg ? r / 2 : r;
+            memcpy(acc, &r, 8);
+            break;
+        }
+        default: return false;
+        }
+    }
+    return true;
+}
+
+gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
+                            gs_redop op)
+{
+    size_t es = gs_dtype_size(dtype), bytes = count * es; /* es 0: unknown type */
+    uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
+    uint64_t desc = desc_word(GS_COLL_ALLREDUCE, dtype, op);
+    /* too large, or an argument the usual checks report */
+    if (!es || count > GS_TINY_MAX_BYTES || bytes > GS_TINY_MAX_BYTES || (unsigned)op >= GS_REDOP_COUNT ||
+        (count && (!send || !recv)) || (s != r && s < r + bytes && r < s + bytes))
+        return GS_ERR_AGAIN;
+    tiny_post(comm, desc, count, bytes, send);
+    /* while the peer's post travels: the kernel (before the wait, so that
+     * a rank that finds the post there already does not pay it after) */
+    gs_red_fn fn = gs_red_kernel(dtype, op);
+    const uint8_t *payload = tiny_wait(comm, desc, count, bytes);
+    if (!payload)
+        return GS_INPROGRESS;
+    /* 4. out = x0 op x1, my operand from my buffer */
+    if (bytes) {
+        const uint8_t *x[2];
+        uint8_t acc[GS_TINY_MAX_BYTES];
+        x[comm->rank] = send;
+        x[comm->rank ^ 1] = payload;
+        if (!tiny_sum_inline(dtype, op, acc, x[0], x[1], count)) {
+            fn(acc, x[0], x[1], count);
+            if (op == GS_AVG)
+                gs_red_avg_finish(dtype, acc, count, 2);
+        }
+        tiny_copy(recv, acc, bytes);
+    }
     return GS_OK;
+}
+
+gs_status gs_tiny_barrier(gs_comm *comm)
+{
+    /* a barrier's descriptor: f32, sum, count 0 (as api.c's prepare sets it) */
+    uint64_t desc = desc_word(GS_COLL_BARRIER, GS_F32, GS_SUM);
+    tiny_post(comm, desc, 0, 0, NULL);
+    return tiny_wait(comm, desc, 0, 0) ? GS_OK : GS_INPROGRESS;
 }

@@ -41,7 +41,8 @@ static uint64_t rng(uint64_t *s)
  * infinities, both zeros, f16 subnormals, integers that wrap. */
 static void random_fill(gs_dtype t, uint64_t *s, void *buf, size_t count)
 {
-    static const float special[] = {0.0f, -0.0f, 1.0f / 0.0f, -1.0f / 0.0f, 0.0f / 0.0f, 6e-8f, 65504.0f, 1e-40f};
+    static const float special[] = {0.0f,        -0.0f, 1.0f / 0.0f, -1.0f / 0.0f,
+                                    0.0f / 0.0f, 6e-8f, 65504.0f,    1e-40f};
     for (size_t i = 0; i < count; i++) {
         uint64_t r = rng(s);
         float f = r % 5 == 0 ? special[r % 8] : (float)((double)(r % 2000003) / 7919.0 - 120.0);
@@ -83,8 +84,8 @@ static void same_bits_body(gs_ctx *ctx, int rank, void *argp)
                     GS_ASSERT_OK(gs_allreduce(comm, inplace, inplace, count, (gs_dtype)t, (gs_redop)op));
                     calls += 2;
                     if (memcmp(tiny, engine, sizeof(tiny)) != 0 || memcmp(inplace, engine, count * es) != 0)
-                        gs_test_fail_here(__FILE__, __LINE__, "rank %d, %s: the tiny path's bits differ", rank,
-                                          what);
+                        gs_test_fail_here(__FILE__, __LINE__, "rank %d, %s: the tiny path's bits differ",
+                                          rank, what);
                     for (size_t b = count * es; b < sizeof(tiny); b++)
                         if (tiny[b] != CC_GUARD)
                             gs_test_fail_here(__FILE__, __LINE__, "%s: wrote past the result", what);
@@ -159,8 +160,11 @@ static gs_status tm_call(gs_comm *comm, tm_kind k, bool odd, float *buf)
 static void mismatch_body(gs_ctx *ctx, int rank, void *argp)
 {
     static const char *const want[TM_KINDS][2] = {
-        {"count 2, f32, sum", "count 1, f32, sum"}, {"count 2, f32", "count 2, i32"}, {"f32, sum", "f32, avg"},
-        {"barrier #2", "allreduce #2"},             {"count 1, f64", "count 0, f64"},
+        {"count 2, f32, sum", "count 1, f32, sum"},
+        {"count 2, f32", "count 2, i32"},
+        {"f32, sum", "f32, avg"},
+        {"barrier #2", "allreduce #2"},
+        {"count 1, f64", "count 0, f64"},
     };
     const cc_arg *a = argp;
     tm_kind k = (tm_kind)a->param;
