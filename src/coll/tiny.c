@@ -43,6 +43,11 @@ _Static_assert(offsetof(gs_coll_hdr, kind) == 1 && offsetof(gs_coll_hdr, dtype) 
                    offsetof(gs_coll_hdr, reserved) == 40 && offsetof(gs_box_head, hdr) == 8,
                "header words");
 
+/* gs_dtype_size without the call. */
+static const uint8_t tiny_es[GS_DTYPE_COUNT] = {
+    [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4, [GS_I64] = 8,
+};
+
 enum { W_DESC, W_ROOT_SENDER, W_SEQ, W_COUNT, W_UNIT_BYTES, W_RESERVED, W_WORDS };
 
 bool gs_tiny_allowed(const gs_comm *comm)
@@ -133,68 +138,79 @@ static inline __attribute__((always_inline)) const uint8_t *tiny_wait(gs_comm *c
     return theirs + GS_BOX_HEAD_BYTES;
 }
 
-/* x0 + x1 (avg: halved) for the common types inline, when that gives the
- * kernels' bits for sure: integers always (wrapping, C division), floats
- * unless an operand is NaN (which NaN comes out is the compiler's choice
- * of operand order: the kernels decide it). False: use the kernels. */
-static bool tiny_sum_inline(gs_dtype dtype, gs_redop op, uint8_t *acc, const uint8_t *x0, const uint8_t *x1,
+static float ldf(const uint8_t *p)
+{
+    float v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static double ldd(const uint8_t *p)
+{
+    double v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* out = x0 + x1 (avg: halved) for the common types, computed inline when
+ * that gives the kernels' bits for sure: integers always (wrapping sums,
+ * C division), floats unless an operand is NaN (which NaN comes out is
+ * the compiler's choice of operand order: the kernels decide it). The
+ * result is stored after both operands were read (out may be x0 or x1).
+ * False, nothing written: use the kernels. */
+static bool tiny_sum_inline(gs_dtype dtype, bool avg, uint8_t *out, const uint8_t *x0, const uint8_t *x1,
                             size_t count)
 {
-    bool avg = op == GS_AVG;
-    if (op != GS_SUM && !avg)
-        return false;
-    for (size_t i = 0; i < count; i++) {
-        switch (dtype) {
-        case GS_F32: {
-            float a, b, r;
-            memcpy(&a, x0 + 4 * i, 4);
-            memcpy(&b, x1 + 4 * i, 4);
-            if (a != a || b != b)
-                return false;
-            r = avg ? (a + b) / 2.0f : a + b;
-            memcpy(acc + 4 * i, &r, 4);
-            break;
-        }
-        case GS_F64: {
-            double a, b, r;
-            memcpy(&a, x0, 8);
-            memcpy(&b, x1, 8);
-            if (a != a || b != b)
-                return false;
-            r = avg ? (a + b) / 2.0 : a + b;
-            memcpy(acc, &r, 8);
-            break;
-        }
-        case GS_I32: {
-            uint32_t a, b;
-            int32_t r;
-            memcpy(&a, x0 + 4 * i, 4);
-            memcpy(&b, x1 + 4 * i, 4);
-            r = (int32_t)(a + b);
-            r = avg ? r / 2 : r;
-            memcpy(acc + 4 * i, &r, 4);
-            break;
-        }
-        case GS_I64: {
-            uint64_t a, b;
-            int64_t r;
-            memcpy(&a, x0, 8);
-            memcpy(&b, x1, 8);
-            r = (int64_t)(a + b);
-            r = avg ? r / 2 : r;
-            memcpy(acc, &r, 8);
-            break;
-        }
-        default: return false;
-        }
+    bool two = count == 2; /* else 1: at most 8 bytes of 4 or 8-byte elements */
+    switch (dtype) {
+    case GS_F32: {
+        float a0 = ldf(x0), b0 = ldf(x1), a1 = two ? ldf(x0 + 4) : 0.0f, b1 = two ? ldf(x1 + 4) : 0.0f;
+        if (a0 != a0 || b0 != b0 || a1 != a1 || b1 != b1)
+            return false;
+        float r0 = avg ? (a0 + b0) / 2.0f : a0 + b0, r1 = avg ? (a1 + b1) / 2.0f : a1 + b1;
+        memcpy(out, &r0, 4);
+        if (two)
+            memcpy(out + 4, &r1, 4);
+        return true;
     }
-    return true;
+    case GS_F64: {
+        double a = ldd(x0), b = ldd(x1);
+        if (a != a || b != b)
+            return false;
+        double r = avg ? (a + b) / 2.0 : a + b;
+        memcpy(out, &r, 8);
+        return true;
+    }
+    case GS_I32: {
+        int32_t r0 = (int32_t)(ld32(x0) + ld32(x1)), r1 = two ? (int32_t)(ld32(x0 + 4) + ld32(x1 + 4)) : 0;
+        r0 = avg ? r0 / 2 : r0;
+        r1 = avg ? r1 / 2 : r1;
+        memcpy(out, &r0, 4);
+        if (two)
+            memcpy(out + 4, &r1, 4);
+        return true;
+    }
+    case GS_I64: {
+        int64_t r = (int64_t)(load64(x0) + load64(x1));
+        r = avg ? r / 2 : r;
+        memcpy(out, &r, 8);
+        return true;
+    }
+    default: return false;
+    }
 }
 
 gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
                             gs_redop op)
 {
-    size_t es = gs_dtype_size(dtype), bytes = count * es; /* es 0: unknown type */
+    size_t es = (unsigned)dtype < GS_DTYPE_COUNT ? tiny_es[dtype] : 0, bytes = count * es; /* 0: unknown */
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     uint64_t desc = desc_word(GS_COLL_ALLREDUCE, dtype, op);
     /* too large, or an argument the usual checks report */
@@ -209,16 +225,13 @@ gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t 
     if (!payload)
         return GS_INPROGRESS;
     /* 4. out = x0 op x1, my operand from my buffer */
-    if (bytes) {
-        const uint8_t *x[2];
+    const uint8_t *x0 = comm->rank ? payload : send, *x1 = comm->rank ? send : payload;
+    bool sum = op == GS_SUM || op == GS_AVG;
+    if (bytes && !(sum && tiny_sum_inline(dtype, op == GS_AVG, recv, x0, x1, count))) {
         uint8_t acc[GS_TINY_MAX_BYTES];
-        x[comm->rank] = send;
-        x[comm->rank ^ 1] = payload;
-        if (!tiny_sum_inline(dtype, op, acc, x[0], x[1], count)) {
-            fn(acc, x[0], x[1], count);
-            if (op == GS_AVG)
-                gs_red_avg_finish(dtype, acc, count, 2);
-        }
+        fn(acc, x0, x1, count);
+        if (op == GS_AVG)
+            gs_red_avg_finish(dtype, acc, count, 2);
         tiny_copy(recv, acc, bytes);
     }
     return GS_OK;
