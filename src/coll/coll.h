@@ -389,8 +389,9 @@ void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap);
 void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text);
 
 /* ---- tiny.c */
-/* The payload the tiny path carries: what shares the post word's line. */
-#define GS_TINY_MAX_BYTES 8
+/* The largest payload the tiny path carries (the first 8 bytes share the
+ * post word's cache line, the rest follows in the next lines). */
+#define GS_TINY_MAX_BYTES 256
 
 /* Whether the communicator allows the tiny path: 2 ranks over the boxes,
  * no progress thread (set at creation). */

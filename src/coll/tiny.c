@@ -1,10 +1,11 @@
 /*
- * The tiny path: a blocking allreduce of at most 8 bytes, or a barrier,
- * between 2 ranks over the shared-memory boxes with nothing else in flight.
+ * The tiny path: a blocking allreduce of at most GS_TINY_MAX_BYTES (256),
+ * or a barrier, between 2 ranks over the shared-memory boxes with nothing
+ * else in flight.
  *
  * It makes exactly the post the direct algorithm makes (box.c: the call's
- * header, the payload in the post word's cache line, then the post number
- * with one release store) and waits for the peer's post of the same number,
+ * header and the payload, whose first 8 bytes share the post word's cache
+ * line, then the post number with one release store) and waits for the peer's post of the same number,
  * so a peer on the engine's path meets it as any other post. What it leaves
  * out is the engine's bookkeeping: no request, no schedule, no clock. The
  * hit path is
@@ -14,9 +15,10 @@
  *   2. spin on the peer's post word (GS_TINY_SPIN turns at most);
  *   3. the peer announced no failure, and its header is mine but for the
  *      sender (six word compares);
- *   4. out = x0 op x1 in rank order through the direct algorithm's
- *      kernels (my operand read from my buffer: reading my own line again
- *      would wait for the peer's read of it to finish).
+ *   4. out = x0 op x1 in rank order, my operand read from my buffer
+ *      (reading my own line again would wait for the peer's read of it):
+ *      sums of at most 8 bytes inline where that gives the kernels' bits,
+ *      the rest through the direct algorithm's kernels.
  *
  * Anything else (a late peer, a different header, an announced failure)
  * returns GS_INPROGRESS with the post made and counted: the caller prepares
@@ -32,7 +34,7 @@
  * a read of a line the peer is about to write: a few microseconds). */
 #define GS_TINY_SPIN 4096
 
-_Static_assert(GS_TINY_MAX_BYTES == GS_BOX_LINE_BYTES, "the tiny payload shares the post word's line");
+_Static_assert(GS_TINY_MAX_BYTES <= GS_COLL_LINE * 8, "tiny payloads: a few lines (the box chunk is >= 4K)");
 /* The header as six little-endian words (what gs_desc_fill writes). */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "header words are packed little-endian");
 _Static_assert(offsetof(gs_coll_hdr, kind) == 1 && offsetof(gs_coll_hdr, dtype) == 2 &&
@@ -79,17 +81,19 @@ static uint64_t root_sender_word(int sender)
     return (uint64_t)UINT32_MAX | (uint64_t)(uint32_t)sender << 32;
 }
 
-/* bytes (0, 2, 4, 6 or 8) from src to dst. */
+/* bytes (at most GS_TINY_MAX_BYTES, a multiple of 2) from src to dst. */
 static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
 {
     if (bytes == 8) {
         memcpy(dst, src, 8);
-        return;
+    } else if (bytes > 8) {
+        memcpy(dst, src, bytes);
+    } else {
+        if (bytes & 4)
+            memcpy(dst, src, 4);
+        if (bytes & 2)
+            memcpy(dst + (bytes & 4), src + (bytes & 4), 2);
     }
-    if (bytes & 4)
-        memcpy(dst, src, 4);
-    if (bytes & 2)
-        memcpy(dst + (bytes & 4), src + (bytes & 4), 2);
 }
 
 /* Step 1 for a call described by desc, count and bytes: the post, counted
@@ -227,7 +231,7 @@ gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t 
     /* 4. out = x0 op x1, my operand from my buffer */
     const uint8_t *x0 = comm->rank ? payload : send, *x1 = comm->rank ? send : payload;
     bool sum = op == GS_SUM || op == GS_AVG;
-    if (bytes && !(sum && tiny_sum_inline(dtype, op == GS_AVG, recv, x0, x1, count))) {
+    if (bytes && !(sum && bytes <= 8 && tiny_sum_inline(dtype, op == GS_AVG, recv, x0, x1, count))) {
         uint8_t acc[GS_TINY_MAX_BYTES];
         fn(acc, x0, x1, count);
         if (op == GS_AVG)
