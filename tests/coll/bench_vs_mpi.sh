@@ -7,6 +7,8 @@
 #
 #   tests/coll/bench_vs_mpi.sh BUILD_DIR [RANKS] [REPS] [extra gsbench args...]
 #   TRANSPORT=tcp tests/coll/bench_vs_mpi.sh ...   # gradsync over tcp, Open MPI over its tcp btl
+#   BASELINE=gloo TRANSPORT=tcp tests/coll/bench_vs_mpi.sh ...
+#       # PyTorch gloo (../shared/bench/py/gloo_allreduce.py, Debian python3-torch) instead of MPI
 #
 # The probe is the 10 ms cross-core cache-line ping-pong of the baseline
 # (about 50 ns or about 200 ns one way here: the host moves the vCPUs), so
@@ -23,6 +25,9 @@ scale=1
 oversub=
 if [ "$ranks" -gt "$(nproc)" ]; then scale=0.25; oversub=--oversubscribe; fi
 transport=${TRANSPORT:-shm}
+baseline=${BASELINE:-mpi}
+gloo_py=${GLOO_PY:-$(dirname "$0")/../../../shared/bench/py/gloo_allreduce.py}
+[ -f "$gloo_py" ] || gloo_py=$bench/py/gloo_allreduce.py
 mpi_net=()
 if [ "$transport" = tcp ]; then
     mpi_net=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
@@ -33,13 +38,18 @@ for r in $(seq "$reps"); do
     "$build/tools/gsrun" -n "$ranks" --transport "$transport" "$build/tools/gsbench" --sizes "$sizes" --scale "$scale" \
         --json "$@" | sed 's/^\[0\] //' > "$out/gs.$r.json"
     p2=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
-    timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_allreduce" "$scale" \
-        > "$out/mpi.$r.txt" 2>/dev/null
-    echo "round $r: probe before gsbench ${p1} ns, before MPI ${p2} ns" >&2
+    if [ "$baseline" = gloo ]; then
+        GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 "$gloo_py" "$ranks" $((29600 + r)) "$scale" \
+            > "$out/mpi.$r.txt" 2>/dev/null
+    else
+        timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_allreduce" "$scale" \
+            > "$out/mpi.$r.txt" 2>/dev/null
+    fi
+    echo "round $r: probe before gsbench ${p1} ns, before $baseline ${p2} ns" >&2
 done
-python3 - "$out" "$reps" <<'EOF'
+python3 - "$out" "$reps" "$baseline" <<'EOF'
 import json, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
+out, reps, base = sys.argv[1], int(sys.argv[2]), sys.argv[3].replace("mpi", "MPI")
 gs, mpi = {}, {}
 for r in range(1, reps + 1):
     for row in json.load(open(f"{out}/gs.{r}.json"))["rows"]:
@@ -48,7 +58,7 @@ for r in range(1, reps + 1):
         f = line.split()
         if f and f[0] == "allreduce":
             mpi.setdefault(int(f[1]), []).append((float(f[2]), float(f[6])))
-print("| size | gradsync us | MPI us | MPI/gradsync time (per-round median, min..max) | gradsync busbw GB/s | MPI busbw GB/s | #wrong |")
+print(f"| size | gradsync us | {base} us | {base}/gradsync time (per-round median, min..max) | gradsync busbw GB/s | {base} busbw GB/s | #wrong |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for b in sorted(gs):
     g, m = gs[b], mpi.get(b, [])
