@@ -50,7 +50,7 @@ static const uint8_t tiny_es[GS_DTYPE_COUNT] = {
     [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4, [GS_I64] = 8,
 };
 
-enum { W_DESC, W_ROOT_SENDER, W_SEQ, W_COUNT, W_UNIT_BYTES, W_RESERVED, W_WORDS };
+enum { W_DESC, W_ROOT_SENDER, W_SEQ, W_COUNT, W_UNIT_BYTES, W_RESERVED };
 
 bool gs_tiny_allowed(const gs_comm *comm)
 {
