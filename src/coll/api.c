@@ -223,6 +223,14 @@ static void req_put(gs_comm *comm, gs_req *req)
     comm->free_reqs = req;
 }
 
+/* The engine finishes a call the tiny path posted but could not finish. */
+static gs_status tiny_resume(gs_comm *comm, gs_call *c)
+{
+    gs_status st = prepare(comm, &comm->sync_req, c);
+    comm->tiny_resumed++;
+    return st == GS_OK ? gs_engine_resume(comm, &comm->sync_req) : st;
+}
+
 static gs_status run_blocking(gs_comm *comm, gs_call *c)
 {
     gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
@@ -269,6 +277,11 @@ gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t
                        gs_redop op)
 {
     gs_call c = ALLREDUCE_CALL("gs_allreduce");
+    if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes, <= 8 bytes */
+        gs_status st = gs_tiny_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+        if (st != GS_ERR_AGAIN)
+            return st == GS_INPROGRESS ? tiny_resume(comm, &c) : st;
+    }
     return run_blocking(comm, &c);
 }
 
@@ -341,6 +354,8 @@ gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_
 gs_status gs_barrier(gs_comm *comm)
 {
     gs_call c = {.fn = "gs_barrier", .kind = GS_COLL_BARRIER, .root = -1};
+    if (comm && gs_tiny_ready(comm)) /* 2 ranks over the boxes */
+        return gs_tiny_barrier(comm) == GS_OK ? GS_OK : tiny_resume(comm, &c);
     return run_blocking(comm, &c);
 }
 

@@ -2,11 +2,9 @@
  * The shared-memory plane of the direct algorithm ("boxes"), used when every
  * rank of the communicator runs on one host over the shm transport.
  *
- * Each rank owns one memfd segment that every peer maps:
- *
- *   line 0                 wake: the owner's waiting flag and futex doorbell
- *   abort notice           a failure the owner announces (seq written last)
- *   GS_BOX_SLOTS slots     each: post number (u64) | call header | payload
+ * Each rank owns one memfd segment that every peer maps (layout: box.h): a
+ * wake line, an abort notice and GS_BOX_SLOTS slots of post number | call
+ * header | payload.
  *
  * A post (the direct algorithm's send-to-all step) copies this rank's data
  * into its next slot, the call's descriptor beside it, and last (release)
@@ -27,7 +25,7 @@
  * GS_SPIN_US sleep on the futex doorbell, which a poster rings when it sees
  * the waiting flag.
  */
-#include "coll/coll.h"
+#include "coll/box.h"
 
 #include "bootstrap/boot.h"
 #include "util/alloc.h"
@@ -46,41 +44,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define GS_BOX_SLOTS      2
-#define GS_BOX_HEAD_BYTES 56 /* post number + header: payload starts here */
-
-typedef struct gs_box_wake {
-    uint32_t waiting;
-    uint32_t doorbell;
-    uint8_t pad[GS_COLL_LINE - 8];
-} gs_box_wake;
-
-/* A failure this rank announces (it also tells peers through the transport,
- * but a peer waiting on boxes only polls that now and then). */
-typedef struct gs_box_abort {
-    uint64_t seq; /* the first failed call; stored last (release); 0: none */
-    int32_t status;
-    uint32_t len;
-    char text[GS_COLL_CTRL_BYTES - 16];
-} gs_box_abort;
-
-typedef struct gs_box_head {
-    uint64_t post; /* stored last, with a full barrier */
-    gs_coll_hdr hdr;
-} gs_box_head;
-
-_Static_assert(sizeof(gs_box_wake) == GS_COLL_LINE, "wake is one cache line");
-_Static_assert(sizeof(gs_box_abort) % GS_COLL_LINE == 0, "abort notice: whole lines");
-_Static_assert(sizeof(gs_box_head) == GS_BOX_HEAD_BYTES, "post word and header, then the payload");
-
-struct gs_box {
-    int fd;
-    size_t len;
-    size_t slot_stride;
-    uint8_t **seg;  /* [size]: every rank's segment as mapped here (seg[rank] is mine) */
-    uint64_t posts; /* posts made by this rank */
-};
-
 /* What a rank tells the others so they can map its segment. */
 typedef struct box_addr {
     int32_t pid;
@@ -90,29 +53,6 @@ typedef struct box_addr {
     int32_t ok; /* second round: this rank mapped every peer */
     int32_t pad;
 } box_addr;
-
-static gs_box_wake *wake_of(uint8_t *seg)
-{
-    return (gs_box_wake *)seg;
-}
-
-#define GS_BOX_SLOTS_OFF (GS_COLL_LINE + sizeof(gs_box_abort))
-
-static gs_box_abort *abort_of(uint8_t *seg)
-{
-    return (gs_box_abort *)(seg + GS_COLL_LINE);
-}
-
-static gs_box_head *slot_of(const gs_box *box, int rank, uint64_t post)
-{
-    return (gs_box_head *)(box->seg[rank] + GS_BOX_SLOTS_OFF +
-                           (size_t)(post % GS_BOX_SLOTS) * box->slot_stride);
-}
-
-static uint8_t *payload_of(gs_box_head *head)
-{
-    return (uint8_t *)head + GS_BOX_HEAD_BYTES;
-}
 
 static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -221,6 +161,8 @@ gs_status gs_box_open(gs_comm *comm)
                     "rank %d: shared-memory boxes unavailable (%s): the direct algorithm uses the transport",
                     comm->rank, gs_last_error());
         gs_box_close(comm);
+    } else if (comm->size == 2) {
+        gs_box_pair_init(box, comm->rank);
     }
     return st; /* only a failing store is an error */
 }
@@ -228,10 +170,10 @@ gs_status gs_box_open(gs_comm *comm)
 /* ---- failures ------------------------------------------------------------------ */
 
 /* Wakes the peers that sleep on their doorbell. */
-static void ring_sleepers(gs_comm *comm)
+void gs_box_ring(gs_comm *comm)
 {
     for (int p = 0; p < comm->size; p++) {
-        gs_box_wake *w = wake_of(comm->box->seg[p]);
+        gs_box_wake *w = gs_box_wake_of(comm->box->seg[p]);
         if (p != comm->rank && __atomic_load_n(&w->waiting, __ATOMIC_RELAXED)) {
             __atomic_fetch_add(&w->doorbell, 1, __ATOMIC_SEQ_CST);
             futex(&w->doorbell, FUTEX_WAKE, 1, NULL);
@@ -241,7 +183,7 @@ static void ring_sleepers(gs_comm *comm)
 
 void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text)
 {
-    gs_box_abort *a = abort_of(comm->box->seg[comm->rank]);
+    gs_box_abort *a = gs_box_abort_of(comm->box->seg[comm->rank]);
     size_t len = strlen(text);
     if (__atomic_load_n(&a->seq, __ATOMIC_RELAXED))
         return; /* told once */
@@ -252,7 +194,7 @@ void gs_box_tell(gs_comm *comm, gs_status status, uint64_t seq, const char *text
     a->len = (uint32_t)len;
     a->status = (int32_t)status;
     __atomic_store_n(&a->seq, seq ? seq : 1, __ATOMIC_RELEASE);
-    ring_sleepers(comm);
+    gs_box_ring(comm);
 }
 
 /* A peer announced a failure that concerns op: fail it (and the
@@ -261,7 +203,7 @@ static gs_status peer_failed(gs_coll_op *op)
 {
     gs_comm *c = op->comm;
     for (int q = 0; q < c->size; q++) {
-        gs_box_abort *a = abort_of(c->box->seg[q]);
+        gs_box_abort *a = gs_box_abort_of(c->box->seg[q]);
         uint64_t seq = q == c->rank ? 0 : __atomic_load_n(&a->seq, __ATOMIC_ACQUIRE);
         if (seq && seq <= op->seq) {
             char text[sizeof(a->text)];
@@ -297,7 +239,7 @@ gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 
 uint8_t *gs_box_next_payload(gs_comm *comm)
 {
-    return payload_of(slot_of(comm->box, comm->rank, comm->box->posts + 1));
+    return gs_box_payload(gs_box_slot(comm->box, comm->rank, comm->box->posts + 1));
 }
 
 void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
@@ -305,7 +247,7 @@ void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
     gs_comm *c = op->comm;
     gs_box *box = c->box;
     uint64_t post = box->posts + 1;
-    gs_box_head *head = slot_of(box, c->rank, post);
+    gs_box_head *head = gs_box_slot(box, c->rank, post);
     gs_desc_fill(op, &head->hdr, unit, bytes);
     /* a plain release store: a locked instruction would wait for the line
      * to come back from the readers. A sleeper whose flag this rank misses
@@ -313,8 +255,13 @@ void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
     __atomic_store_n(&head->post, post, __ATOMIC_RELEASE);
     box->posts = post;
     op->box_post = post;
-    ring_sleepers(c);
+    gs_box_ring(c);
     c->progress_count++;
+}
+
+uint64_t gs_box_posts(const gs_comm *comm)
+{
+    return comm->box->posts;
 }
 
 /* Whether every peer has made the post op is waiting for. */
@@ -323,7 +270,7 @@ bool gs_box_ready(const gs_coll_op *op)
     const gs_comm *c = op->comm;
     for (int q = 0; q < c->size; q++)
         if (q != c->rank &&
-            __atomic_load_n(&slot_of(c->box, q, op->box_post)->post, __ATOMIC_ACQUIRE) != op->box_post)
+            __atomic_load_n(&gs_box_slot(c->box, q, op->box_post)->post, __ATOMIC_ACQUIRE) != op->box_post)
             return false;
     return true;
 }
@@ -332,13 +279,13 @@ bool gs_box_ready(const gs_coll_op *op)
 static const uint8_t *operand(const gs_coll_op *op, const gs_prim *p, int q)
 {
     const gs_comm *c = op->comm;
-    gs_box_head *head = slot_of(c->box, q, op->box_post);
+    gs_box_head *head = gs_box_slot(c->box, q, op->box_post);
     /* reduce_scatter posts a piece per rank (stride set on its reduce step);
      * a gather's stride spaces its output instead */
     size_t piece = p->mode == GS_PRIM_REDUCE && p->stride ? (size_t)c->rank * p->bytes : 0;
     if (q == c->rank && p->local)
         return p->local;
-    return payload_of(head) + piece;
+    return gs_box_payload(head) + piece;
 }
 
 /* out = x_0 op x_1 op ... op x_{n-1}, in rank order. No operand aliases out
@@ -388,7 +335,7 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
         if (q == c->rank)
             continue;
         size_t bytes = p->mode == GS_PRIM_BCAST && q != p->root ? 0 : p->bytes;
-        st = gs_desc_check(c, op, &slot_of(c->box, q, op->box_post)->hdr, q, p->recv_unit, bytes);
+        st = gs_desc_check(c, op, &gs_box_slot(c->box, q, op->box_post)->hdr, q, p->recv_unit, bytes);
         if (st != GS_OK)
             return st;
     }
@@ -422,7 +369,7 @@ gs_status gs_box_arrived(gs_coll_op *op, uint32_t unit, size_t (*bytes_of)(const
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank)
             continue;
-        st = gs_desc_check(c, op, &slot_of(c->box, q, op->box_post)->hdr, q, unit, bytes_of(op, q));
+        st = gs_desc_check(c, op, &gs_box_slot(c->box, q, op->box_post)->hdr, q, unit, bytes_of(op, q));
         if (st != GS_OK)
             return st;
     }
@@ -431,7 +378,7 @@ gs_status gs_box_arrived(gs_coll_op *op, uint32_t unit, size_t (*bytes_of)(const
 
 const uint8_t *gs_box_peer_payload(const gs_coll_op *op, int q)
 {
-    return payload_of(slot_of(op->comm->box, q, op->box_post));
+    return gs_box_payload(gs_box_slot(op->comm->box, q, op->box_post));
 }
 
 /* ---- waiting ----------------------------------------------------------------- */
@@ -441,14 +388,14 @@ static uint64_t peer_failed_quiet(const gs_coll_op *op)
 {
     const gs_comm *c = op->comm;
     for (int q = 0; q < c->size; q++)
-        if (q != c->rank && __atomic_load_n(&abort_of(c->box->seg[q])->seq, __ATOMIC_ACQUIRE))
+        if (q != c->rank && __atomic_load_n(&gs_box_abort_of(c->box->seg[q])->seq, __ATOMIC_ACQUIRE))
             return 1;
     return 0;
 }
 
 void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned turn)
 {
-    gs_box_wake *w = wake_of(comm->box->seg[comm->rank]);
+    gs_box_wake *w = gs_box_wake_of(comm->box->seg[comm->rank]);
     uint64_t spin = comm->cfg->poll == GS_POLL_SPIN ? UINT64_MAX
                     : comm->cfg->poll == GS_POLL_EVENT
                         ? 0
@@ -479,6 +426,6 @@ void gs_box_describe_wait(const gs_coll_op *op, char *buf, size_t cap)
                                    (unsigned long long)op->box_post);
     for (int q = 0; q < c->size && used + 8 < cap; q++)
         if (q != c->rank &&
-            __atomic_load_n(&slot_of(c->box, q, op->box_post)->post, __ATOMIC_ACQUIRE) != op->box_post)
+            __atomic_load_n(&gs_box_slot(c->box, q, op->box_post)->post, __ATOMIC_ACQUIRE) != op->box_post)
             used += (size_t)snprintf(buf + used, cap - used, " %d", q);
 }

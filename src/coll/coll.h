@@ -184,9 +184,12 @@ struct gs_comm {
     const gs_config *cfg;
     int rank;
     int size;
-    unsigned id;         /* creation number in this process: names store keys */
-    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
-    bool all_local;      /* every rank on this host */
+    unsigned id;           /* creation number in this process: names store keys */
+    bool oversubscribed;   /* more ranks on this host than cores: waiting yields the CPU */
+    bool all_local;        /* every rank on this host */
+    bool tiny;             /* small blocking calls may take the tiny path (tiny.c) */
+    uint64_t tiny_done;    /* calls the tiny path finished (tests read them) */
+    uint64_t tiny_resumed; /* calls it posted and the engine finished */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
     size_t box_chunk;   /* payload bytes per shared-memory box slot (GS_BOX_CHUNK_FACTOR x chunk) */
@@ -428,6 +431,10 @@ static inline bool gs_engine_quick_fits(const gs_comm *comm)
  * anything unusual (a slow peer, a mismatch, a failure) continues in
  * gs_engine_wait from where it stands. */
 gs_status gs_engine_quick(gs_comm *comm, gs_req *req);
+/* Continues a prepared blocking call whose only box post the tiny path
+ * already made (call number comm->seq_issued, the box's latest post): runs
+ * its receive step in the engine (a late peer, a mismatch, a failure). */
+gs_status gs_engine_resume(gs_comm *comm, gs_req *req);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 
@@ -439,6 +446,8 @@ void gs_box_close(gs_comm *comm);
 /* SEND_ALL and RECV_ALL through the boxes. */
 gs_status gs_box_post(gs_coll_op *op, gs_prim *prim);
 gs_status gs_box_gather(gs_coll_op *op, gs_prim *prim);
+/* The number of this rank's latest post. */
+uint64_t gs_box_posts(const gs_comm *comm);
 /* Whether every peer made the post op waits for. */
 bool gs_box_ready(const gs_coll_op *op);
 /* One turn of waiting for it, idle_ns after the last progress: spin, yield
@@ -465,6 +474,30 @@ void gs_parts_start(gs_coll_op *op);
 void gs_parts_fill(gs_coll_op *op, int step, gs_prim *p);
 gs_status gs_parts_post(gs_coll_op *op, gs_prim *p);
 gs_status gs_parts_gather(gs_coll_op *op, gs_prim *p);
+
+/* ---- tiny.c */
+/* The largest payload the tiny path carries (the first 8 bytes share the
+ * post word's cache line, the rest follows in the next lines). */
+#define GS_TINY_MAX_BYTES 256
+
+/* Whether the communicator allows the tiny path: 2 ranks over the boxes,
+ * no progress thread (set at creation). */
+bool gs_tiny_allowed(const gs_comm *comm);
+/* Whether a blocking call may try it now: nothing in flight or failed,
+ * GS_ALGO auto or direct (tests change it between calls). */
+static inline bool gs_tiny_ready(const gs_comm *comm)
+{
+    return comm->tiny && !comm->head && comm->failed == GS_OK &&
+           (comm->cfg->algo == GS_ALGO_AUTO || comm->cfg->algo == GS_ALGO_DIRECT);
+}
+/* A blocking allreduce, when it is a valid one of at most
+ * GS_TINY_MAX_BYTES, or a barrier: GS_OK done; GS_INPROGRESS posted (call
+ * comm->seq_issued) but not finished: prepare the call in comm->sync_req
+ * and gs_engine_resume it; GS_ERR_AGAIN (allreduce) not taken, nothing
+ * done: the usual path checks and runs it. */
+gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
+                            gs_redop op);
+gs_status gs_tiny_barrier(gs_comm *comm);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);

@@ -358,6 +358,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
         st = gs_engine_thread_start(comm);
     if (st != GS_OK)
         goto err_release;
+    comm->tiny = gs_tiny_allowed(comm);
     gs_log_debug(COLL, "rank %d: communicator %u up over %s, %d ranks, chunk %zu bytes%s", comm->rank,
                  comm->id, gs_tp_name(comm->tp), comm->size, comm->chunk,
                  comm->oversubscribed ? ", more local ranks than cores: waits yield" : "");

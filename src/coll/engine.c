@@ -302,47 +302,32 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
     return GS_OK;
 }
 
-gs_status gs_engine_quick(gs_comm *comm, gs_req *req)
+/* Queues and starts req as call seq, as gs_engine_submit and run_queue
+ * would; checks the messages that came for it early. */
+static gs_status quick_enter(gs_comm *comm, gs_req *req, uint64_t seq)
 {
     gs_coll_op *op = &req->op;
-    gs_status st;
-    if (op->algo != &gs_direct_algo || !op->box || op->ncols != 1 || op->kind != GS_COLL_ALLREDUCE ||
-        op->halves) {
-        st = gs_engine_submit(comm, req);
-        return st == GS_OK ? gs_engine_wait(comm, req) : st;
-    }
-    /* queued and started as gs_engine_submit and run_queue would */
     req->status = GS_INPROGRESS;
     req->next = NULL;
-    op->seq = ++comm->seq_issued;
+    op->seq = seq;
     comm->head = comm->tail = req;
     op->started = true;
     comm->progress_count++;
-    st = gs_chan_check_queued(comm, op);
-    if (st != GS_OK) {
-        gs_engine_fail(comm, st, op->seq, gs_last_error(), true);
-        return gs_engine_wait(comm, req);
-    }
-    /* the send step (direct's step 0), then the receive step as the
-     * current one, the cursor past both */
-    size_t bytes = (size_t)op->count * op->es;
-    gs_prim *p = &op->prim;
-    *p = (gs_prim){.kind = GS_PRIM_SEND_ALL, .local = op->send, .bytes = bytes, .root = -1, .out_slot = -1};
-    gs_box_post(op, p);
-    *p = (gs_prim){.kind = GS_PRIM_RECV_ALL,
-                   .mode = GS_PRIM_REDUCE,
-                   .out = op->recv,
-                   .bytes = bytes,
-                   .root = -1,
-                   .out_slot = -1,
-                   .finish = op->redop == GS_AVG};
-    op->have_prim = true;
-    op->col = 1;
-    op->step = 0;
-    /* a tight spin on the peer's post word (a few microseconds at most) */
+    return gs_chan_check_queued(comm, op);
+}
+
+/* The post of req's only column is made (the cursor past its send step):
+ * the receive step becomes the current one and runs, in a tight spin on
+ * the peer's post word first (a few microseconds at most), then in the
+ * engine. */
+static gs_status quick_gather(gs_comm *comm, gs_req *req)
+{
+    gs_coll_op *op = &req->op;
+    gs_status st;
+    op->have_prim = op->algo->next(op, &op->prim);
     for (unsigned i = 0; !comm->oversubscribed && i < 4096 && !gs_box_ready(op); i++)
         ;
-    st = gs_box_gather(op, p);
+    st = gs_box_gather(op, &op->prim);
     if (st == GS_INPROGRESS)
         return gs_engine_wait(comm, req);
     if (st != GS_OK) {
@@ -352,6 +337,39 @@ gs_status gs_engine_quick(gs_comm *comm, gs_req *req)
     op->have_prim = false;
     finish_head(comm, GS_OK);
     return GS_OK;
+}
+
+gs_status gs_engine_quick(gs_comm *comm, gs_req *req)
+{
+    gs_coll_op *op = &req->op;
+    gs_status st;
+    if (op->algo != &gs_direct_algo || !op->box || op->ncols != 1 || op->kind != GS_COLL_ALLREDUCE ||
+        op->halves) {
+        st = gs_engine_submit(comm, req);
+        return st == GS_OK ? gs_engine_wait(comm, req) : st;
+    }
+    st = quick_enter(comm, req, ++comm->seq_issued);
+    if (st != GS_OK) {
+        gs_engine_fail(comm, st, op->seq, gs_last_error(), true);
+        return gs_engine_wait(comm, req);
+    }
+    /* the send step (direct's step 0) */
+    op->algo->next(op, &op->prim);
+    gs_box_post(op, &op->prim);
+    return quick_gather(comm, req);
+}
+
+gs_status gs_engine_resume(gs_comm *comm, gs_req *req)
+{
+    gs_coll_op *op = &req->op;
+    gs_status st = quick_enter(comm, req, comm->seq_issued);
+    op->algo->next(op, &op->prim); /* the send step: posted */
+    op->box_post = gs_box_posts(comm);
+    if (st != GS_OK) {
+        gs_engine_fail(comm, st, op->seq, gs_last_error(), true);
+        return gs_engine_wait(comm, req);
+    }
+    return quick_gather(comm, req);
 }
 
 gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
