@@ -389,8 +389,11 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
             pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
             continue;
         }
-        /* waiting on shared memory: look at the transport only now and then */
-        if (box_waiter(comm) && (turn & 63) != 0)
+        /* waiting on shared memory: look at the transport only now and then
+         * while spinning; every turn once sleeping (a turn then sleeps up to
+         * 1 ms), so the transport's liveness checks, made every so many
+         * polls, see a dead peer within about a second */
+        if (box_waiter(comm) && (turn & 63) != 0 && idle_ns < spin_ns(comm))
             run_queue(comm);
         else
             gs_engine_progress(comm);
