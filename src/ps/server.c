@@ -344,8 +344,14 @@ gs_status gs_ps_server_progress(gs_ps *ps, int wait_ms)
         st = GS_OK;
         n = 0;
     }
-    for (int i = 0; i < n; i++)
+    /* Each arrival's notices leave before the next arrival is handled: a
+     * batch may complete many shards, and a worker can pull each one while
+     * the server applies the next (not after the whole batch). */
+    for (int i = 0; i < n; i++) {
         dispatch(ps, &wcs[i]);
+        if (st == GS_OK && ps->srv.ndirty)
+            st = gs_ps_flush_notices(ps);
+    }
     if (st == GS_OK)
         st = gs_ps_flush_notices(ps);
     flush_outbox(ps);
