@@ -27,6 +27,8 @@ gs_status gs_ps_optim_check(const gs_ps_optim *optim);
  */
 void gs_ps_optim_apply(const gs_ps_optim *optim, float *w, const float *grad, float grad_scale,
                        float *const *state, uint64_t step, size_t count);
+#define GS_PS_FUSE_MAX 64 /* more gradients: sum first, then one pass of the optimizer */
+
 /* The same with grad = the sum of ngrads arrays, added in order
  * (((g0 + g1) + g2) ...), fused block by block so that every array is read
  * once: the result is bit for bit that of summing first. */

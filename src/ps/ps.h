@@ -114,6 +114,7 @@ typedef struct gs_ps_server {
     gs_status verdict;  /* what gs_ps_serve returns once finished */
     bool recover_asked; /* a worker asked for recovery */
     uint32_t recover_arg;
+    struct gs_ps_pool *pool; /* apply threads while serving (GS_PS_APPLY_THREADS > 1), else NULL */
 } gs_ps_server;
 
 /* ---- worker ---------------------------------------------------------------- */

@@ -6,6 +6,7 @@
  */
 #include "ps/ps.h"
 
+#include "ps/pool.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -443,8 +444,10 @@ gs_status gs_ps_serve(gs_ps *ps)
                        ps ? "a worker rank" : "a NULL gs_ps");
     srv = &ps->srv;
     srv->verdict = GS_OK;
+    if (ps->cfg->ps_apply_threads > 1 && !srv->pool)
+        srv->verdict = gs_ps_pool_create(ps->rank, (int)ps->cfg->ps_apply_threads - 1, &srv->pool);
     /* the keys and step 0 on disk: a restart needs the key list */
-    if (ps->checkpoint[0] && !ps->restarted)
+    if (srv->verdict == GS_OK && ps->checkpoint[0] && !ps->restarted)
         srv->verdict = gs_ps_server_checkpoint(ps);
     while (srv->finished < ps->nworkers && srv->verdict == GS_OK) {
         gs_status st = gs_ps_server_progress(ps, serve_wait_ms(ps));
@@ -460,6 +463,8 @@ gs_status gs_ps_serve(gs_ps *ps)
     drain(ps);
     if (srv->verdict == GS_OK && ps->checkpoint[0])
         srv->verdict = gs_ps_server_checkpoint(ps);
+    gs_ps_pool_destroy(srv->pool);
+    srv->pool = NULL;
     gs_log_info(PS, "rank %d: server %d done serving: %s", ps->rank, ps->index, gs_status_name(srv->verdict));
     return srv->verdict;
 }

@@ -8,6 +8,7 @@
 
 #include "coll/reduce.h"
 #include "ps/optim.h"
+#include "ps/pool.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -44,8 +45,6 @@ static float *slot_of(const gs_ps_sshard *sh, int w)
     return (float *)((char *)gs_mr_addr(sh->slots) + (size_t)w * gs_ps_slot_bytes(sh->count));
 }
 
-#define GS_PS_FUSE_MAX 64 /* more workers: sum first, then one pass of the optimizer */
-
 static float grad_scale(const gs_ps *ps)
 {
     return ps->params.average ? 1.0f / (float)ps->nworkers : 1.0f;
@@ -66,14 +65,15 @@ gs_status gs_ps_apply_sync(gs_ps *ps, gs_ps_sshard *sh)
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     const float *grads[GS_PS_FUSE_MAX];
     /* Step 1 and 2, fused block by block: the slots summed in worker order
-     * (the same order every step), the optimizer on the mean, inside the seqlock. */
+     * (the same order every step), the optimizer on the mean, inside the
+     * seqlock; big shards shared with the apply threads. */
     gs_ps_seq_begin(h);
     if (ps->nworkers <= GS_PS_FUSE_MAX) {
         for (int w = 0; w < ps->nworkers; w++)
             grads[w] = slot_of(sh, w);
         sh->opt_steps++;
-        gs_ps_optim_apply_sum(&ps->params.optim, gs_ps_params_of(sh), grads, ps->nworkers, grad_scale(ps),
-                              sh->state, sh->opt_steps, sh->count);
+        gs_ps_pool_apply_sum(ps->srv.pool, &ps->params.optim, gs_ps_params_of(sh), grads, ps->nworkers,
+                             grad_scale(ps), sh->state, sh->opt_steps, sh->count);
         h->version++;
     } else {
         float *sum = slot_of(sh, 0);

@@ -90,6 +90,19 @@ PS_TEST(sync_sgd_one_server_two_workers)
     ps_job_run(&job);
 }
 
+/* Shards big enough for the server's apply threads (GS_PS_APPLY_THREADS,
+ * default 2) to share: the result is still the single-process run's. */
+PS_TEST(sync_adam_big_shards_shared_by_apply_threads)
+{
+    ps_job job = ps_job_default(transport, 1, 2);
+    job.optim = (gs_ps_optim){.kind = GS_PS_ADAM, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    job.shard_bytes = 2u << 20;
+    job.steps = 3;
+    ps_job_key(&job, 1, 700001); /* two shards of 1.4 MB, each 6 chunks */
+    job.worker = sync_worker;
+    ps_job_run(&job);
+}
+
 /* Far more shards than a verbs peer has receive credits (64): each step's
  * notices outrun the credits, and the server must retry them as the credits
  * come back (silently, without a completion), never sleep on them. */
