@@ -143,6 +143,8 @@ typedef struct gs_rmr {
 enum {
     GS_OP_SIGNALED = 1u << 0, /* a completion is delivered locally when done */
     GS_OP_FENCE = 1u << 1,    /* start only after earlier READs/atomics on the ep completed */
+    GS_OP_STREAM = 1u << 2,   /* hint: part of a stream too large for the cache; the destination may be
+                                 written with streaming (non-temporal) stores (shm does; others ignore it) */
 };
 
 typedef enum gs_wc_opcode {
