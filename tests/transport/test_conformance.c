@@ -281,7 +281,8 @@ static const size_t ct_offsets[] = {0, 3, 4096 + 1, 8};
 static void write_body(gs_ctx *ctx, int rank, void *varg)
 {
     ct_arg *arg = varg;
-    bool imm = arg->param != 0;
+    bool imm = (arg->param & 1) != 0;
+    unsigned flags = GS_OP_SIGNALED | ((arg->param & 2) ? GS_OP_STREAM : 0u);
     gs_tp *tp = ct_open(ctx, arg->transport);
     gs_mr *mr = NULL;
     gs_rmr *all;
@@ -301,11 +302,11 @@ static void write_body(gs_ctx *ctx, int rank, void *varg)
                 ct_fill(buf + src_off, len, iter);
                 if (imm) {
                     CT_POST(tp, gs_ep_write_imm(gs_tp_ep(tp, peer), buf + src_off, mr, len, &all[peer],
-                                                dst_off, iter, iter, GS_OP_SIGNALED));
+                                                dst_off, iter, iter, flags));
                     GS_ASSERT_U64_EQ(ct_expect(tp, GS_WC_WRITE_IMM, peer).wr_id, iter);
                 } else {
                     CT_POST(tp, gs_ep_write(gs_tp_ep(tp, peer), buf + src_off, mr, len, &all[peer], dst_off,
-                                            iter, GS_OP_SIGNALED));
+                                            iter, flags));
                     GS_ASSERT_U64_EQ(ct_expect(tp, GS_WC_WRITE, peer).wr_id, iter);
                     /* A zero-byte WRITE_IMM tells rank 1 the write is there. */
                     CT_POST(tp,
@@ -341,11 +342,19 @@ CT_TEST(write_imm_every_size_and_alignment_lands_before_its_notification)
     ct_run(2, write_body, transport, 1, NULL);
 }
 
+/* GS_OP_STREAM (streaming stores on shm, a hint others ignore): the same bytes. */
+CT_TEST(streamed_write_and_write_imm_land_exactly)
+{
+    ct_run(2, write_body, transport, 2, NULL);
+    ct_run(2, write_body, transport, 3, NULL);
+}
+
 /* ---- READ ----------------------------------------------------------------------------- */
 
 static void read_body(gs_ctx *ctx, int rank, void *varg)
 {
     ct_arg *arg = varg;
+    unsigned flags = GS_OP_SIGNALED | (arg->param ? GS_OP_STREAM : 0u);
     gs_tp *tp = ct_open(ctx, arg->transport);
     gs_mr *mr = NULL;
     gs_rmr *all;
@@ -364,8 +373,8 @@ static void read_body(gs_ctx *ctx, int rank, void *varg)
             for (size_t o = 0; o < CT_NOFFS; o++, iter++) {
                 size_t len = ct_sizes[s], src_off = ct_offsets[o],
                        dst_off = CT_GUARD + ct_offsets[(o + 1) % CT_NOFFS];
-                CT_POST(tp, gs_ep_read(gs_tp_ep(tp, 1), buf + dst_off, mr, len, &all[1], src_off, iter,
-                                       GS_OP_SIGNALED));
+                CT_POST(tp,
+                        gs_ep_read(gs_tp_ep(tp, 1), buf + dst_off, mr, len, &all[1], src_off, iter, flags));
                 GS_ASSERT_U64_EQ(ct_expect(tp, GS_WC_READ, 1).wr_id, iter);
                 for (size_t i = 0; i < len; i++)
                     if (buf[dst_off + i] != ct_byte(77, src_off + i))
@@ -389,6 +398,11 @@ static void read_body(gs_ctx *ctx, int rank, void *varg)
 CT_TEST(read_every_size_and_alignment_returns_the_target_bytes)
 {
     ct_run(2, read_body, transport, 0, NULL);
+}
+
+CT_TEST(streamed_read_returns_the_target_bytes)
+{
+    ct_run(2, read_body, transport, 1, NULL);
 }
 
 /* ---- SEND / RECV ------------------------------------------------------------------------- */
