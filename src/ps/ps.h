@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* wr_id of our own signaled ops: kind in the top byte, a shard or ring index below. */
 enum {
@@ -369,6 +370,17 @@ static inline gs_status gs_ps_again(gs_ps *ps, gs_status st)
         return st;
     ps->wrk.again = true;
     return GS_OK;
+}
+/* Keys of this size and more are pushed and pulled with GS_OP_STREAM: one
+ * step moves several times the key through memory (every worker's slot, the
+ * parameters, every worker's copy), more than a last-level cache holds, so
+ * streaming stores win; a smaller key's shards stay in the cache for their
+ * reader. push_pull, 2 workers + 1 server on shm, plain -> streamed: 4 MiB
+ * 0.68 -> 1.18 ms, 8 MiB 2.41 -> 2.14 ms, 16 MiB 6.0 -> 4.9 ms, 64 MiB 27.6 -> 21.2 ms. */
+#define GS_PS_STREAM_BYTES (8u << 20)
+static inline unsigned gs_ps_stream_flag(const gs_ps_wkey *wk)
+{
+    return wk->count * sizeof(float) >= GS_PS_STREAM_BYTES ? GS_OP_STREAM : 0;
 }
 /* A control message to server s, progressing while no record or send slot
  * is free, until deadline (GS_ERR_TIMEOUT); gives up at once when server s

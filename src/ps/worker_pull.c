@@ -71,7 +71,8 @@ gs_status gs_ps_pull_post(gs_ps *ps, gs_ps_wkey *wk, size_t i, unsigned last_fla
     destination(ps, wk->head, wk, i, &dst, &dst_mr);
     st = gs_ep_read(ep, base, wk->pull, data_off, &ws->param, 0, 0, 0);
     if (st == GS_OK)
-        st = gs_ep_read(ep, dst, dst_mr, ws->count * sizeof(float), &ws->param, data_off, 0, GS_OP_FENCE);
+        st = gs_ep_read(ep, dst, dst_mr, ws->count * sizeof(float), &ws->param, data_off, 0,
+                        GS_OP_FENCE | gs_ps_stream_flag(wk));
     if (st == GS_OK)
         st = gs_ep_read(ep, base + gs_ps_param_region_bytes((uint32_t)ps->nworkers, ws->count), wk->pull,
                         GS_PS_ALIGN, &ws->param, 0, wr_id, GS_OP_FENCE | last_flags);

@@ -58,7 +58,7 @@ static gs_status post_write(gs_ps *ps, gs_ps_wkey *wk, gs_ps_wshard *ws, const c
     uint64_t off = (uint64_t)ps->index * gs_ps_slot_bytes(ws->count);
     gs_status st = gs_ep_write_imm(gs_tp_ep(ps->tp, ws->server_rank), src, lmr, ws->count * sizeof(float),
                                    &ws->slots, off, gs_ps_imm_push(GS_PS_IMM_PUSH, ws->slot, ws->pushed),
-                                   gs_ps_wr(GS_PS_WR_PUSH, ws->gid), GS_OP_SIGNALED);
+                                   gs_ps_wr(GS_PS_WR_PUSH, ws->gid), GS_OP_SIGNALED | gs_ps_stream_flag(wk));
     if (st == GS_OK) {
         ws->pushed++;
         ws->phase = GS_PS_PUSH_POSTED;

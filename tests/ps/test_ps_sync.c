@@ -91,14 +91,16 @@ PS_TEST(sync_sgd_one_server_two_workers)
 }
 
 /* Shards big enough for the server's apply threads (GS_PS_APPLY_THREADS,
- * default 2) to share: the result is still the single-process run's. */
-PS_TEST(sync_adam_big_shards_shared_by_apply_threads)
+ * default 2) to share, and a key big enough to be streamed (GS_OP_STREAM):
+ * the result is still the single-process run's. */
+PS_TEST(sync_adam_big_shards_shared_by_apply_threads_and_streamed)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.optim = (gs_ps_optim){.kind = GS_PS_ADAM, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
     job.shard_bytes = 2u << 20;
     job.steps = 3;
-    ps_job_key(&job, 1, 700001); /* two shards of 1.4 MB, each 6 chunks */
+    ps_job_key(&job, 1, 700001);             /* two shards of 1.4 MB, each 6 chunks */
+    ps_job_key(&job, 2, (8u << 20) / 4 + 1); /* 8 MiB + 4 B: streamed, 5 shards */
     job.worker = sync_worker;
     ps_job_run(&job);
 }
