@@ -13,9 +13,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define CHUNK_MIN  (64u * 1024u) /* elements: 256 KiB of parameters per chunk at least */
-#define CHUNKS_MAX 0xffffu       /* chunk numbers fit in 16 bits of the claim word */
-#define SPIN_TURNS 4096u         /* waiting for a helper's last chunk: spin, then yield */
+#define CHUNK_MIN  (64u * 1024u)    /* elements: 256 KiB of parameters per chunk at least */
+#define SHARE_MIN  (4u * CHUNK_MIN) /* smaller shards: the caller alone (a 512 KiB one lost time shared) */
+#define CHUNKS_MAX 0xffffu          /* chunk numbers fit in 16 bits of the claim word */
+#define SPIN_TURNS 4096u            /* waiting for a helper's last chunk: spin, then yield */
 
 typedef struct pool_job {
     const gs_ps_optim *o;
@@ -138,7 +139,7 @@ void gs_ps_pool_apply_sum(gs_ps_pool *pool, const gs_ps_optim *o, float *w, cons
 {
     size_t chunk = CHUNK_MIN, nchunks;
     uint32_t gen, spins = 0;
-    if (!pool || count < 2 * (size_t)CHUNK_MIN || ngrads > GS_PS_FUSE_MAX) {
+    if (!pool || count < (size_t)SHARE_MIN || ngrads > GS_PS_FUSE_MAX) {
         gs_ps_optim_apply_sum(o, w, grads, ngrads, grad_scale, state, step, count);
         return;
     }

@@ -74,7 +74,7 @@
     X(ps_atomic_frac_bits, "GS_PS_ATOMIC_FRAC_BITS", INT, "32", NULL,                                        \
       "parameter server, atomic aggregation: gradients travel as int64 = round(g * 2^bits)")                 \
     X(ps_apply_threads, "GS_PS_APPLY_THREADS", INT, "2", NULL,                                               \
-      "parameter server: threads that sum and apply a shard of 512 KiB or more (the serve loop + helpers)")  \
+      "parameter server: threads that sum and apply a shard of 1 MiB or more (the serve loop + helpers)")    \
     X(ps_checkpoint, "GS_PS_CHECKPOINT", STR, "", NULL,                                                      \
       "parameter server: checkpoint file prefix (empty: none)")                                              \
     X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL,                                         \

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COUNT ((size_t)3 * 65536 + 12345) /* several chunks and a ragged end */
+#define COUNT ((size_t)5 * 65536 + 12345) /* shared (1 MiB and more), several chunks, a ragged end */
 #define STEPS 3
 
 static float *floats(size_t n)
