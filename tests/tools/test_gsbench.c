@@ -34,7 +34,8 @@ static void run_gsbench(const char *transport, const char *coll, bool inplace)
     gs_test_spawn(&p, argv, NULL);
     gs_test_proc_wait(&p, 60000);
     if (!WIFEXITED(p.status) || WEXITSTATUS(p.status) != 0)
-        fprintf(stderr, "gsbench %s %s%s:\n%s\n%s\n", transport, coll, inplace ? " in place" : "", p.out, p.err);
+        fprintf(stderr, "gsbench %s %s%s:\n%s\n%s\n", transport, coll, inplace ? " in place" : "", p.out,
+                p.err);
     GS_ASSERT_RANK_EXIT(p.status, 0);
     int rows = 0;
     for (const char *s = p.out; (s = strstr(s, "\"wrong\": ")) != NULL; s++) {
