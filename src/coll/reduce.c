@@ -12,6 +12,7 @@
 #endif
 
 #include "coll/reduce.h"
+#include "util/copy.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -278,60 +279,13 @@ void gs_red_avg_finish(gs_dtype dtype, void *buf, size_t count, int divisor)
     }
 }
 
-/*
- * Non-temporal (streaming) stores for results too large to stay in cache:
- * writing them the usual way first reads every line in (a read for
- * ownership), a third more memory traffic. Head and tail bytes that are not
- * vector-aligned go through memcpy; an sfence orders the streamed stores
- * before anything the caller publishes next.
- */
-#ifdef GS_RED_HAVE_F16C_PATH
-__attribute__((target("avx"))) static void copy_nt_avx(uint8_t *d, const uint8_t *s, size_t n)
-{
-    size_t head = (32 - ((uintptr_t)d & 31)) & 31;
-    if (head > n)
-        head = n;
-    memcpy(d, s, head);
-    d += head, s += head, n -= head;
-    for (; n >= 128; n -= 128, d += 128, s += 128) {
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)s),
-                x1 = _mm256_loadu_si256((const __m256i *)(s + 32));
-        __m256i x2 = _mm256_loadu_si256((const __m256i *)(s + 64)),
-                x3 = _mm256_loadu_si256((const __m256i *)(s + 96));
-        _mm256_stream_si256((__m256i *)d, x0);
-        _mm256_stream_si256((__m256i *)(d + 32), x1);
-        _mm256_stream_si256((__m256i *)(d + 64), x2);
-        _mm256_stream_si256((__m256i *)(d + 96), x3);
-    }
-    for (; n >= 32; n -= 32, d += 32, s += 32)
-        _mm256_stream_si256((__m256i *)d, _mm256_loadu_si256((const __m256i *)s));
-    memcpy(d, s, n);
-}
-#endif
-
-/* Streams without the closing fence. */
-static void copy_nt_body(void *dst, const void *src, size_t len)
-{
-#ifdef GS_RED_HAVE_F16C_PATH
-    if (len >= 256 && __builtin_cpu_supports("avx")) {
-        copy_nt_avx(dst, src, len);
-        return;
-    }
-#endif
-    memcpy(dst, src, len);
-}
-
-static void nt_fence(void)
-{
-#ifdef GS_RED_HAVE_F16C_PATH
-    _mm_sfence();
-#endif
-}
-
+/* Non-temporal (streaming) stores for results too large to stay in cache
+ * (util/copy.h): writing them the usual way first reads every line in (a
+ * read for ownership), a third more memory traffic; the closing sfence
+ * orders them before anything the caller publishes next. */
 void gs_red_copy_nt(void *dst, const void *src, size_t len)
 {
-    copy_nt_body(dst, src, len);
-    nt_fence();
+    gs_copy_nt(dst, src, len);
 }
 
 void gs_red_apply_nt(gs_dtype dtype, gs_redop op, void *dst, const void *a, const void *b, size_t count)
@@ -346,7 +300,7 @@ void gs_red_apply_nt(gs_dtype dtype, gs_redop op, void *dst, const void *a, cons
     for (size_t i = 0; i < count; i += per) {
         size_t n = count - i < per ? count - i : per;
         fn(tmp, (const uint8_t *)a + i * es, (const uint8_t *)b + i * es, n);
-        copy_nt_body((uint8_t *)dst + i * es, tmp, n * es);
+        gs_copy_nt_unfenced((uint8_t *)dst + i * es, tmp, n * es);
     }
-    nt_fence();
+    gs_copy_nt_fence();
 }

@@ -28,20 +28,34 @@ __attribute__((target("avx"))) static void copy_nt_avx(uint8_t *d, const uint8_t
     for (; n >= 32; n -= 32, d += 32, s += 32)
         _mm256_stream_si256((__m256i *)d, _mm256_loadu_si256((const __m256i *)s));
     memcpy(d, s, n);
-    _mm_sfence();
 }
 
-void gs_copy_nt(void *dst, const void *src, size_t len)
+void gs_copy_nt_unfenced(void *dst, const void *src, size_t len)
 {
     if (len >= 256 && __builtin_cpu_supports("avx"))
         copy_nt_avx(dst, src, len);
     else
         memcpy(dst, src, len);
 }
+
+void gs_copy_nt_fence(void)
+{
+    _mm_sfence();
+}
 #else
-void gs_copy_nt(void *dst, const void *src, size_t len)
+void gs_copy_nt_unfenced(void *dst, const void *src, size_t len)
 {
     memcpy(dst, src, len);
+}
+
+void gs_copy_nt_fence(void)
+{
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 #endif
+
+void gs_copy_nt(void *dst, const void *src, size_t len)
+{
+    gs_copy_nt_unfenced(dst, src, len);
+    gs_copy_nt_fence();
+}

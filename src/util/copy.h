@@ -11,5 +11,9 @@
  * fence: every byte is visible to other CPUs before anything stored after
  * the call (a flag, a ring message). */
 void gs_copy_nt(void *dst, const void *src, size_t len);
+/* The same without the closing fence, for a run of copies that ends with
+ * one gs_copy_nt_fence (blocks streamed out one after the other). */
+void gs_copy_nt_unfenced(void *dst, const void *src, size_t len);
+void gs_copy_nt_fence(void);
 
 #endif
