@@ -249,6 +249,8 @@ void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
     uint64_t post = box->posts + 1;
     gs_box_head *head = gs_box_slot(box, c->rank, post);
     gs_desc_fill(op, &head->hdr, unit, bytes);
+    if (op->parts && c->size == 2) /* when it was posted: the peer learns how far this rank is */
+        head->hdr.reserved = gs_now_ns();
     /* a plain release store: a locked instruction would wait for the line
      * to come back from the readers. A sleeper whose flag this rank misses
      * (store and flag load crossing) wakes at its 1 ms timeout and sees it. */
@@ -298,12 +300,6 @@ static void reduce_all(gs_coll_op *op, const gs_prim *p, size_t n)
     int last = c->size - 1;
     bool staged = p->finish || (op->nt && c->size > 2);
     uint8_t *acc = staged ? c->scratch : p->out;
-    if (p->out == c->scratch) { /* by halves: the result is posted next, from the cache */
-        gs_red_apply(op->dtype, op->redop, acc, operand(op, p, 0), operand(op, p, 1), n);
-        if (p->finish)
-            gs_red_avg_finish(op->dtype, acc, n, c->size);
-        return;
-    }
     if (c->size == 2 && !staged) {
         gs_coll_reduce_out(op, p->out, operand(op, p, 0), operand(op, p, 1), n);
         return;
@@ -357,6 +353,20 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
     return GS_OK;
 }
 
+/* By parts, 2 ranks: the peer's post arrived while this rank was waiting for
+ * it, so the time since the peer stamped it is about one cache line's way
+ * from its core to this one. The least seen in a call decides the next
+ * one's data posts (gs_comm.box_line_ns). */
+static void line_delay_seen(gs_coll_op *op)
+{
+    const gs_box_head *head = gs_box_slot(op->comm->box, 1 - op->comm->rank, op->box_post);
+    int64_t d = (int64_t)(gs_now_ns() - head->hdr.reserved);
+    if (d > 0 && (op->far_ns == 0 || (uint64_t)d < op->far_ns)) {
+        op->far_ns = (uint64_t)d;
+        op->comm->box_line_ns = op->far_ns;
+    }
+}
+
 gs_status gs_box_arrived(gs_coll_op *op, uint32_t unit, size_t (*bytes_of)(const gs_coll_op *op, int peer))
 {
     gs_comm *c = op->comm;
@@ -364,8 +374,13 @@ gs_status gs_box_arrived(gs_coll_op *op, uint32_t unit, size_t (*bytes_of)(const
     bool ready = gs_box_ready(op);
     if ((st = peer_failed(op)) != GS_OK) /* after the posts, as in gs_box_gather */
         return st;
-    if (!ready)
+    if (!ready) {
+        op->box_waited = true;
         return GS_INPROGRESS;
+    }
+    if (op->box_waited && c->size == 2)
+        line_delay_seen(op);
+    op->box_waited = false;
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank)
             continue;

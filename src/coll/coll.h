@@ -150,7 +150,9 @@ struct gs_coll_op {
     bool started;      /* reached the head of the queue */
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
-    bool halves;       /* direct over the boxes, 2 ranks: each rank reduces its half (direct.c) */
+    bool box_nt;       /* by parts, 2 ranks: data posts streamed (the peer is far, parts.c) */
+    uint64_t far_ns;   /* by parts, 2 ranks: least post line delay seen this call (0: none) */
+    bool box_waited;   /* the current box reception found a peer's post missing at least once */
     bool parts;        /* direct over the boxes, 3+ ranks: each rank reduces its part (parts.c) */
     uint64_t box_post; /* the post of the latest SEND_ALL (boxes) */
     gs_mr *send_mr;    /* the caller's buffers registered for sends from them (gs_coll_user_open), or NULL */
@@ -219,6 +221,9 @@ struct gs_comm {
     size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
     size_t parts_bytes;      /* 3+ ranks over the boxes: allreduces by parts from here (GS_BOX_PARTS_BYTES) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
+    uint64_t
+        box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
+    int box_stream;  /* by parts, 2 ranks: data posts streamed: GS_BOX_STREAM_* (tests force it) */
     struct {
         gs_mr *mr; /* a caller's buffer registered by gs_coll_user_open, or NULL */
         const void *addr;
@@ -309,11 +314,20 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
  * slower from 4 MiB (docs/collectives.md). */
 #define GS_PAIR_CHUNK_FACTOR 2
 
-/* 2 ranks over the boxes: allreduces this large reduce by halves. */
+/* 2 ranks over the boxes: allreduces this large run by parts (halves). */
 #define GS_BOX_HALVES_BYTES (1u << 20)
 
 /* 3 or more ranks over the boxes: allreduces this large run by parts. */
 #define GS_BOX_PARTS_BYTES (64u << 10)
+
+/* By parts, 2 ranks: data posts are written with streaming stores when the
+ * peer's post line took at least this long to arrive in the last such call.
+ * Where the two cores share a cache (a line moves in about 50 ns) the peer
+ * reads the post from it; between cores that do not (200 ns and more),
+ * reading lines dirty in the other core's cache is slower than reading them
+ * from memory (docs/collectives.md). */
+#define GS_BOX_FAR_NS 120
+enum { GS_BOX_STREAM_AUTO, GS_BOX_STREAM_ALWAYS, GS_BOX_STREAM_NEVER };
 
 /* Results of calls this large are written with non-temporal stores. */
 #define GS_COLL_NT_BYTES (8u << 20)

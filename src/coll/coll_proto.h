@@ -65,6 +65,7 @@ typedef struct gs_coll_hdr {
     uint64_t count;  /* the call's count argument (allreduce_multi: total elements) */
     uint32_t unit;   /* the algorithm's step id, checked by the receiver */
     uint32_t bytes;  /* payload bytes that follow */
+    /* 0; in a box post by parts of 2 ranks, when it was posted (CLOCK_MONOTONIC ns, box.c) */
     uint64_t reserved;
 } gs_coll_hdr;
 

@@ -337,7 +337,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
     comm->size = ctx->size;
     comm->id = atomic_fetch_add(&comm_count, 1);
     comm->nt_bytes = GS_COLL_NT_BYTES;
-    comm->parts_bytes = GS_BOX_PARTS_BYTES;
+    comm->parts_bytes = comm->size == 2 ? GS_BOX_HALVES_BYTES : GS_BOX_PARTS_BYTES;
     comm->tp = tp;
     if (!tp) {
         st = gs_tp_open(ctx, NULL, &comm->tp);

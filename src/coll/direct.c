@@ -16,22 +16,14 @@
  * On one host over shm the sends and receives go through shared-memory
  * boxes instead of messages (box.c): a post instead of n-1 writes, and the
  * data read in place. Large allreduces there split the reduction: each rank
- * reduces one part and the others copy it (by halves for 2 ranks, below;
- * by parts for more, parts.c).
+ * reduces one part and the others copy it (by parts, parts.c).
  */
 #include "coll/coll.h"
 
 static void direct_start(gs_coll_op *op)
 {
     op->box = op->comm->box != NULL;
-    op->halves = op->box && op->comm->size == 2 && op->kind == GS_COLL_ALLREDUCE &&
-                 op->count * op->es >= GS_BOX_HALVES_BYTES;
-    if (op->halves) {
-        gs_coll_layout(op, op->count - op->count / 2);
-        op->nsteps = 4; /* post, reduce, post the result, copy the peer's */
-        return;
-    }
-    op->parts = op->box && op->comm->size > 2 &&
+    op->parts = op->box && op->comm->size > 1 &&
                 (op->kind == GS_COLL_ALLREDUCE || op->kind == GS_COLL_ALLREDUCE_MULTI) &&
                 op->count * op->es >= op->comm->parts_bytes;
     if (op->parts) {
@@ -90,45 +82,9 @@ static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes,
     return true;
 }
 
-/* Allreduce by halves (2 ranks, boxes): rank r owns half r of the vector.
- * Per column: post my part of the peer's half; reduce my half's chunk
- * (x0 op x1, from my buffer and the peer's box) into the scratch; post the
- * result and store it; copy the peer's result into my other half. Each
- * rank reads and writes about half of what the full direct does. */
-static void fill_halves(gs_coll_op *op, int step, gs_prim *p)
-{
-    gs_comm *c = op->comm;
-    int r = c->rank, q = 1 - r;
-    size_t es = op->es, h0 = op->count / 2;
-    size_t base[2] = {0, h0}, len[2] = {h0, op->count - h0};
-    size_t fr, nr, fq, nq;
-    gs_coll_chunk(op, len[r], op->col, &fr, &nr);
-    gs_coll_chunk(op, len[q], op->col, &fq, &nq);
-    switch (step) {
-    case 0: *p = send_all(gs_coll_at(op->send, (base[q] + fq) * es), nq * es, 0); break;
-    case 1:
-        *p = recv_all(GS_PRIM_REDUCE, gs_coll_at(op->send, (base[r] + fr) * es), c->scratch, nr * es);
-        p->finish = op->redop == GS_AVG;
-        break;
-    case 2:
-        *p = send_all(c->scratch, nr * es, 0);
-        p->out = gs_coll_at(op->recv, (base[r] + fr) * es);
-        break;
-    default:
-        *p = recv_all(GS_PRIM_BCAST, NULL, gs_coll_at(op->recv, (base[q] + fq) * es), nq * es);
-        p->root = q;
-        break;
-    }
-    p->send_unit = p->recv_unit = gs_coll_unit(op, op->col, step & ~1);
-}
-
 static bool fill(gs_coll_op *op, int step, gs_prim *p)
 {
     int r = op->comm->rank;
-    if (op->halves) {
-        fill_halves(op, step, p);
-        return true;
-    }
     if (op->parts) {
         gs_parts_fill(op, step, p);
         return true;

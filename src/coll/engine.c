@@ -344,7 +344,7 @@ gs_status gs_engine_quick(gs_comm *comm, gs_req *req)
     gs_coll_op *op = &req->op;
     gs_status st;
     if (op->algo != &gs_direct_algo || !op->box || op->ncols != 1 || op->kind != GS_COLL_ALLREDUCE ||
-        op->halves) {
+        op->parts) {
         st = gs_engine_submit(comm, req);
         return st == GS_OK ? gs_engine_wait(comm, req) : st;
     }

@@ -1,7 +1,7 @@
 /*
  * Allreduce by parts over the shared-memory boxes: the direct algorithm's
- * large allreduces when 3 or more ranks share one host (2 ranks run the
- * same scheme by halves, direct.c). Rank r owns part r of the vector
+ * large allreduces when every rank shares one host (2 ranks: by halves,
+ * from 1 MiB). Rank r owns part r of the vector
  * (ceil(count/n) elements; the last parts shorter or empty). Per column,
  * a chunk of every part:
  *
@@ -82,6 +82,12 @@ void gs_parts_start(gs_coll_op *op)
     /* a data post holds a chunk of every part but mine */
     gs_coll_layout_pieces(op, (op->count + parts - 1) / parts, parts - 1);
     op->nsteps = 4;
+    if (parts == 2) {
+        const gs_comm *c = op->comm;
+        op->box_nt = c->box_stream == GS_BOX_STREAM_ALWAYS ||
+                     (c->box_stream == GS_BOX_STREAM_AUTO && c->box_line_ns >= GS_BOX_FAR_NS);
+        op->far_ns = 0;
+    }
 }
 
 void gs_parts_fill(gs_coll_op *op, int step, gs_prim *p)
@@ -103,7 +109,9 @@ gs_status gs_parts_post(gs_coll_op *op, gs_prim *p)
             if (t == c->rank)
                 continue;
             piece(op, t, col, &first, &n);
-            if (n)
+            if (n && op->box_nt) /* the peer is far: it reads this from memory (GS_BOX_FAR_NS) */
+                gs_red_copy_nt(dst + packed_at(op, t, c->rank), op->send + first * op->es, n * op->es);
+            else if (n)
                 memcpy(dst + packed_at(op, t, c->rank), op->send + first * op->es, n * op->es);
             bytes += n * op->es;
         }

@@ -227,6 +227,8 @@ static void large_body(gs_ctx *ctx, int rank, void *argp)
         const large_case *lc = &large_cases[c % (sizeof(large_cases) / sizeof(large_cases[0]))];
         /* the second round streams every result (as calls above 8 MiB do) */
         comm->nt_bytes = c < sizeof(large_cases) / sizeof(large_cases[0]) ? GS_COLL_NT_BYTES : 0;
+        /* and 2 ranks' data posts too (the first round: as the peer's distance decides) */
+        comm->box_stream = comm->nt_bytes ? GS_BOX_STREAM_AUTO : GS_BOX_STREAM_ALWAYS;
         size_t bytes = count * gs_dtype_size(lc->dtype);
         char what[96];
         snprintf(what, sizeof(what), "rank %d large %s", rank, cc_algo_names[lc->algo]);
