@@ -219,7 +219,7 @@ struct gs_comm {
     uint64_t progress_ns;    /* when it last changed, as far as the waiter saw (for the deadline) */
     gs_box *box;             /* shared-memory boxes of the direct algorithm, or NULL */
     size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
-    size_t parts_bytes;      /* 3+ ranks over the boxes: allreduces by parts from here (GS_BOX_PARTS_BYTES) */
+    size_t parts_bytes;      /* over the boxes: allreduces by parts from here (2 ranks 1 MiB, more 64 KiB) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
     uint64_t
         box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
