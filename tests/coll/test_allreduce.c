@@ -13,6 +13,23 @@
 
 enum { MATRIX_PLAIN, MATRIX_STREAMED, MATRIX_PARTS };
 
+/* One checked allreduce of count elements from in (out of place: into out,
+ * else in place in in), guard bytes around both; returns h with the result
+ * hashed in. */
+static uint64_t checked_allreduce(gs_comm *comm, const char *what, int t, int op, int n, uint8_t *in,
+                                  uint8_t *out, bool in_place, size_t count, size_t max_bytes, uint64_t h)
+{
+    size_t bytes = count * gs_dtype_size((gs_dtype)t);
+    uint8_t *dst = in_place ? in : out;
+    memset(out, CC_GUARD, max_bytes + 64);
+    memset(in, CC_GUARD, max_bytes + 64);
+    cc_fill((gs_dtype)t, (gs_redop)op, gs_comm_rank(comm), in, count);
+    GS_ASSERT_OK(gs_allreduce(comm, in, dst, count, (gs_dtype)t, (gs_redop)op));
+    cc_check_reduced(what, (gs_dtype)t, (gs_redop)op, n, dst, 0, count);
+    cc_check_guard(dst, bytes, what);
+    return cc_hash(h, dst, bytes);
+}
+
 static void matrix_body(gs_ctx *ctx, int rank, void *argp)
 {
     const cc_arg *arg = argp;
@@ -34,18 +51,11 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
         for (int t = 0; t < GS_DTYPE_COUNT; t++) {
             for (int op = 0; op < GS_REDOP_COUNT; op++) {
                 for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
-                    size_t count = counts[c], bytes = count * gs_dtype_size((gs_dtype)t);
+                    size_t count = counts[c];
                     bool in_place = (c + (size_t)op) % 2 == 0;
-                    uint8_t *dst = in_place ? in : out;
                     snprintf(what, sizeof(what), "rank %d %s count %zu %s", rank, cc_algo_names[cc_algos[a]],
                              count, in_place ? "in place" : "out of place");
-                    memset(out, CC_GUARD, max_bytes + 64);
-                    memset(in, CC_GUARD, max_bytes + 64);
-                    cc_fill((gs_dtype)t, (gs_redop)op, rank, in, count);
-                    GS_ASSERT_OK(gs_allreduce(comm, in, dst, count, (gs_dtype)t, (gs_redop)op));
-                    cc_check_reduced(what, (gs_dtype)t, (gs_redop)op, n, dst, 0, count);
-                    cc_check_guard(dst, bytes, what);
-                    h = cc_hash(h, dst, bytes);
+                    h = checked_allreduce(comm, what, t, op, n, in, out, in_place, count, max_bytes, h);
                 }
             }
         }
@@ -159,18 +169,11 @@ static void from_user_body(gs_ctx *ctx, int rank, void *argp)
         for (int op = 0; op < GS_REDOP_COUNT; op++) {
             for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
                 for (int round = 0; round < 2; round++) {
-                    size_t count = counts[c], bytes = count * gs_dtype_size((gs_dtype)t);
+                    size_t count = counts[c];
                     bool in_place = (c + (size_t)op + (size_t)round) % 2 == 0;
-                    uint8_t *dst = in_place ? in : out;
                     snprintf(what, sizeof(what), "rank %d ring from user count %zu %s round %d", rank, count,
                              in_place ? "in place" : "out of place", round);
-                    memset(out, CC_GUARD, max_bytes + 64);
-                    memset(in, CC_GUARD, max_bytes + 64);
-                    cc_fill((gs_dtype)t, (gs_redop)op, rank, in, count);
-                    GS_ASSERT_OK(gs_allreduce(comm, in, dst, count, (gs_dtype)t, (gs_redop)op));
-                    cc_check_reduced(what, (gs_dtype)t, (gs_redop)op, 2, dst, 0, count);
-                    cc_check_guard(dst, bytes, what);
-                    h = cc_hash(h, dst, bytes);
+                    h = checked_allreduce(comm, what, t, op, 2, in, out, in_place, count, max_bytes, h);
                 }
             }
         }
