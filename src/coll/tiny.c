@@ -27,6 +27,7 @@
  * lost peer as on any other path.
  */
 #include "coll/box.h"
+#include "util/dtype.h"
 
 #include <stddef.h>
 
@@ -44,11 +45,6 @@ _Static_assert(offsetof(gs_coll_hdr, kind) == 1 && offsetof(gs_coll_hdr, dtype) 
                    offsetof(gs_coll_hdr, unit) == 32 && offsetof(gs_coll_hdr, bytes) == 36 &&
                    offsetof(gs_coll_hdr, reserved) == 40 && offsetof(gs_box_head, hdr) == 8,
                "header words");
-
-/* gs_dtype_size without the call. */
-static const uint8_t tiny_es[GS_DTYPE_COUNT] = {
-    [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4, [GS_I64] = 8,
-};
 
 enum { W_DESC, W_ROOT_SENDER, W_SEQ, W_COUNT, W_UNIT_BYTES, W_RESERVED };
 
@@ -214,7 +210,7 @@ static bool tiny_sum_inline(gs_dtype dtype, bool avg, uint8_t *out, const uint8_
 gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
                             gs_redop op)
 {
-    size_t es = (unsigned)dtype < GS_DTYPE_COUNT ? tiny_es[dtype] : 0, bytes = count * es; /* 0: unknown */
+    size_t es = gs_dtype_bytes(dtype), bytes = count * es; /* 0: unknown */
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     uint64_t desc = desc_word(GS_COLL_ALLREDUCE, dtype, op);
     /* too large, or an argument the usual checks report */

@@ -1,12 +1,9 @@
 /* Names and sizes of the data types and reduction operators. */
-#include "gradsync.h"
+#include "util/dtype.h"
 
 size_t gs_dtype_size(gs_dtype dtype)
 {
-    static const size_t sizes[GS_DTYPE_COUNT] = {
-        [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4, [GS_I64] = 8,
-    };
-    return (unsigned)dtype < GS_DTYPE_COUNT ? sizes[dtype] : 0;
+    return gs_dtype_bytes(dtype);
 }
 
 const char *gs_dtype_name(gs_dtype dtype)
