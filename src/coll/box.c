@@ -30,6 +30,7 @@
 #include "bootstrap/boot.h"
 #include "util/alloc.h"
 #include "util/clock.h"
+#include "util/futex.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -53,11 +54,6 @@ typedef struct box_addr {
     int32_t ok; /* second round: this rank mapped every peer */
     int32_t pad;
 } box_addr;
-
-static long futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, addr, op, val, ts, NULL, 0);
-}
 
 /* ---- setup and teardown ----------------------------------------------------- */
 
@@ -176,7 +172,7 @@ void gs_box_ring(gs_comm *comm)
         gs_box_wake *w = gs_box_wake_of(comm->box->seg[p]);
         if (p != comm->rank && __atomic_load_n(&w->waiting, __ATOMIC_RELAXED)) {
             __atomic_fetch_add(&w->doorbell, 1, __ATOMIC_SEQ_CST);
-            futex(&w->doorbell, FUTEX_WAKE, 1, NULL);
+            gs_futex(&w->doorbell, FUTEX_WAKE, 1, NULL);
         }
     }
 }
@@ -430,7 +426,7 @@ void gs_box_idle(gs_comm *comm, const gs_coll_op *op, uint64_t idle_ns, unsigned
     __atomic_store_n(&w->waiting, 1, __ATOMIC_SEQ_CST);
     uint32_t bell = __atomic_load_n(&w->doorbell, __ATOMIC_SEQ_CST);
     if (!gs_box_ready(op) && peer_failed_quiet(op) == 0)
-        futex(&w->doorbell, FUTEX_WAIT, bell, &ts);
+        gs_futex(&w->doorbell, FUTEX_WAIT, bell, &ts);
     __atomic_store_n(&w->waiting, 0, __ATOMIC_RELAXED);
 }
 

@@ -2,6 +2,7 @@
 
 #include "util/alloc.h"
 #include "util/clock.h"
+#include "util/futex.h"
 #include "util/log.h"
 
 #include <limits.h>
@@ -38,11 +39,6 @@ struct gs_ps_pool {
     int nthreads;
     pthread_t *threads;
 };
-
-static long futex(uint32_t *word, int op, uint32_t val)
-{
-    return syscall(SYS_futex, word, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
-}
 
 /* Takes the next chunk of generation gen; false when none is left (or
  * another job has begun). A successful take orders every read of the job
@@ -86,7 +82,8 @@ static void *helper(void *arg)
         if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
             break;
         work(pool, (uint32_t)(__atomic_load_n(&pool->claim, __ATOMIC_ACQUIRE) >> 32));
-        futex(&pool->wake, FUTEX_WAIT, seen); /* returns at once if a job came meanwhile */
+        gs_futex(&pool->wake, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, seen,
+                 NULL); /* returns at once if a job came meanwhile */
     }
     return NULL;
 }
@@ -94,7 +91,7 @@ static void *helper(void *arg)
 static void wake_all(gs_ps_pool *pool)
 {
     __atomic_fetch_add(&pool->wake, 1, __ATOMIC_RELEASE);
-    futex(&pool->wake, FUTEX_WAKE, INT_MAX);
+    gs_futex(&pool->wake, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL);
 }
 
 gs_status gs_ps_pool_create(int rank, int helpers, gs_ps_pool **pool_p)

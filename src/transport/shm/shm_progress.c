@@ -24,6 +24,7 @@
 #include "transport/shm/shm.h"
 
 #include "util/clock.h"
+#include "util/futex.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -176,16 +177,11 @@ gs_status gs_shm_ring_full(const gs_shm_ep *ep)
     return GS_ERR_AGAIN;
 }
 
-static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, word, op, val, ts, NULL, 0); /* shared: no FUTEX_PRIVATE_FLAG */
-}
-
 void gs_shm_ring_wake(gs_shm_ep *ep)
 {
     gs_shm_wake *w = gs_shm_wake_of(ep->ctrl);
     __atomic_fetch_add(&w->doorbell, 1, __ATOMIC_SEQ_CST);
-    futex(&w->doorbell, FUTEX_WAKE, INT_MAX, NULL);
+    gs_futex(&w->doorbell, FUTEX_WAKE, INT_MAX, NULL); /* shared: no FUTEX_PRIVATE_FLAG */
 }
 
 gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t len, const void *payload)
@@ -419,7 +415,7 @@ static void sleep_until_rung(gs_shm_tp *tp, uint64_t deadline_ns)
     __atomic_store_n(&w->waiting, 1, __ATOMIC_SEQ_CST);
     bell = __atomic_load_n(&w->doorbell, __ATOMIC_SEQ_CST);
     if (!anything_ready(tp) && left > 0)
-        futex(&w->doorbell, FUTEX_WAIT, bell, &ts);
+        gs_futex(&w->doorbell, FUTEX_WAIT, bell, &ts);
     __atomic_store_n(&w->waiting, 0, __ATOMIC_RELAXED);
     gs_shm_check_peers(tp);
 }
