@@ -145,6 +145,10 @@ enum {
     GS_OP_FENCE = 1u << 1,    /* start only after earlier READs/atomics on the ep completed */
     GS_OP_STREAM = 1u << 2,   /* hint: part of a stream too large for the cache; the destination may be
                                  written with streaming (non-temporal) stores (shm does; others ignore it) */
+    GS_OP_ZCOPY = 1u << 3,    /* hint: a large payload may be sent by reference (tcp: vmsplice + splice),
+                                 so its bytes are read when the peer takes them: the source must stay
+                                 unchanged until the op completes or the peer answered a later message
+                                 (the rule verbs needs anyway); shm and verbs ignore it */
 };
 
 typedef enum gs_wc_opcode {

@@ -151,6 +151,9 @@ struct gs_coll_op {
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
     bool box_nt;       /* by parts, 2 ranks: data posts streamed (the peer is far, parts.c) */
+    bool zcopy;        /* data posts carry GS_OP_ZCOPY (zcopy.c) */
+    int zc_class;      /* the size class zcopy.c times this call in, -1: none */
+    uint64_t start_ns; /* when the call reached the head of the queue (zc_class >= 0) */
     uint64_t far_ns;   /* by parts, 2 ranks: least post line delay seen this call (0: none) */
     bool box_waited;   /* the current box reception found a peer's post missing at least once */
     bool parts;        /* direct over the boxes, 3+ ranks: each rank reduces its part (parts.c) */
@@ -178,6 +181,22 @@ struct gs_req {
 };
 
 #define GS_COLL_USER_MRS 8 /* cached registrations of callers' buffers per communicator */
+
+/* zcopy.c: over tcp, whether a large call's data posts go by reference
+ * (GS_OP_ZCOPY: vmsplice + splice) or are copied into the socket. Which is
+ * faster depends on where the two processes run (cores sharing a cache: the
+ * copy; cores that do not: the references), so both are timed per kind and
+ * size class, the faster is used and the other tried again every
+ * GS_ZC_EXPLORE calls. */
+#define GS_ZC_MIN_BYTES (4u << 20) /* smaller calls copy (references cost more there, measured) */
+#define GS_ZC_CLASSES   8          /* size classes 4 MiB, 8 MiB, ... 512 MiB and more */
+#define GS_ZC_KINDS     (GS_COLL_ALLREDUCE_MULTI + 1)
+#define GS_ZC_EXPLORE   8
+typedef struct gs_zc_class {
+    double ns_per_byte[2]; /* [copy, zcopy]: moving average of the call time per byte */
+    uint32_t samples[2];
+    uint32_t calls; /* calls of the class so far */
+} gs_zc_class;
 
 struct gs_comm {
     gs_ctx *ctx;
@@ -224,6 +243,8 @@ struct gs_comm {
     uint64_t
         box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
     int box_stream;  /* by parts, 2 ranks: data posts streamed: GS_BOX_STREAM_* (tests force it) */
+    bool zc_tcp;     /* the transport is tcp: large calls choose their send mode (zcopy.c) */
+    gs_zc_class zc[GS_ZC_KINDS][GS_ZC_CLASSES];
     struct {
         gs_mr *mr; /* a caller's buffer registered by gs_coll_user_open, or NULL */
         const void *addr;
@@ -538,5 +559,10 @@ static inline int gs_coll_mod(int a, int n)
 {
     return ((a % n) + n) % n;
 }
+
+/* zcopy.c: chooses op->zcopy for a call of bytes (before it starts), and
+ * records the time of a finished one. */
+void gs_coll_zc_choose(gs_coll_op *op, size_t bytes);
+void gs_coll_zc_record(gs_coll_op *op, uint64_t now_ns);
 
 #endif

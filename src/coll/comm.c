@@ -345,6 +345,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
             goto err_release;
         comm->own_tp = true;
     }
+    comm->zc_tcp = strcmp(gs_tp_name(comm->tp), "tcp") == 0;
     st = layout(comm);
     if (st == GS_OK)
         st = alloc_staging(comm);

@@ -70,6 +70,8 @@ static void finish_head(gs_comm *comm, gs_status status)
         comm->tail = NULL;
     req->next = NULL;
     gs_coll_user_close(&req->op);
+    if (status == GS_OK && req->op.zc_class >= 0)
+        gs_coll_zc_record(&req->op, gs_now_ns());
     if (req->op.seq > comm->seq_done)
         comm->seq_done = req->op.seq;
     if (status == GS_OK && req->op.kind == GS_COLL_ALLREDUCE_MULTI) {
@@ -154,6 +156,8 @@ static gs_status run_queue(gs_comm *comm)
         gs_status st = GS_OK;
         if (!op->started) {
             op->started = true;
+            if (op->zc_class >= 0)
+                op->start_ns = gs_now_ns();
             comm->progress_count++;
             gs_coll_user_open(op);
             st = gs_chan_check_queued(comm, op);

@@ -47,6 +47,9 @@
     X(tcp_netns, "GS_TCP_NETNS", STR, "", NULL,                                                              \
       "network namespaces for the tcp transport's sockets: names under /run/netns, comma separated, rank r " \
       "uses entry r mod n (default: the process's own; for multi-host tests on one machine)")                \
+    X(tcp_zcopy, "GS_TCP_ZCOPY", ENUM, "auto", "auto|on|off",                                                \
+      "tcp: large collective payloads leave by reference (vmsplice + splice) instead of being copied into "  \
+      "the socket; auto measures both and keeps the faster per call size")                                   \
     X(cpu_affinity, "GS_CPU_AFFINITY", STR, "", NULL,                                                        \
       "pin each local rank to a core: empty = no pinning, 'auto' = local rank modulo cores, or a list "      \
       "0,1,...")                                                                                             \
@@ -102,6 +105,7 @@ typedef struct gs_config {
 enum { GS_TRANSPORT_AUTO, GS_TRANSPORT_SHM, GS_TRANSPORT_TCP, GS_TRANSPORT_VERBS };
 enum { GS_POLL_SPIN, GS_POLL_EVENT, GS_POLL_HYBRID };
 enum { GS_ALGO_AUTO, GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT };
+enum { GS_TCP_ZCOPY_AUTO, GS_TCP_ZCOPY_ON, GS_TCP_ZCOPY_OFF };
 enum { GS_ROLE_AUTO, GS_ROLE_WORKER, GS_ROLE_SERVER };
 enum { GS_PS_SYNC, GS_PS_ASYNC };
 enum { GS_PS_AGG_WRITE, GS_PS_AGG_ATOMIC };

@@ -58,6 +58,48 @@ GS_TEST(tcp_write_imm_arrives_after_every_earlier_write)
     tcp_pair_close(&p);
 }
 
+GS_TEST(tcp_zcopy_writes_go_by_reference_and_land_exactly)
+{
+    tcp_pair p;
+    gs_mr *src, *dst;
+    gs_wc wc;
+    const size_t len = 8 << 20, big = (3 << 20) + 7;
+    tcp_pair_open(&p);
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[0]->base, len, GS_ACCESS_ALL, &src));
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, len, GS_ACCESS_ALL, &dst));
+    gs_rmr_head rdst = tcp_rmr(dst);
+    gs_tcp_ep *ep = (gs_tcp_ep *)tcp_pair_ep(&p, 0);
+    uint8_t *s = src->addr, *d = dst->addr;
+    fill(s, len, 5);
+    /* unaligned and larger than the pipe and the socket buffers: resumed many times */
+    GS_ASSERT_OK(gs_tcp_write(&ep->base, s + 5, src, big, &rdst, 1, 0, GS_OP_ZCOPY));
+    /* below GS_TCP_ZCOPY_MIN: copied, between two that are not */
+    GS_ASSERT_OK(gs_tcp_write(&ep->base, s + (4 << 20), src, 1000, &rdst, 4 << 20, 0, GS_OP_ZCOPY));
+    GS_ASSERT_OK(gs_tcp_write_imm(&ep->base, s + (5 << 20), src, 2 << 20, &rdst, 5 << 20, 0x2cu, 7,
+                                  GS_OP_SIGNALED | GS_OP_ZCOPY));
+    TCP_EXPECT_WC(&p, 1, wc, GS_WC_RECV_IMM, GS_OK);
+    GS_ASSERT_EQ(wc.imm, 0x2c);
+    TCP_EXPECT_WC(&p, 0, wc, GS_WC_WRITE_IMM, GS_OK);
+    GS_ASSERT_U64_EQ(wc.wr_id, 7);
+    GS_ASSERT(ep->pipe[0] >= 0 && !ep->zcopy_off); /* the payloads went through the pipe */
+    GS_ASSERT_U64_EQ(ep->pipe_bytes, 0);
+    GS_ASSERT(memcmp(d + 1, s + 5, big) == 0);
+    GS_ASSERT(memcmp(d + (4 << 20), s + (4 << 20), 1000) == 0);
+    GS_ASSERT(memcmp(d + (5 << 20), s + (5 << 20), 2 << 20) == 0);
+    GS_ASSERT_EQ(d[0], 0);
+    GS_ASSERT_EQ(d[1 + big], 0);
+    GS_ASSERT_EQ(d[(4 << 20) + 1000], 0);
+    GS_ASSERT_EQ(d[7 << 20], 0);
+    /* the completion says the peer has the bytes: the source may change, and
+     * the next write carries the new ones */
+    fill(s, len, 9);
+    GS_ASSERT_OK(gs_tcp_write_imm(&ep->base, s, src, len, &rdst, 0, 0x2du, 8, GS_OP_SIGNALED | GS_OP_ZCOPY));
+    TCP_EXPECT_WC(&p, 1, wc, GS_WC_RECV_IMM, GS_OK);
+    TCP_EXPECT_WC(&p, 0, wc, GS_WC_WRITE_IMM, GS_OK);
+    GS_ASSERT(memcmp(d, s, len) == 0);
+    tcp_pair_close(&p);
+}
+
 GS_TEST(tcp_read_returns_the_remote_bytes)
 {
     tcp_pair p;

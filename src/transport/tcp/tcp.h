@@ -59,6 +59,8 @@ typedef struct gs_tcp_tx {
     uint64_t done;  /* bytes already handed to the kernel */
     gs_tcp_mr *ref; /* region the payload reads from (READ reply), else NULL */
     bool user;      /* counts against GS_TCP_SQ_DEPTH */
+    bool splice;    /* the payload goes by reference: vmsplice into the pipe, splice to the socket */
+    uint64_t piped; /* payload bytes already in the pipe or sent */
 } gs_tcp_tx;
 
 /* An initiator operation waiting for its acknowledgement or reply. */
@@ -119,6 +121,10 @@ typedef struct gs_tcp_ep {
     uint64_t next_seq;       /* number of our next request */
     bool ack_owed;           /* the peer asked for an ack we have not sent */
     uint64_t ack_sent;       /* highest ack put on the wire */
+    int pipe[2];             /* zero-copy sends: user pages travel through it, -1 until needed */
+    uint32_t pipe_cap;       /* its capacity in bytes */
+    uint64_t pipe_bytes;     /* bytes in it, all of the head frame's payload */
+    bool zcopy_off;          /* a pipe could not be made or fed: copy from now on */
 
     /* our outstanding operations */
     gs_tcp_pend *pend; /* ring [GS_TCP_PEND_CAP] */
@@ -245,6 +251,12 @@ gs_status gs_tcp_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_
 void gs_tcp_tx_flush(gs_tcp_ep *ep);
 /* Queues a frame (payload sent from its own memory); NULL if the ring is full. */
 gs_tcp_tx *gs_tcp_tx_push(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, const void *payload, bool user);
+/* Payloads of GS_OP_ZCOPY operations from this size on go by reference. */
+#define GS_TCP_ZCOPY_MIN (32u << 10)
+/* Lets t's payload go by reference if it is large enough (GS_TCP_ZCOPY_MIN). */
+void gs_tcp_tx_zcopy(gs_tcp_ep *ep, gs_tcp_tx *t);
+/* Closes ep's pipe, if it has one. */
+void gs_tcp_tx_pipe_close(gs_tcp_ep *ep);
 /* Drops every queued frame that has not started (all of them if all). */
 void gs_tcp_tx_drop(gs_tcp_ep *ep, bool all);
 /* Sends the acknowledgement ep owes, alone unless a queued frame will carry it. */

@@ -55,6 +55,7 @@ gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd)
         return GS_ERR_NOMEM;
     ep->base = (gs_ep){.tp = &tp->base, .peer = peer};
     ep->fd = fd;
+    ep->pipe[0] = ep->pipe[1] = -1;
     ep->rx.unexp = -1;
     ep->tx = gs_calloc(GS_TCP_TX_CAP, sizeof(gs_tcp_tx));
     ep->pend = gs_calloc(GS_TCP_PEND_CAP, sizeof(gs_tcp_pend));
@@ -118,6 +119,7 @@ static void ep_free(gs_tcp_ep *ep)
         free(ep->unexp[ep->rx.unexp].buf); /* a SEND still arriving */
     if (ep->fd >= 0)
         close(ep->fd);
+    gs_tcp_tx_pipe_close(ep);
     free(ep->tx);
     free(ep->pend);
     free(ep);

@@ -1,13 +1,27 @@
 /* Sending on a tcp endpoint: frames queue in a ring and go out with one
  * sendmsg per batch (header and payload straight from their memory, up to
  * 64 pieces), resumed where a partial write stopped. A frame that has not
- * started yet carries the newest acknowledgement. Callers hold tp->lock. */
+ * started yet carries the newest acknowledgement. Callers hold tp->lock.
+ *
+ * Large payloads of operations posted with GS_OP_ZCOPY are not copied
+ * into the socket: vmsplice puts references to their pages in a pipe and
+ * splice moves them into the socket, so the kernel's copy on the sending
+ * side, the larger part of the cost of a stream, is gone (the receiver
+ * copies straight from the sender's pages). The pages are read when the
+ * peer receives, not when the frame leaves: a source is reusable once its
+ * operation completes (the peer acknowledged it) or the peer answered a
+ * later message, as on a verbs queue pair (the hint says the caller keeps
+ * that rule). Whether it pays depends on the machine: on loopback between
+ * cores that share a cache the copy is cheap and the page references cost
+ * more; the collectives measure both (coll/zcopy.c). */
+/* vmsplice, splice, F_SETPIPE_SZ: _GNU_SOURCE (set for the whole build) */
 #include "transport/tcp/tcp.h"
 
 #include "util/clock.h"
 #include "util/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,10 +69,106 @@ void gs_tcp_tx_drop(gs_tcp_ep *ep, bool all)
     }
 }
 
-/* Gathers the queue into iov; a frame not yet started carries the newest ack. */
-static int tx_gather(gs_tcp_ep *ep, struct iovec *iov)
+/* ---- zero-copy payloads ------------------------------------------------- */
+
+#define PIPE_BYTES (1u << 20) /* wanted; the system's pipe-max-size may give less */
+
+static bool pipe_open(gs_tcp_ep *ep)
+{
+    int size;
+    if (pipe2(ep->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        gs_log_info(TCP, "rank %d: no pipe for zero-copy sends to rank %d (%s): copying", ep->base.tp->rank,
+                    ep->base.peer, strerror(errno));
+        ep->pipe[0] = ep->pipe[1] = -1;
+        return false;
+    }
+    for (unsigned want = PIPE_BYTES; want >= 65536; want /= 2)
+        if (fcntl(ep->pipe[1], F_SETPIPE_SZ, (int)want) >= 0)
+            break;
+    size = fcntl(ep->pipe[1], F_GETPIPE_SZ);
+    ep->pipe_cap = size > 0 ? (uint32_t)size : 65536;
+    return true;
+}
+
+void gs_tcp_tx_pipe_close(gs_tcp_ep *ep)
+{
+    for (int i = 0; i < 2; i++)
+        if (ep->pipe[i] >= 0)
+            close(ep->pipe[i]);
+    ep->pipe[0] = ep->pipe[1] = -1;
+    ep->pipe_bytes = 0;
+}
+
+void gs_tcp_tx_zcopy(gs_tcp_ep *ep, gs_tcp_tx *t)
+{
+    if (!t || !t->payload || t->hdr.len < GS_TCP_ZCOPY_MIN || ep->zcopy_off)
+        return;
+    if (ep->pipe[0] < 0 && !pipe_open(ep)) {
+        ep->zcopy_off = true;
+        return;
+    }
+    t->splice = true;
+}
+
+/* Sends the head frame's payload through the pipe, its header already sent.
+ * Returns true when the frame is done or goes on by copying, false when the
+ * socket is full or the endpoint failed. */
+static bool tx_splice(gs_tcp_ep *ep, gs_tcp_tx *t)
+{
+    uint64_t len = t->hdr.len;
+    for (;;) {
+        if (!ep->zcopy_off && t->piped < len && ep->pipe_bytes < ep->pipe_cap) {
+            uint64_t room = ep->pipe_cap - ep->pipe_bytes,
+                     want = len - t->piped < room ? len - t->piped : room;
+            struct iovec iov = {(void *)(t->payload + t->piped), want};
+            ssize_t got = vmsplice(ep->pipe[1], &iov, 1, SPLICE_F_NONBLOCK);
+            if (got > 0) {
+                t->piped += (uint64_t)got;
+                ep->pipe_bytes += (uint64_t)got;
+            } else if (got < 0 && errno != EAGAIN && errno != EINTR) {
+                gs_log_info(TCP, "rank %d: vmsplice to rank %d failed (%s): copying from now on",
+                            ep->base.tp->rank, ep->base.peer, strerror(errno));
+                ep->zcopy_off = true;
+            }
+        }
+        if (ep->pipe_bytes == 0) { /* (only after a failed vmsplice) the rest goes by copy */
+            t->splice = false;
+            return true;
+        }
+        bool more = t->piped < len || ep->tx_count > 1;
+        ssize_t sent = splice(ep->pipe[0], NULL, ep->fd, NULL, ep->pipe_bytes,
+                              SPLICE_F_NONBLOCK | SPLICE_F_MOVE | (more ? SPLICE_F_MORE : 0));
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ep->tx_blocked = true;
+            return false;
+        }
+        if (sent <= 0) {
+            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: sending to rank %d failed: %s; connection lost",
+                           ep->base.tp->rank, ep->base.peer,
+                           sent < 0 ? strerror(errno) : "splice sent nothing");
+            return false;
+        }
+        ep->tx_stuck_since = gs_now_ns();
+        ep->pipe_bytes -= (uint64_t)sent;
+        t->done += (uint64_t)sent;
+        if (t->done == t->total) {
+            tx_pop(ep);
+            return true;
+        }
+    }
+}
+
+/* ---- the queue ------------------------------------------------------------ */
+
+/* Gathers the queue into iov; a frame not yet started carries the newest ack.
+ * A zero-copy frame ends the batch after its header (*more: its payload
+ * follows at once). */
+static int tx_gather(gs_tcp_ep *ep, struct iovec *iov, bool *more)
 {
     int n = 0;
+    *more = false;
     for (uint32_t i = 0; i < ep->tx_count && n + 2 <= IOV_BATCH; i++) {
         gs_tcp_tx *t = &ep->tx[(ep->tx_head + i) % GS_TCP_TX_CAP];
         if (t->done == 0) {
@@ -68,6 +178,10 @@ static int tx_gather(gs_tcp_ep *ep, struct iovec *iov)
         }
         if (t->done < HDR_BYTES)
             iov[n++] = (struct iovec){(uint8_t *)&t->hdr + t->done, HDR_BYTES - t->done};
+        if (t->splice) {
+            *more = true;
+            break;
+        }
         if (t->hdr.len) {
             uint64_t from = t->done > HDR_BYTES ? t->done - HDR_BYTES : 0;
             iov[n++] = (struct iovec){(void *)(t->payload + from), t->hdr.len - from};
@@ -93,13 +207,20 @@ void gs_tcp_tx_flush(gs_tcp_ep *ep)
 {
     struct iovec iov[IOV_BATCH];
     while (ep->tx_count && !ep->dead) {
-        int n = tx_gather(ep, iov);
+        gs_tcp_tx *head = &ep->tx[ep->tx_head];
+        bool more;
+        if (head->splice && head->done >= HDR_BYTES) {
+            if (!tx_splice(ep, head))
+                return;
+            continue;
+        }
+        int n = tx_gather(ep, iov, &more);
         uint64_t offered = 0;
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t sent;
         for (int i = 0; i < n; i++)
             offered += iov[i].iov_len;
-        sent = sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        sent = sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
         if (sent < 0 && errno == EINTR)
             continue;
         if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

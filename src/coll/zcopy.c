@@ -1,0 +1,59 @@
+/*
+ * Over tcp, the send mode of large calls: copied into the socket, or by
+ * reference (GS_OP_ZCOPY, the tcp transport's vmsplice + splice). On
+ * loopback between cores that share a cache the kernel's copy is cheap and
+ * the page references cost more (16 MiB: 4.9 against 7.2 ms); between cores
+ * that do not, the copy into the socket is most of the time and the
+ * references win (11.9 against 9.5 ms; docs/collectives.md). The host may
+ * move the processes between the two, so neither is fixed: each kind and
+ * size class keeps a moving average of both modes' call time per byte, the
+ * faster mode runs, and every GS_ZC_EXPLORE-th call tries the other one.
+ * Both ranks count the same calls, so they explore together. The choice
+ * only changes how bytes leave: results are the same bits either way.
+ */
+#include "coll/coll.h"
+
+#include "util/clock.h"
+
+static int size_class(size_t bytes)
+{
+    int c = 0;
+    for (size_t b = GS_ZC_MIN_BYTES * 2; b <= bytes && c < GS_ZC_CLASSES - 1; b *= 2)
+        c++;
+    return c;
+}
+
+void gs_coll_zc_choose(gs_coll_op *op, size_t bytes)
+{
+    gs_comm *comm = op->comm;
+    op->zc_class = -1;
+    op->zcopy = false;
+    if (!comm->zc_tcp || bytes < GS_ZC_MIN_BYTES || comm->cfg->tcp_zcopy == GS_TCP_ZCOPY_OFF)
+        return;
+    if (comm->cfg->tcp_zcopy == GS_TCP_ZCOPY_ON) {
+        op->zcopy = true;
+        return;
+    }
+    op->zc_class = size_class(bytes);
+    gs_zc_class *k = &comm->zc[op->kind][op->zc_class];
+    uint32_t call = k->calls++;
+    if (k->samples[0] < 2 || k->samples[1] < 2) /* first both twice, alternately */
+        op->zcopy = call % 2 == 1;
+    else {
+        bool best = k->ns_per_byte[1] < k->ns_per_byte[0];
+        op->zcopy = call % GS_ZC_EXPLORE == GS_ZC_EXPLORE - 1 ? !best : best;
+    }
+}
+
+void gs_coll_zc_record(gs_coll_op *op, uint64_t now_ns)
+{
+    if (op->zc_class < 0 || !op->start_ns || now_ns <= op->start_ns)
+        return;
+    gs_zc_class *k = &op->comm->zc[op->kind][op->zc_class];
+    size_t bytes = op->count * op->es;
+    int m = op->zcopy ? 1 : 0;
+    double x = (double)(now_ns - op->start_ns) / (double)(bytes ? bytes : 1);
+    /* the newest call weighs half: a move of the processes shows within two tries */
+    k->ns_per_byte[m] = k->samples[m] ? (k->ns_per_byte[m] + x) / 2 : x;
+    k->samples[m]++;
+}
