@@ -79,7 +79,7 @@ GS_TEST(zcopy_tune_obeys_the_setting_and_the_size_floor)
     for (int i = 0; i < 20; i++) {
         GS_ASSERT(call(on, GS_ZC_MIN_BYTES, 0.6, 0.9));
         GS_ASSERT(!call(off, 64u << 20, 0.9, 0.1));
-        GS_ASSERT(!call(on, GS_ZC_MIN_BYTES - 4, 0.9, 0.1));   /* below the floor: copied */
+        GS_ASSERT(!call(on, GS_ZC_MIN_BYTES - 4, 0.9, 0.1));    /* below the floor: copied */
         GS_ASSERT(!call(auto_, GS_ZC_MIN_BYTES - 4, 0.9, 0.1)); /* and not timed */
     }
     auto_->zc_tcp = false; /* not tcp: the hint is never given */
