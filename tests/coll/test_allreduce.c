@@ -185,16 +185,22 @@ static void from_user_body(gs_ctx *ctx, int rank, void *argp)
     free(out);
 }
 
+/* n ranks run fn with the extra environment; each must exit 0. */
+static void run_with_env(const char *transport, int n, gs_test_rank_fn fn, int param, const char **env)
+{
+    cc_arg arg = {.transport = transport, .param = param};
+    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 30000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    int ok = gs_test_run_ranks_opts(&opts, fn, &arg, status);
+    for (int r = 0; r < n; r++)
+        GS_ASSERT_RANK_EXIT(status[r], 0);
+    GS_ASSERT_EQ(ok, n);
+}
+
 static void run_from_user(const char *transport, int streamed)
 {
     const char *env[] = {SMALL_CHUNK_ENV, NULL};
-    cc_arg arg = {.transport = transport, .param = streamed};
-    gs_test_ranks_opts opts = {.n = 2, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    int ok = gs_test_run_ranks_opts(&opts, from_user_body, &arg, status);
-    for (int r = 0; r < 2; r++)
-        GS_ASSERT_RANK_EXIT(status[r], 0);
-    GS_ASSERT_EQ(ok, 2);
+    run_with_env(transport, 2, from_user_body, streamed, env);
 }
 
 CC_TEST(allreduce_ring_from_user_2_ranks)
@@ -233,17 +239,16 @@ static void large_body(gs_ctx *ctx, int rank, void *argp)
         comm->nt_bytes = c < sizeof(large_cases) / sizeof(large_cases[0]) ? GS_COLL_NT_BYTES : 0;
         /* and 2 ranks' data posts too (the first round: as the peer's distance decides) */
         comm->box_stream = comm->nt_bytes ? GS_BOX_STREAM_AUTO : GS_BOX_STREAM_ALWAYS;
-        size_t bytes = count * gs_dtype_size(lc->dtype);
         char what[96];
-        snprintf(what, sizeof(what), "rank %d large %s", rank, cc_algo_names[lc->algo]);
+        snprintf(what, sizeof(what), "rank %d large call %zu %s", rank, c, cc_algo_names[lc->algo]);
         cc_set_algo(ctx, lc->algo);
-        memset(in, CC_GUARD, count * 8 + 64);
-        memset(out, CC_GUARD, count * 8 + 64);
-        cc_fill(lc->dtype, lc->op, rank, in, count);
-        GS_ASSERT_OK(gs_allreduce(comm, in, c % 2 ? in : out, count, lc->dtype, lc->op));
-        cc_check_reduced(what, lc->dtype, lc->op, gs_ctx_size(ctx), c % 2 ? in : out, 0, count);
-        cc_check_guard(c % 2 ? in : out, bytes, what);
-        h = cc_hash(h, c % 2 ? in : out, bytes);
+        h = checked_allreduce(comm, what, lc->dtype, lc->op, gs_ctx_size(ctx), in, out, c % 2 == 1, count,
+                              count * 8, h);
+    }
+    if (arg->param && strcmp(gs_tp_name(comm->tp), "tcp") == 0) { /* zcopy: the payloads went by the pipes */
+        gs_tcp_tp *tcp = gs_tcp_tp_of(comm->tp);
+        gs_tcp_ep *right = gs_tcp_ep_at(tcp, (rank + 1) % gs_ctx_size(ctx));
+        GS_ASSERT(right->pipe[0] >= 0 && !right->zcopy_off);
     }
     cc_same_everywhere(ctx, "allreduce-large", h);
     cc_close(comm, tp);
@@ -272,53 +277,15 @@ CC_TEST(allreduce_large_4_ranks)
 
 /* ---- tcp: payloads by reference (GS_TCP_ZCOPY=on) ----------------------------------- */
 
-/* Every call's data posts go by vmsplice + splice over tcp (elsewhere the
- * hint is ignored and this is one more large test): the peer reads the
- * sender's pages when it receives, so a buffer reused before the peer has
- * it would show as a wrong result. Each call brings other data (type and
- * operator change), in place and out of place in turn, back to back. */
-static void zcopy_body(gs_ctx *ctx, int rank, void *argp)
-{
-    const cc_arg *arg = argp;
-    const size_t count = (1u << 20) + 3;
-    uint8_t *in = cc_alloc(count * 8), *out = cc_alloc(count * 8);
-    uint64_t h = 1469598103934665603ull;
-    gs_tp *tp;
-    gs_comm *comm = cc_open(ctx, arg->transport, &tp);
-    const size_t ncases = sizeof(large_cases) / sizeof(large_cases[0]);
-    for (size_t c = 0; c < 3 * ncases; c++) {
-        const large_case *lc = &large_cases[(c * 5) % ncases];
-        bool in_place = c % 2 == 1;
-        char what[96];
-        snprintf(what, sizeof(what), "rank %d zcopy call %zu %s", rank, c, cc_algo_names[lc->algo]);
-        cc_set_algo(ctx, lc->algo);
-        h = checked_allreduce(comm, what, lc->dtype, lc->op, gs_ctx_size(ctx), in, out, in_place, count,
-                              count * 8, h);
-    }
-    if (strcmp(gs_tp_name(comm->tp), "tcp") == 0) { /* the payloads did go through the pipes */
-        gs_tcp_tp *tcp = gs_tcp_tp_of(comm->tp);
-        for (int p = 0; p < gs_ctx_size(ctx); p++) {
-            gs_tcp_ep *ep = p == rank ? NULL : gs_tcp_ep_at(tcp, p);
-            if (ep && (p == (rank + 1) % gs_ctx_size(ctx) || gs_ctx_size(ctx) == 2))
-                GS_ASSERT(ep->pipe[0] >= 0 && !ep->zcopy_off);
-        }
-    }
-    cc_same_everywhere(ctx, "allreduce-zcopy", h);
-    cc_close(comm, tp);
-    free(in);
-    free(out);
-}
-
+/* The large calls again with every call's data posts by vmsplice + splice
+ * over tcp (elsewhere the hint is ignored): the peer reads the sender's
+ * pages when it receives, so a buffer reused before the peer has it would
+ * show as a wrong result (each call brings other data, in place and out of
+ * place in turn, back to back); 64 KiB chunks give 128 KiB frames. */
 static void run_zcopy(const char *transport, int n)
 {
     const char *env[] = {"GS_TCP_ZCOPY=on", "GS_CHUNK_BYTES=64K", NULL};
-    cc_arg arg = {.transport = transport};
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 30000, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    int ok = gs_test_run_ranks_opts(&opts, zcopy_body, &arg, status);
-    for (int r = 0; r < n; r++)
-        GS_ASSERT_RANK_EXIT(status[r], 0);
-    GS_ASSERT_EQ(ok, n);
+    run_with_env(transport, n, large_body, 1, env);
 }
 
 CC_TEST(allreduce_zcopy_2_ranks)
