@@ -186,12 +186,13 @@ struct gs_req {
  * (GS_OP_ZCOPY: vmsplice + splice) or are copied into the socket. Which is
  * faster depends on where the two processes run (cores sharing a cache: the
  * copy; cores that do not: the references), so both are timed per kind and
- * size class, the faster is used and the other tried again every
- * GS_ZC_EXPLORE calls. */
-#define GS_ZC_MIN_BYTES (4u << 20) /* smaller calls copy (references cost more there, measured) */
-#define GS_ZC_CLASSES   8          /* size classes 4 MiB, 8 MiB, ... 512 MiB and more */
-#define GS_ZC_KINDS     (GS_COLL_ALLREDUCE_MULTI + 1)
-#define GS_ZC_EXPLORE   8
+ * size class, the faster is used and the other tried again now and then. */
+#define GS_ZC_MIN_BYTES     (4u << 20) /* smaller calls copy (references cost more there, measured) */
+#define GS_ZC_CLASSES       8          /* size classes 4 MiB, 8 MiB, ... 512 MiB and more */
+#define GS_ZC_KINDS         (GS_COLL_ALLREDUCE_MULTI + 1)
+#define GS_ZC_EXPLORE       8  /* the other mode is tried every 8th call, */
+#define GS_ZC_SETTLE        64 /* for the first 64 calls of a class, */
+#define GS_ZC_EXPLORE_LATER 32 /* then every 32nd */
 typedef struct gs_zc_class {
     double ns_per_byte[2]; /* [copy, zcopy]: moving average of the call time per byte */
     uint32_t samples[2];

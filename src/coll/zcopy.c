@@ -7,8 +7,11 @@
  * references win (11.9 against 9.5 ms; docs/collectives.md). The host may
  * move the processes between the two, so neither is fixed: each kind and
  * size class keeps a moving average of both modes' call time per byte, the
- * faster mode runs, and every GS_ZC_EXPLORE-th call tries the other one.
- * Both ranks count the same calls, so they explore together. The choice
+ * faster mode runs, and every GS_ZC_EXPLORE-th call tries the other one
+ * (every GS_ZC_EXPLORE_LATER-th after the first GS_ZC_SETTLE calls: a try
+ * of the slower mode costs up to half a call more; a move that slows the
+ * running mode shows at once in its own average). Both ranks count the
+ * same calls, so they explore together. The choice
  * only changes how bytes leave: results are the same bits either way.
  */
 #include "coll/coll.h"
@@ -41,7 +44,8 @@ void gs_coll_zc_choose(gs_coll_op *op, size_t bytes)
         op->zcopy = call % 2 == 1;
     else {
         bool best = k->ns_per_byte[1] < k->ns_per_byte[0];
-        op->zcopy = call % GS_ZC_EXPLORE == GS_ZC_EXPLORE - 1 ? !best : best;
+        uint32_t every = call < GS_ZC_SETTLE ? GS_ZC_EXPLORE : GS_ZC_EXPLORE_LATER;
+        op->zcopy = call % every == every - 1 ? !best : best;
     }
 }
 

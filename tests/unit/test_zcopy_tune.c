@@ -1,7 +1,8 @@
 /* The tcp send-mode choice of large collective calls (coll/zcopy.c), driven
  * with made-up call times: both modes are tried first, the faster one
- * runs, the other is tried every GS_ZC_EXPLORE calls, a change of the
- * faster mode is followed, and GS_TCP_ZCOPY=on/off and the size floor hold. */
+ * runs, the other is tried every GS_ZC_EXPLORE calls (GS_ZC_EXPLORE_LATER
+ * once settled), a change of the faster mode is followed, and
+ * GS_TCP_ZCOPY=on/off and the size floor hold. */
 #include "coll/coll.h"
 #include "gs_test.h"
 #include "util/config.h"
@@ -63,9 +64,18 @@ GS_TEST(zcopy_tune_tries_both_then_keeps_the_faster_and_explores)
     int zcopies = 0;
     for (int i = 0; i < 2 * GS_ZC_EXPLORE; i++)
         call(comm, bytes, 0.3, 0.4);
-    for (int i = 0; i < 4 * GS_ZC_EXPLORE; i++)
+    for (int i = 0; i < GS_ZC_SETTLE - 4 - 6 * GS_ZC_EXPLORE; i++) /* up to call GS_ZC_SETTLE */
+        zcopies += call(comm, bytes, 0.3, 0.4);
+    GS_ASSERT_EQ(zcopies, 2);
+    /* settled (past GS_ZC_SETTLE calls): tried less often */
+    GS_ASSERT_EQ(comm->zc[GS_COLL_ALLREDUCE][2].calls, GS_ZC_SETTLE);
+    zcopies = 0;
+    for (int i = 0; i < 4 * GS_ZC_EXPLORE_LATER; i++)
         zcopies += call(comm, bytes, 0.3, 0.4);
     GS_ASSERT_EQ(zcopies, 4);
+    /* a move that slows the running mode is followed at once, without a try */
+    GS_ASSERT(!call(comm, bytes, 0.9, 0.4));
+    GS_ASSERT(call(comm, bytes, 0.9, 0.4));
     /* other sizes and kinds learn on their own */
     GS_ASSERT(!call(comm, 64u << 20, 0.6, 0.4));
     GS_ASSERT(call(comm, 64u << 20, 0.6, 0.4));
