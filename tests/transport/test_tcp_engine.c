@@ -338,6 +338,28 @@ GS_TEST(tcp_peer_lost_fails_outstanding_ops)
     tcp_pair_close(&p);
 }
 
+/* splice has no MSG_NOSIGNAL: a zero-copy write into a connection the peer
+ * has reset must end in PEER_LOST, not in a SIGPIPE that kills the process. */
+GS_TEST(tcp_zcopy_write_to_a_dead_peer_is_peer_lost_not_sigpipe)
+{
+    tcp_pair p;
+    gs_mr *src, *dst;
+    gs_wc wc;
+    const size_t len = 8 << 20;
+    tcp_pair_open(&p);
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[0]->base, len, GS_ACCESS_ALL, &src));
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, len, GS_ACCESS_ALL, &dst));
+    gs_rmr_head rdst = tcp_rmr(dst);
+    kill_side(&p, 1);
+    /* several pipe loads in one frame: the reset comes back after the first */
+    GS_ASSERT_OK(
+        gs_tcp_write(tcp_pair_ep(&p, 0), src->addr, src, len, &rdst, 0, 5, GS_OP_SIGNALED | GS_OP_ZCOPY));
+    TCP_EXPECT_WC(&p, 0, wc, GS_WC_WRITE, GS_ERR_PEER_LOST);
+    GS_ASSERT_U64_EQ(wc.wr_id, 5);
+    GS_ASSERT(gs_tcp_ep_at(p.tp[0], 1)->pipe[0] >= 0); /* it did go by the pipe */
+    tcp_pair_close(&p);
+}
+
 GS_TEST(tcp_quiet_peer_loss_still_reaches_the_caller)
 {
     tcp_pair p;

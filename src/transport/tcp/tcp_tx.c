@@ -22,11 +22,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HDR_BYTES ((uint64_t)sizeof(gs_tcp_hdr))
@@ -110,6 +113,33 @@ void gs_tcp_tx_zcopy(gs_tcp_ep *ep, gs_tcp_tx *t)
     t->splice = true;
 }
 
+/* splice into a socket has no MSG_NOSIGNAL: into a connection the peer
+ * reset it raises SIGPIPE (at this thread), which would kill a process
+ * that keeps the default action. The signal is held blocked for the call
+ * and one the call raised is taken back; one already pending stays. Three
+ * system calls beside a splice of up to a pipe's load (1 MiB). */
+static ssize_t splice_quiet(int from, int to, size_t len, unsigned flags)
+{
+    static const struct timespec zero = {0, 0};
+    sigset_t pipe_set, old, pending;
+    bool was_pending;
+    ssize_t n;
+    int err;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+    n = splice(from, NULL, to, NULL, len, flags);
+    err = errno;
+    /* (it may come with a partial count, not only with EPIPE) */
+    if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err;
+    return n;
+}
+
 /* Sends the head frame's payload through the pipe, its header already sent.
  * Returns true when the frame is done or goes on by copying, false when the
  * socket is full or the endpoint failed. */
@@ -136,8 +166,8 @@ static bool tx_splice(gs_tcp_ep *ep, gs_tcp_tx *t)
             return true;
         }
         bool more = t->piped < len || ep->tx_count > 1;
-        ssize_t sent = splice(ep->pipe[0], NULL, ep->fd, NULL, ep->pipe_bytes,
-                              SPLICE_F_NONBLOCK | SPLICE_F_MOVE | (more ? SPLICE_F_MORE : 0));
+        ssize_t sent = splice_quiet(ep->pipe[0], ep->fd, ep->pipe_bytes,
+                                    SPLICE_F_NONBLOCK | SPLICE_F_MOVE | (more ? SPLICE_F_MORE : 0));
         if (sent < 0 && errno == EINTR)
             continue;
         if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
