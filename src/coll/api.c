@@ -191,7 +191,8 @@ static gs_status prepare(gs_comm *comm, gs_req *req, const gs_call *c)
     size_t out_bytes = c->kind == GS_COLL_ALLGATHER ? call_bytes(comm, c, es) : op->count * es;
     op->nt = out_bytes >= comm->nt_bytes;
     op->algo = gs_coll_select(comm, c->kind, call_bytes(comm, c, es));
-    gs_coll_zc_choose(op, call_bytes(comm, c, es));
+    op->zc_bytes = call_bytes(comm, c, es); /* the send mode is chosen when the call starts */
+    op->zc_class = -1;
     op->algo->start(op);
     return GS_OK;
 }

@@ -153,6 +153,7 @@ struct gs_coll_op {
     bool box_nt;       /* by parts, 2 ranks: data posts streamed (the peer is far, parts.c) */
     bool zcopy;        /* data posts carry GS_OP_ZCOPY (zcopy.c) */
     int zc_class;      /* the size class zcopy.c times this call in, -1: none */
+    size_t zc_bytes;   /* the call's bytes, as zcopy.c classes them */
     uint64_t start_ns; /* when the call reached the head of the queue (zc_class >= 0) */
     uint64_t far_ns;   /* by parts, 2 ranks: least post line delay seen this call (0: none) */
     bool box_waited;   /* the current box reception found a peer's post missing at least once */
@@ -561,9 +562,9 @@ static inline int gs_coll_mod(int a, int n)
     return ((a % n) + n) % n;
 }
 
-/* zcopy.c: chooses op->zcopy for a call of bytes (before it starts), and
- * records the time of a finished one. */
-void gs_coll_zc_choose(gs_coll_op *op, size_t bytes);
+/* zcopy.c: chooses op->zcopy as the call starts, and records the time of a
+ * finished one (both under the engine's lock). */
+void gs_coll_zc_choose(gs_coll_op *op);
 void gs_coll_zc_record(gs_coll_op *op, uint64_t now_ns);
 
 #endif

@@ -156,6 +156,7 @@ static gs_status run_queue(gs_comm *comm)
         gs_status st = GS_OK;
         if (!op->started) {
             op->started = true;
+            gs_coll_zc_choose(op); /* under the lock: the progress thread records */
             if (op->zc_class >= 0)
                 op->start_ns = gs_now_ns();
             comm->progress_count++;

@@ -26,9 +26,10 @@ static int size_class(size_t bytes)
     return c;
 }
 
-void gs_coll_zc_choose(gs_coll_op *op, size_t bytes)
+void gs_coll_zc_choose(gs_coll_op *op)
 {
     gs_comm *comm = op->comm;
+    size_t bytes = op->zc_bytes;
     op->zc_class = -1;
     op->zcopy = false;
     if (!comm->zc_tcp || bytes < GS_ZC_MIN_BYTES || comm->cfg->tcp_zcopy == GS_TCP_ZCOPY_OFF)
@@ -54,9 +55,8 @@ void gs_coll_zc_record(gs_coll_op *op, uint64_t now_ns)
     if (op->zc_class < 0 || !op->start_ns || now_ns <= op->start_ns)
         return;
     gs_zc_class *k = &op->comm->zc[op->kind][op->zc_class];
-    size_t bytes = op->count * op->es;
     int m = op->zcopy ? 1 : 0;
-    double x = (double)(now_ns - op->start_ns) / (double)(bytes ? bytes : 1);
+    double x = (double)(now_ns - op->start_ns) / (double)op->zc_bytes;
     /* the newest call weighs half: a move of the processes shows within two tries */
     k->ns_per_byte[m] = k->samples[m] ? (k->ns_per_byte[m] + x) / 2 : x;
     k->samples[m]++;

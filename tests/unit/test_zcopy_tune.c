@@ -39,8 +39,8 @@ static void free_comm(gs_comm *comm)
  * ns_copy or ns_zcopy per byte. */
 static bool call(gs_comm *comm, size_t bytes, double ns_copy, double ns_zcopy)
 {
-    gs_coll_op op = {.comm = comm, .kind = GS_COLL_ALLREDUCE, .count = bytes / 4, .es = 4};
-    gs_coll_zc_choose(&op, bytes);
+    gs_coll_op op = {.comm = comm, .kind = GS_COLL_ALLREDUCE, .count = bytes / 4, .es = 4, .zc_bytes = bytes};
+    gs_coll_zc_choose(&op);
     if (op.zc_class >= 0) {
         op.start_ns = 1000;
         gs_coll_zc_record(&op, 1000 + (uint64_t)((double)bytes * (op.zcopy ? ns_zcopy : ns_copy)));
