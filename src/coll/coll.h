@@ -194,10 +194,12 @@ struct gs_req {
 #define GS_ZC_EXPLORE       8  /* the other mode is tried every 8th call, */
 #define GS_ZC_SETTLE        64 /* for the first 64 calls of a class, */
 #define GS_ZC_EXPLORE_LATER 32 /* then every 32nd */
+#define GS_ZC_KEEP          3  /* a mode's estimate: the median of its last 3 call times */
 typedef struct gs_zc_class {
-    double ns_per_byte[2]; /* [copy, zcopy]: moving average of the call time per byte */
-    uint32_t samples[2];
-    uint32_t calls; /* calls of the class so far */
+    double recent[2][GS_ZC_KEEP]; /* [copy, zcopy]: the latest call times per byte (a ring) */
+    uint32_t samples[2];          /* how many each mode has had */
+    uint32_t calls;               /* calls of the class so far */
+    bool zcopy;                   /* the mode in use */
 } gs_zc_class;
 
 struct gs_comm {
