@@ -35,6 +35,7 @@ static void ep_stop(gs_tcp_ep *ep)
     gs_tcp_tp *tp = gs_tcp_tp_of(ep->base.tp);
     ep->dead = true;
     gs_tcp_tx_drop(ep, true);
+    gs_tcp_tx_pipe_close(ep); /* lets go of the pages still referenced in it */
     if (ep->rx.state == GS_TCP_RX_PAYLOAD && ep->rx.reserved) {
         tp->cq_reserved--;
         ep->rx.reserved = false;

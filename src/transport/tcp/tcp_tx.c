@@ -175,9 +175,9 @@ static bool tx_splice(gs_tcp_ep *ep, gs_tcp_tx *t)
             return false;
         }
         if (sent <= 0) {
-            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: sending to rank %d failed: %s; connection lost",
-                           ep->base.tp->rank, ep->base.peer,
-                           sent < 0 ? strerror(errno) : "splice sent nothing");
+            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST,
+                           "rank %d: sending to rank %d failed (splice): %s; connection lost",
+                           ep->base.tp->rank, ep->base.peer, sent < 0 ? strerror(errno) : "nothing sent");
             return false;
         }
         ep->tx_stuck_since = gs_now_ns();
