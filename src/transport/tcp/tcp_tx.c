@@ -116,7 +116,7 @@ void gs_tcp_tx_zcopy(gs_tcp_ep *ep, gs_tcp_tx *t)
 /* splice into a socket has no MSG_NOSIGNAL: into a connection the peer
  * reset it raises SIGPIPE (at this thread), which would kill a process
  * that keeps the default action. The signal is held blocked for the call
- * and one the call raised is taken back; one already pending stays. Three
+ * and one the call raised is taken back; one already pending stays. Four
  * system calls beside a splice of up to a pipe's load (1 MiB). */
 static ssize_t splice_quiet(int from, int to, size_t len, unsigned flags)
 {
