@@ -11,8 +11,10 @@
 #       # PyTorch gloo (../shared/bench/py/gloo_allreduce.py, Debian python3-torch) instead of MPI
 #
 # The probe is the 10 ms cross-core cache-line ping-pong of the baseline
-# (about 50 ns or about 200 ns one way here: the host moves the vCPUs), so
-# rounds can be compared in the same placement. Needs openmpi-bin and the
+# (about 50 ns or about 200 ns one way here: the host moves the vCPUs), taken
+# before each run and after the last; when rounds differ, the table is also
+# printed for the fast rounds and the slow rounds alone (mixed rounds, where
+# the placement moved, only count in the first table). Needs openmpi-bin and the
 # baseline built (/work/shared/bench/run.sh deps; make in $BENCH_WORK).
 set -euo pipefail
 build=${1:?usage: bench_vs_mpi.sh BUILD_DIR [RANKS] [REPS] [gsbench args...]}
@@ -45,7 +47,9 @@ for r in $(seq "$reps"); do
         timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_allreduce" "$scale" \
             > "$out/mpi.$r.txt" 2>/dev/null
     fi
-    echo "round $r: probe before gsbench ${p1} ns, before $baseline ${p2} ns" >&2
+    p3=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
+    echo "round $r: probe before gsbench ${p1} ns, before $baseline ${p2} ns, after it ${p3} ns" >&2
+    echo "$p1 $p2 $p3" > "$out/probe.$r.txt"
 done
 python3 - "$out" "$reps" "$baseline" <<'EOF'
 import json, statistics, sys
@@ -58,14 +62,34 @@ for r in range(1, reps + 1):
         f = line.split()
         if f and f[0] == "allreduce":
             mpi.setdefault(int(f[1]), []).append((float(f[2]), float(f[6])))
-print(f"| size | gradsync us | {base} us | {base}/gradsync time (per-round median, min..max) | gradsync busbw GB/s | {base} busbw GB/s | #wrong |")
-print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for b in sorted(gs):
-    g, m = gs[b], mpi.get(b, [])
-    ratios = [mm[0] / gg[0] for gg, mm in zip(g, m)]
-    med = lambda v: statistics.median(v) if v else float("nan")
-    print(f"| {b} | {med([x[0] for x in g]):.2f} | {med([x[0] for x in m]):.2f} | "
-          f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med([x[1] for x in g]):.3f} | "
-          f"{med([x[1] for x in m]):.3f} | {sum(x[2] for x in g)} |")
+# placement of each round from its three probes (about 50 ns: cores sharing
+# a cache; about 200 ns: not): rounds that moved in between are "mixed"
+place = []
+for r in range(1, reps + 1):
+    p = [float(x) for x in open(f"{out}/probe.{r}.txt").read().split()]
+    place.append("fast" if max(p) < 120 else "slow" if min(p) >= 120 else "mixed")
+med = lambda v: statistics.median(v) if v else float("nan")
+
+def table(title, keep):
+    rounds = [i for i in range(reps) if keep(place[i])]
+    if not rounds:
+        return
+    print(f"{title} ({len(rounds)} of {reps} rounds)")
+    print(f"| size | gradsync us | {base} us | {base}/gradsync time (per-round median, min..max) | gradsync busbw GB/s | {base} busbw GB/s | #wrong |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for b in sorted(gs):
+        g = [gs[b][i] for i in rounds]
+        m = [mpi[b][i] for i in rounds] if b in mpi else []
+        ratios = [mm[0] / gg[0] for gg, mm in zip(g, m)]
+        print(f"| {b} | {med([x[0] for x in g]):.2f} | {med([x[0] for x in m]):.2f} | "
+              f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med([x[1] for x in g]):.3f} | "
+              f"{med([x[1] for x in m]):.3f} | {sum(x[2] for x in gs[b])} |")
+
+table("all rounds", lambda p: True)
+if len(set(place)) > 1:  # the host moved the vCPUs during the run: each placement apart
+    print()
+    table("fast placement (every probe < 120 ns)", lambda p: p == "fast")
+    print()
+    table("slow placement (every probe >= 120 ns)", lambda p: p == "slow")
 EOF
 rm -rf "$out"
