@@ -8,11 +8,12 @@ import os
 import struct
 
 WRITE, WRITE_IMM, READ_REQ, FETCH_ADD, CMP_SWAP, SEND = 1, 2, 3, 4, 5, 6
-READ_RESP, ATOMIC_RESP, ACK, NAK, BYE = 16, 17, 18, 19, 20
+READ_RESP, ATOMIC_RESP, ACK, NAK, BYE, SWITCH = 16, 17, 18, 19, 20, 21
+VERSION = 2  # GS_TCP_PROTO_VERSION
 KEY, RO_KEY, ACK_REQ = 0x100000000, 0x100000001, 1
 
 
-def hdr(op, seq=0, length=0, key=0, off=0, arg0=0, arg1=0, imm=0, flags=0, status=0, ack=0, version=1):
+def hdr(op, seq=0, length=0, key=0, off=0, arg0=0, arg1=0, imm=0, flags=0, status=0, ack=0, version=VERSION):
     return struct.pack("<BBBBIQQQQQQQ", version, op, flags, status, imm, length, key, off, arg0, arg1, seq, ack)
 
 
@@ -32,7 +33,8 @@ corpus = {
     "ack_and_bye": frames(hdr(ACK), hdr(BYE)),
     "write_past_end": frames(hdr(WRITE, 0, 32, KEY, 4080), b"x" * 32),
     "truncated_payload": frames(hdr(WRITE_IMM, 0, 100, KEY, 0, imm=1), b"y" * 40),
-    "bad_version": frames(hdr(WRITE, 0, 4, KEY, 0, version=2), b"zzzz"),
+    "bad_version": frames(hdr(WRITE, 0, 4, KEY, 0, version=VERSION + 1), b"zzzz"),
+    "switch_on_one_connection": frames(hdr(WRITE, 0, 4, KEY, 0), b"abcd", hdr(SWITCH)),
     "unsolicited_reply": frames(hdr(ATOMIC_RESP, 0, arg0=1)),
     "nak": frames(hdr(NAK, 0, status=7)),
     "zero_length_ops": frames(hdr(WRITE, 0, 0, KEY, 4096), hdr(WRITE_IMM, 1, 0, KEY, 0, imm=3),

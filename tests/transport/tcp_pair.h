@@ -80,6 +80,22 @@ static inline void tcp_pair_open_with(tcp_pair *p, const char *const *env0, cons
     }
 }
 
+/* Two connections per pair, as the transport's own setup makes them: main
+ * (dialled by rank 0, the lower) and side (rank 1's). */
+static inline void tcp_pair_open_two(tcp_pair *p)
+{
+    static const char *const env[] = {"GS_TIMEOUT_MS", "5000", NULL};
+    int main_fds[2], side_fds[2];
+    memset(p, 0, sizeof(*p));
+    tcp_loopback_pair(main_fds);
+    tcp_loopback_pair(side_fds);
+    for (int r = 0; r < 2; r++) {
+        tcp_config(&p->cfg[r], env);
+        GS_ASSERT_OK(gs_tcp_tp_create(&p->cfg[r], r, 2, &p->tp[r]));
+        GS_ASSERT_OK(gs_tcp_ep_attach2(p->tp[r], 1 - r, main_fds[r], side_fds[r]));
+    }
+}
+
 static inline void tcp_pair_open(tcp_pair *p)
 {
     static const char *const env[] = {"GS_TIMEOUT_MS", "5000", NULL};

@@ -100,6 +100,53 @@ GS_TEST(tcp_zcopy_writes_go_by_reference_and_land_exactly)
     tcp_pair_close(&p);
 }
 
+/* Two connections: the higher rank moves to its own connection for a large
+ * frame and back after small ones with nothing queued; the lower rank reads
+ * wherever the SWITCH frames say, so order and bytes hold throughout. */
+GS_TEST(tcp_two_connections_switch_and_keep_order)
+{
+    tcp_pair p;
+    gs_mr *src, *dst;
+    gs_wc wc;
+    const size_t big = 1 << 20;
+    tcp_pair_open_two(&p);
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, 2 * big, GS_ACCESS_ALL, &src));
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[0]->base, 2 * big, GS_ACCESS_ALL, &dst));
+    gs_mr *back;
+    GS_ASSERT_OK(gs_tcp_buf_alloc(&p.tp[1]->base, big, GS_ACCESS_ALL, &back));
+    gs_rmr_head rdst = tcp_rmr(dst), rback = tcp_rmr(back);
+    gs_tcp_ep *hi = gs_tcp_ep_at(p.tp[1], 0), *lo = gs_tcp_ep_at(p.tp[0], 1);
+    uint8_t *s = src->addr, *d = dst->addr;
+    GS_ASSERT(hi->switcher && !lo->switcher);
+    for (int round = 0; round < 3; round++) {
+        fill(s, 2 * big, (unsigned)round + 1);
+        /* small: the shared connection */
+        GS_ASSERT_OK(gs_tcp_write(&hi->base, s, src, 8, &rdst, 0, 0, 0));
+        GS_ASSERT(hi->tx_fd == hi->fd);
+        /* large: a SWITCH, then the rest on rank 1's own connection (by copy and by reference) */
+        GS_ASSERT_OK(gs_tcp_write(&hi->base, s + 8, src, big, &rdst, 8, 0, round == 1 ? GS_OP_ZCOPY : 0));
+        GS_ASSERT_OK(gs_tcp_write_imm(&hi->base, s + 8 + big, src, 100, &rdst, 8 + big,
+                                      0x50u + (unsigned)round, 1, GS_OP_SIGNALED));
+        TCP_EXPECT_WC(&p, 0, wc, GS_WC_RECV_IMM, GS_OK);
+        GS_ASSERT_EQ(wc.imm, 0x50u + (unsigned)round);
+        GS_ASSERT(memcmp(d, s, 8 + big + 100) == 0);
+        GS_ASSERT(hi->tx_fd == hi->side_fd && lo->rx_fd == lo->side_fd);
+        TCP_EXPECT_WC(&p, 1, wc, GS_WC_WRITE_IMM, GS_OK);
+        /* small after small, nothing queued: back to the shared connection */
+        GS_ASSERT_OK(gs_tcp_write_imm(&hi->base, s, src, 8, &rdst, 0, 0x60u, 2, GS_OP_SIGNALED));
+        TCP_EXPECT_WC(&p, 0, wc, GS_WC_RECV_IMM, GS_OK);
+        TCP_EXPECT_WC(&p, 1, wc, GS_WC_WRITE_IMM, GS_OK);
+        GS_ASSERT(hi->tx_fd == hi->fd && lo->rx_fd == lo->fd);
+        /* the lower rank always writes on the shared connection, large or not */
+        GS_ASSERT_OK(gs_tcp_write_imm(&lo->base, d, dst, big, &rback, 0, 0x70u, 3, GS_OP_SIGNALED));
+        TCP_EXPECT_WC(&p, 1, wc, GS_WC_RECV_IMM, GS_OK);
+        TCP_EXPECT_WC(&p, 0, wc, GS_WC_WRITE_IMM, GS_OK);
+        GS_ASSERT(lo->tx_fd == lo->fd && hi->rx_fd == hi->fd);
+        GS_ASSERT(memcmp(back->addr, d, big) == 0);
+    }
+    tcp_pair_close(&p);
+}
+
 GS_TEST(tcp_read_returns_the_remote_bytes)
 {
     tcp_pair p;

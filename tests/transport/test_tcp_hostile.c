@@ -135,6 +135,11 @@ GS_TEST(tcp_unknown_op_is_dropped)
     expect_dropped(request(77, 1, 0, 8), 8, "unknown op", GS_OK);
 }
 
+GS_TEST(tcp_switch_on_one_connection_is_dropped)
+{
+    expect_dropped(request(GS_TCP_OP_SWITCH, 0, 0, 0), 0, "SWITCH on an endpoint with one connection", GS_OK);
+}
+
 GS_TEST(tcp_write_past_the_region_is_dropped_untouched)
 {
     expect_dropped(request(GS_TCP_OP_WRITE, 1, PAGE - 100, 200), 200, "beyond the end of the region",
@@ -302,7 +307,7 @@ typedef struct acceptor {
 static void *acceptor_main(void *arg)
 {
     acceptor *a = arg;
-    a->status = gs_tcp_connect_all(&a->setup, a->lfd, a->fds);
+    a->status = gs_tcp_connect_all(&a->setup, a->lfd, a->fds, NULL);
     return NULL;
 }
 
@@ -398,7 +403,7 @@ typedef struct dialer {
 static void *dialer_main(void *arg)
 {
     dialer *d = arg;
-    d->status = gs_tcp_connect_all(&d->setup, d->lfd, d->fds);
+    d->status = gs_tcp_connect_all(&d->setup, d->lfd, d->fds, NULL);
     snprintf(d->error, sizeof(d->error), "%s", gs_last_error());
     return NULL;
 }
@@ -461,6 +466,6 @@ GS_TEST(tcp_hello_check_names_what_is_wrong)
     h.rank = 4;
     GS_ASSERT_STATUS(gs_tcp_hello_check(&h, GS_TCP_HELLO, 4, 0, nonce, "tok", &why), GS_ERR_AUTH);
     GS_ASSERT_CONTAINS(why, "outside the job");
-    h.version = 2;
+    h.version = GS_TCP_PROTO_VERSION + 1;
     GS_ASSERT_STATUS(gs_tcp_hello_check(&h, GS_TCP_HELLO, 4, 0, nonce, "tok", &why), GS_ERR_PROTOCOL);
 }

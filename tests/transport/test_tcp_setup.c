@@ -95,7 +95,7 @@ static void *v6_main(void *arg)
                           .instance = 0,
                           .blobs = r->blobs,
                           .deadline_ns = gs_deadline_after_ms(5000)};
-    r->status = gs_tcp_connect_all(&setup, r->lfd, r->fds);
+    r->status = gs_tcp_connect_all(&setup, r->lfd, r->fds, NULL);
     return NULL;
 }
 

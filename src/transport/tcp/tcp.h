@@ -104,13 +104,19 @@ typedef struct gs_tcp_rx {
 
 typedef struct gs_tcp_ep {
     gs_ep base;
-    int fd;
-    bool dead;         /* no more traffic: error or orderly close */
-    bool lost;         /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
-    bool bye_rcvd;     /* the peer closed in order */
-    bool err_reported; /* a completion or return value has carried err */
-    bool err_logged;   /* later reports of the dead endpoint go to gs_last_error() only */
-    gs_status err;     /* why the endpoint died */
+    int fd;             /* the connection (the one the lower rank dialled) */
+    int side_fd;        /* the second one (the higher rank's), or fd */
+    int rx_fd;          /* where the peer's frames arrive now */
+    int tx_fd;          /* where this rank's frames leave now */
+    bool switcher;      /* this rank (the higher) moves its frames between the two */
+    bool tx_side;       /* frames posted now go on side_fd (a SWITCH is queued before) */
+    bool tx_last_small; /* the last posted frame was small */
+    bool dead;          /* no more traffic: error or orderly close */
+    bool lost;          /* the peer died, hung or was dropped (not an orderly close, not a refusal of ours) */
+    bool bye_rcvd;      /* the peer closed in order */
+    bool err_reported;  /* a completion or return value has carried err */
+    bool err_logged;    /* later reports of the dead endpoint go to gs_last_error() only */
+    gs_status err;      /* why the endpoint died */
     char why[256];
 
     /* sending */
@@ -184,6 +190,12 @@ static inline gs_tcp_ep *gs_tcp_ep_at(gs_tcp_tp *tp, int peer)
 gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp **tp_p);
 /* Takes over fd, a connected and authenticated stream socket to peer. */
 gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd);
+/* The same with two connections to peer: fd the one the lower rank dialled,
+ * side_fd the higher rank's (see "Two connections" in tcp_tx.c). */
+gs_status gs_tcp_ep_attach2(gs_tcp_tp *tp, int peer, int fd, int side_fd);
+/* The poll entries of a live ep with work (reading unless stalled, writing
+ * while frames wait): 0 to 2 written to pfds. */
+int gs_tcp_ep_pollfds(const gs_tcp_ep *ep, struct pollfd *pfds);
 /* Stops the progress thread, says goodbye to every live peer, frees everything. */
 void gs_tcp_tp_destroy(gs_tcp_tp *tp);
 
@@ -214,11 +226,15 @@ typedef struct gs_tcp_setup {
     uint32_t instance;
     const gs_tcp_addr_blob *blobs; /* [size], this rank's own included */
     uint64_t deadline_ns;
+    bool split; /* a connection per direction: every rank dials every other (tx) and accepts every other (rx)
+                 */
 } gs_tcp_setup;
 /* Connects to every lower rank, accepts every higher rank on lfd, proves and
- * checks the job token both ways; fds_p[peer] gets the sockets. Strangers
+ * checks the job token both ways; fds[peer] gets the sockets. With
+ * setup->split, dials and accepts every peer: fds[peer] gets the accepted
+ * socket (the peer sends on it), tx_fds[peer] the dialled one. Strangers
  * are dropped with a logged reason. Blocks until done or the deadline. */
-gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds);
+gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds, int *tx_fds);
 
 /* tcp_mr.c */
 gs_status gs_tcp_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
@@ -257,6 +273,11 @@ gs_tcp_tx *gs_tcp_tx_push(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, const void *payl
 void gs_tcp_tx_zcopy(gs_tcp_ep *ep, gs_tcp_tx *t);
 /* Closes ep's pipe, if it has one. */
 void gs_tcp_tx_pipe_close(gs_tcp_ep *ep);
+/* Posted frames of this size and more go on the higher rank's own connection. */
+#define GS_TCP_SIDE_MIN (64u << 10)
+/* Before a posted frame of len bytes: moves the higher rank's frames to the
+ * other connection when that pays (queues a SWITCH). */
+void gs_tcp_tx_route(gs_tcp_ep *ep, uint64_t len);
 /* Drops every queued frame that has not started (all of them if all). */
 void gs_tcp_tx_drop(gs_tcp_ep *ep, bool all);
 /* Sends the acknowledgement ep owes, alone unless a queued frame will carry it. */

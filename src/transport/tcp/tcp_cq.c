@@ -144,12 +144,8 @@ static int waiter_fds(gs_tcp_tp *tp, struct pollfd *pfds)
     pfds[n++] = (struct pollfd){.fd = tp->wake_fd, .events = POLLIN};
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
-        short events;
-        if (!ep || ep->dead)
-            continue;
-        events = (short)((ep->rx.stalled ? 0 : POLLIN) | (ep->tx_count ? POLLOUT : 0));
-        if (events)
-            pfds[n++] = (struct pollfd){.fd = ep->fd, .events = events};
+        if (ep && !ep->dead)
+            n += gs_tcp_ep_pollfds(ep, pfds + n);
     }
     return n;
 }

@@ -31,7 +31,7 @@ gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp *
     pthread_mutex_init(&tp->lock, NULL);
     tp->base.eps = gs_calloc((size_t)size, sizeof(gs_ep *));
     tp->cq = gs_calloc(GS_TCP_CQ_CAP, sizeof(gs_wc));
-    tp->wait_fds = gs_calloc((size_t)size + 1, sizeof(struct pollfd));
+    tp->wait_fds = gs_calloc(2 * (size_t)size + 1, sizeof(struct pollfd)); /* two sockets per peer */
     tp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!tp->base.eps || !tp->cq || !tp->wait_fds || tp->wake_fd < 0) {
         gs_status status = tp->wake_fd < 0 ? gs_fail(GS_SUBSYS_TCP, GS_ERR_SYSTEM,
@@ -46,15 +46,24 @@ gs_status gs_tcp_tp_create(const gs_config *cfg, int rank, int size, gs_tcp_tp *
 
 gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd)
 {
+    return gs_tcp_ep_attach2(tp, peer, fd, fd);
+}
+
+gs_status gs_tcp_ep_attach2(gs_tcp_tp *tp, int peer, int fd, int side_fd)
+{
     gs_tcp_ep *ep;
     gs_status status = gs_tcp_sock_tune(fd, tp->base.cfg, tp->base.rank, peer);
+    if (status == GS_OK && side_fd != fd)
+        status = gs_tcp_sock_tune(side_fd, tp->base.cfg, tp->base.rank, peer);
     if (status != GS_OK)
         return status;
     ep = gs_calloc(1, sizeof(*ep));
     if (!ep)
         return GS_ERR_NOMEM;
     ep->base = (gs_ep){.tp = &tp->base, .peer = peer};
-    ep->fd = fd;
+    ep->fd = ep->rx_fd = ep->tx_fd = fd;
+    ep->side_fd = side_fd;
+    ep->switcher = side_fd != fd && tp->base.rank > peer;
     ep->pipe[0] = ep->pipe[1] = -1;
     ep->rx.unexp = -1;
     ep->tx = gs_calloc(GS_TCP_TX_CAP, sizeof(gs_tcp_tx));
@@ -77,7 +86,7 @@ static void goodbye_send(gs_tcp_ep *ep, uint64_t deadline)
     gs_tcp_hdr bye = {.version = GS_TCP_PROTO_VERSION, .op = GS_TCP_OP_BYE};
     bool bye_queued = false;
     while (!ep->dead && !gs_deadline_passed(deadline)) {
-        struct pollfd pfd = {.fd = ep->fd, .events = POLLOUT};
+        struct pollfd pfd = {.fd = ep->tx_fd, .events = POLLOUT};
         if (!bye_queued)
             bye_queued = gs_tcp_tx_push(ep, &bye, NULL, false) != NULL; /* after what is queued */
         gs_tcp_tx_flush(ep);
@@ -86,8 +95,11 @@ static void goodbye_send(gs_tcp_ep *ep, uint64_t deadline)
         if (!ep->dead)
             poll(&pfd, 1, 10);
     }
-    if (!ep->dead)
+    if (!ep->dead) {
         shutdown(ep->fd, SHUT_WR);
+        if (ep->side_fd != ep->fd)
+            shutdown(ep->side_fd, SHUT_WR);
+    }
 }
 
 /* Waits until the peer's kernel has acknowledged all we sent (so closing,
@@ -97,13 +109,15 @@ static void goodbye_wait(gs_tcp_ep *ep, uint64_t deadline)
     uint8_t sink[4096];
     for (;;) {
         int unacked = 0;
-        ssize_t got = recv(ep->fd, sink, sizeof(sink), MSG_DONTWAIT);
-        struct pollfd pfd = {.fd = ep->fd, .events = POLLIN};
+        ssize_t got = recv(ep->rx_fd, sink, sizeof(sink), MSG_DONTWAIT);
+        struct pollfd pfd = {.fd = ep->rx_fd, .events = POLLIN};
         if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
             return;
         if (got > 0)
             continue;
-        if (ioctl(ep->fd, SIOCOUTQ, &unacked) == 0 && unacked == 0)
+        int side = 0;
+        if (ioctl(ep->fd, SIOCOUTQ, &unacked) == 0 && ioctl(ep->side_fd, SIOCOUTQ, &side) == 0 &&
+            unacked + side == 0)
             return;
         if (gs_deadline_passed(deadline))
             return;
@@ -117,6 +131,8 @@ static void ep_free(gs_tcp_ep *ep)
         free(ep->unexp[(ep->unexp_head + i) % GS_TCP_UNEXP_CAP].buf);
     if (ep->rx.unexp >= 0 && ep->rx.state == GS_TCP_RX_PAYLOAD)
         free(ep->unexp[ep->rx.unexp].buf); /* a SEND still arriving */
+    if (ep->side_fd >= 0 && ep->side_fd != ep->fd)
+        close(ep->side_fd);
     if (ep->fd >= 0)
         close(ep->fd);
     gs_tcp_tx_pipe_close(ep);
@@ -169,4 +185,20 @@ void gs_tcp_tp_destroy(gs_tcp_tp *tp)
     free(tp->wait_fds);
     free(tp->base.eps);
     free(tp);
+}
+
+int gs_tcp_ep_pollfds(const gs_tcp_ep *ep, struct pollfd *pfds)
+{
+    short rx = ep->rx.stalled ? 0 : POLLIN, tx = ep->tx_count ? POLLOUT : 0;
+    int n = 0;
+    if (ep->tx_fd == ep->rx_fd) {
+        if (rx | tx)
+            pfds[n++] = (struct pollfd){.fd = ep->rx_fd, .events = (short)(rx | tx)};
+        return n;
+    }
+    if (rx)
+        pfds[n++] = (struct pollfd){.fd = ep->rx_fd, .events = rx};
+    if (tx)
+        pfds[n++] = (struct pollfd){.fd = ep->tx_fd, .events = tx};
+    return n;
 }

@@ -19,6 +19,7 @@ const char *gs_tcp_op_name(unsigned op)
     case GS_TCP_OP_ACK: return "ACK";
     case GS_TCP_OP_NAK: return "NAK";
     case GS_TCP_OP_BYE: return "BYE";
+    case GS_TCP_OP_SWITCH: return "SWITCH";
     default: return "unknown op";
     }
 }
@@ -43,7 +44,7 @@ static unsigned fields_of(unsigned op)
 
 static int known_op(unsigned op)
 {
-    return gs_tcp_op_is_request(op) || (op >= GS_TCP_OP_READ_RESP && op <= GS_TCP_OP_BYE);
+    return gs_tcp_op_is_request(op) || (op >= GS_TCP_OP_READ_RESP && op <= GS_TCP_OP_SWITCH);
 }
 
 /* Whether the op may carry len payload bytes. */

@@ -46,6 +46,8 @@ static void ep_stop(gs_tcp_ep *ep)
     }
     ep->rx.state = GS_TCP_RX_HDR;
     shutdown(ep->fd, SHUT_RDWR);
+    if (ep->side_fd != ep->fd)
+        shutdown(ep->side_fd, SHUT_RDWR);
     tp->progressed = true;
 }
 
@@ -154,7 +156,7 @@ static bool rx_payload(gs_tcp_tp *tp, gs_tcp_ep *ep)
     if (rx->left && rx->drained)
         return false;
     if (rx->left) {
-        ssize_t got = recv(ep->fd, rx->dst, rx->left, MSG_DONTWAIT);
+        ssize_t got = recv(ep->rx_fd, rx->dst, rx->left, MSG_DONTWAIT);
         if (got <= 0)
             return rx_closed(tp, ep, got);
         rx->drained = (uint64_t)got < rx->left;
@@ -185,7 +187,7 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
     want = GS_TCP_RBUF - rx->rlen;
     if (rx->last_len >= GS_TCP_RBUF && rx->rlen < HDR_BYTES) /* (less than a header is buffered here) */
         want = (uint32_t)HDR_BYTES - rx->rlen;
-    got = recv(ep->fd, rx->buf + rx->rlen, want, MSG_DONTWAIT);
+    got = recv(ep->rx_fd, rx->buf + rx->rlen, want, MSG_DONTWAIT);
     if (got <= 0)
         return rx_closed(tp, ep, got);
     rx->drained = (uint32_t)got < want;

@@ -31,7 +31,7 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the tcp wire format is little-endian host order");
 
-#define GS_TCP_PROTO_VERSION 1
+#define GS_TCP_PROTO_VERSION 2
 #define GS_TCP_HELLO_MAGIC   0x43545347u /* "GSTC" */
 #define GS_TCP_NONCE_BYTES   16
 #define GS_TCP_TOKEN_BYTES   256
@@ -95,6 +95,7 @@ typedef enum gs_tcp_op {
     GS_TCP_OP_ACK,            /* only the ack field */
     GS_TCP_OP_NAK,            /* seq: the refused request; status: -gs_status */
     GS_TCP_OP_BYE,            /* orderly close: nothing follows but end of stream */
+    GS_TCP_OP_SWITCH,         /* the sender's next frames come on its other connection (tcp.h) */
 } gs_tcp_op;
 
 enum {

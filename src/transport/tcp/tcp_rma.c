@@ -78,6 +78,7 @@ static gs_status post(gs_ep *base, gs_tcp_hdr *hdr, const void *payload, const p
         hdr->seq = ep->next_seq++;
         if ((a->flags & GS_OP_SIGNALED) && !opcode_has_reply(a->opcode))
             hdr->flags |= GS_TCP_F_ACK_REQ;
+        gs_tcp_tx_route(ep, hdr->len);
         gs_tcp_tx *t = gs_tcp_tx_push(ep, hdr, payload, true);
         if (a->flags & GS_OP_ZCOPY)
             gs_tcp_tx_zcopy(ep, t);

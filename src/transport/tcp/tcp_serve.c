@@ -203,6 +203,27 @@ static void take_nak(gs_tcp_ep *ep, const gs_tcp_hdr *hdr)
     ep->lost = false; /* the peer is alive: it refused an access of ours */
 }
 
+/* The peer moves its frames to its other connection: nothing may follow
+ * on this one (nothing is buffered after the SWITCH), and only the higher
+ * rank of a pair with two connections switches. */
+static int take_switch(gs_tcp_ep *ep, const gs_tcp_hdr *hdr)
+{
+    const char *why = NULL;
+    if (ep->side_fd == ep->fd)
+        why = "SWITCH on an endpoint with one connection";
+    else if (ep->base.peer < ep->base.tp->rank)
+        why = "SWITCH from the lower rank of the pair";
+    else if (ep->rx.rlen - ep->rx.rpos != sizeof(*hdr))
+        why = "bytes after a SWITCH on the same connection";
+    if (why) {
+        gs_tcp_refuse(ep, hdr, GS_ERR_PROTOCOL, why);
+        return -1;
+    }
+    ep->rx_fd = ep->rx_fd == ep->fd ? ep->side_fd : ep->fd;
+    ep->rx.drained = false;
+    return 1;
+}
+
 int gs_tcp_frame_start(gs_tcp_tp *tp, gs_tcp_ep *ep, const gs_tcp_hdr *hdr)
 {
     switch (hdr->op) {
@@ -216,6 +237,7 @@ int gs_tcp_frame_start(gs_tcp_tp *tp, gs_tcp_ep *ep, const gs_tcp_hdr *hdr)
     case GS_TCP_OP_ATOMIC_RESP: return take_reply(ep, hdr);
     case GS_TCP_OP_NAK: take_nak(ep, hdr); return -1;
     case GS_TCP_OP_BYE: ep->bye_rcvd = true; return 1;
+    case GS_TCP_OP_SWITCH: return take_switch(ep, hdr);
     default: return 1; /* ACK: only its ack field */
     }
 }

@@ -33,12 +33,8 @@ static int thread_pass(gs_tcp_tp *tp, struct pollfd *pfds)
     pfds[n++] = (struct pollfd){.fd = tp->thread_wake_fd, .events = POLLIN};
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
-        short events;
-        if (!ep || ep->dead)
-            continue;
-        events = (short)((ep->rx.stalled ? 0 : POLLIN) | (ep->tx_count ? POLLOUT : 0));
-        if (events)
-            pfds[n++] = (struct pollfd){.fd = ep->fd, .events = events};
+        if (ep && !ep->dead)
+            n += gs_tcp_ep_pollfds(ep, pfds + n);
     }
     return n;
 }
@@ -57,7 +53,7 @@ static int dormant_ms(const gs_tcp_tp *tp)
 static void *thread_main(void *arg)
 {
     gs_tcp_tp *tp = arg;
-    struct pollfd *pfds = malloc(((size_t)tp->base.size + 1) * sizeof(*pfds));
+    struct pollfd *pfds = malloc((2 * (size_t)tp->base.size + 1) * sizeof(*pfds));
     uint64_t drain;
     if (!pfds) {
         gs_log_error(TCP, "rank %d: the progress thread has no memory; peers are served only while polling",

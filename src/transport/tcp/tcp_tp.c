@@ -40,7 +40,7 @@ static gs_status exchange_addresses(gs_tcp_tp *tp, gs_ctx *ctx, int *lfd_p, gs_t
     char tag[64], text[80];
     gs_status status = gs_tcp_addr_choose(cfg, ctx->boot.store_host, ctx->boot.store_port, ctx->rank, &addr);
     if (status == GS_OK)
-        status = gs_tcp_listen(&addr, ctx->size + 16, ctx->rank, lfd_p, &bound);
+        status = gs_tcp_listen(&addr, 2 * ctx->size + 16, ctx->rank, lfd_p, &bound);
     if (status == GS_OK)
         status = make_nonce(ctx->rank, nonce);
     if (status != GS_OK)
@@ -59,19 +59,27 @@ static gs_status connect_peers(gs_tcp_tp *tp, int lfd, const gs_tcp_addr_blob *b
                           .size = tp->base.size,
                           .instance = tp->instance,
                           .blobs = blobs,
-                          .deadline_ns = gs_deadline_after_ms(tp->base.cfg->timeout_ms)};
-    int *fds = gs_calloc((size_t)tp->base.size, sizeof(int));
-    gs_status status = fds ? gs_tcp_connect_all(&setup, lfd, fds) : GS_ERR_NOMEM;
+                          .deadline_ns = gs_deadline_after_ms(tp->base.cfg->timeout_ms),
+                          .split = true};
+    int *fds = gs_calloc(2 * (size_t)tp->base.size, sizeof(int)), *tx_fds = fds ? fds + tp->base.size : NULL;
+    gs_status status = fds ? gs_tcp_connect_all(&setup, lfd, fds, tx_fds) : GS_ERR_NOMEM;
     for (int p = 0; status == GS_OK && p < tp->base.size; p++) {
         if (p == tp->base.rank)
             continue;
-        status = gs_tcp_ep_attach(tp, p, fds[p]);
+        /* fds: accepted (dialled by p), tx_fds: dialled by this rank */
+        bool lower = tp->base.rank < p;
+        status = gs_tcp_ep_attach2(tp, p, lower ? tx_fds[p] : fds[p], lower ? fds[p] : tx_fds[p]);
         if (status == GS_OK)
-            fds[p] = -1;
+            fds[p] = tx_fds[p] = -1;
     }
-    for (int p = 0; fds && p < tp->base.size; p++)
-        if (fds[p] >= 0 && p != tp->base.rank)
+    for (int p = 0; fds && p < tp->base.size; p++) {
+        if (p == tp->base.rank)
+            continue;
+        if (fds[p] >= 0)
             close(fds[p]);
+        if (tx_fds[p] >= 0)
+            close(tx_fds[p]);
+    }
     free(fds);
     return status;
 }
