@@ -102,6 +102,20 @@ static inline void cc_close(gs_comm *comm, gs_tp *tp)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
+/* n ranks run fn (arg: transport and param) with the extra "NAME=VALUE"
+ * environment (NULL-terminated); every rank must exit 0 within 20 s. */
+static inline void cc_run_env(const char *transport, int n, gs_test_rank_fn fn, int param,
+                              const char *const *env)
+{
+    cc_arg arg = {.transport = transport, .param = param};
+    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
+    int status[GS_TEST_RANKS_MAX];
+    int ok = gs_test_run_ranks_opts(&opts, fn, &arg, status);
+    for (int r = 0; r < n; r++)
+        GS_ASSERT_RANK_EXIT(status[r], 0);
+    GS_ASSERT_EQ(ok, n);
+}
+
 static const int cc_algos[] = {GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT};
 static const char *const cc_algo_names[] = {"auto", "ring", "rd", "direct"};
 

@@ -69,14 +69,8 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
 
 static void run_matrix_opts(const char *transport, int n, int variant)
 {
-    const char *env[] = {SMALL_CHUNK_ENV, NULL};
-    cc_arg arg = {.transport = transport, .param = variant};
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    int ok = gs_test_run_ranks_opts(&opts, matrix_body, &arg, status);
-    for (int r = 0; r < n; r++)
-        GS_ASSERT_RANK_EXIT(status[r], 0);
-    GS_ASSERT_EQ(ok, n);
+    const char *const env[] = {SMALL_CHUNK_ENV, NULL};
+    cc_run_env(transport, n, matrix_body, variant, env);
 }
 
 static void run_matrix(const char *transport, int n)
@@ -185,22 +179,10 @@ static void from_user_body(gs_ctx *ctx, int rank, void *argp)
     free(out);
 }
 
-/* n ranks run fn with the extra environment; each must exit 0. */
-static void run_with_env(const char *transport, int n, gs_test_rank_fn fn, int param, const char **env)
-{
-    cc_arg arg = {.transport = transport, .param = param};
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 30000, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    int ok = gs_test_run_ranks_opts(&opts, fn, &arg, status);
-    for (int r = 0; r < n; r++)
-        GS_ASSERT_RANK_EXIT(status[r], 0);
-    GS_ASSERT_EQ(ok, n);
-}
-
 static void run_from_user(const char *transport, int streamed)
 {
-    const char *env[] = {SMALL_CHUNK_ENV, NULL};
-    run_with_env(transport, 2, from_user_body, streamed, env);
+    const char *const env[] = {SMALL_CHUNK_ENV, NULL};
+    cc_run_env(transport, 2, from_user_body, streamed, env);
 }
 
 CC_TEST(allreduce_ring_from_user_2_ranks)
@@ -284,8 +266,8 @@ CC_TEST(allreduce_large_4_ranks)
  * place in turn, back to back); 64 KiB chunks give 128 KiB frames. */
 static void run_zcopy(const char *transport, int n)
 {
-    const char *env[] = {"GS_TCP_ZCOPY=on", "GS_CHUNK_BYTES=64K", NULL};
-    run_with_env(transport, n, large_body, 1, env);
+    const char *const env[] = {"GS_TCP_ZCOPY=on", "GS_CHUNK_BYTES=64K", NULL};
+    cc_run_env(transport, n, large_body, 1, env);
 }
 
 CC_TEST(allreduce_zcopy_2_ranks)

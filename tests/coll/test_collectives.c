@@ -129,14 +129,8 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
 
 static void run_matrix_opts(const char *transport, int n, int streamed)
 {
-    const char *env[] = {"GS_CHUNK_BYTES=4096", NULL};
-    cc_arg arg = {.transport = transport, .param = streamed};
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 110000, .rank_timeout_ms = 20000, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    int ok = gs_test_run_ranks_opts(&opts, matrix_body, &arg, status);
-    for (int r = 0; r < n; r++)
-        GS_ASSERT_RANK_EXIT(status[r], 0);
-    GS_ASSERT_EQ(ok, n);
+    const char *const env[] = {"GS_CHUNK_BYTES=4096", NULL};
+    cc_run_env(transport, n, matrix_body, streamed, env);
 }
 
 static void run_matrix(const char *transport, int n)
