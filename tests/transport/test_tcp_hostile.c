@@ -300,14 +300,14 @@ typedef struct acceptor {
     gs_tcp_addr_blob blobs[2];
     gs_tcp_setup setup;
     int lfd;
-    int fds[2];
+    int fds[2], tx_fds[2];
     gs_status status;
 } acceptor;
 
 static void *acceptor_main(void *arg)
 {
     acceptor *a = arg;
-    a->status = gs_tcp_connect_all(&a->setup, a->lfd, a->fds, NULL);
+    a->status = gs_tcp_connect_all(&a->setup, a->lfd, a->fds, a->tx_fds);
     return NULL;
 }
 
@@ -336,17 +336,18 @@ GS_TEST(tcp_setup_drops_strangers_and_accepts_the_real_peer)
 {
     static const char *const env[] = {"GS_TIMEOUT_MS", "5000", "GS_JOB_TOKEN", "s3cret-token", NULL};
     static acceptor a;
-    gs_tcp_addr addr, bound;
+    gs_tcp_addr addr, bound, bound1;
     gs_tcp_hello hello, answer;
     pthread_t th;
     uint8_t garbage[sizeof(gs_tcp_hello)];
-    int silent, fd;
+    int silent, fd, lfd1, dialled = -1;
 
     tcp_config(&a.cfg, env);
     GS_ASSERT_OK(gs_tcp_addr_choose(&a.cfg, "127.0.0.1", 9, 0, &addr));
     GS_ASSERT_OK(gs_tcp_listen(&addr, 8, 0, &a.lfd, &bound));
+    GS_ASSERT_OK(gs_tcp_listen(&addr, 8, 1, &lfd1, &bound1)); /* the real rank 1's (this test's) */
     gs_tcp_blob_pack(&bound, (const uint8_t *)"nonce-of-rank-0!", &a.blobs[0]);
-    gs_tcp_blob_pack(&bound, (const uint8_t *)"nonce-of-rank-1!", &a.blobs[1]);
+    gs_tcp_blob_pack(&bound1, (const uint8_t *)"nonce-of-rank-1!", &a.blobs[1]);
     a.setup = (gs_tcp_setup){.cfg = &a.cfg,
                              .rank = 0,
                              .size = 2,
@@ -359,7 +360,7 @@ GS_TEST(tcp_setup_drops_strangers_and_accepts_the_real_peer)
     silent = knock(&bound, NULL, 0);
     gs_tcp_hello_fill(&hello, GS_TCP_HELLO, 1, 2, 3, a.blobs[0].nonce, "s3cret-token");
     close(knock(&bound, &hello, 10));
-    /* wrong token, wrong nonce, another job's instance, a lower rank, garbage */
+    /* wrong token, wrong nonce, another job's instance, rank 0 itself, garbage */
     gs_tcp_hello_fill(&hello, GS_TCP_HELLO, 1, 2, 3, a.blobs[0].nonce, "guess");
     expect_refused(knock(&bound, &hello, sizeof(hello)));
     gs_tcp_hello_fill(&hello, GS_TCP_HELLO, 1, 2, 3, (const uint8_t *)"0000000000000000", "s3cret-token");
@@ -381,10 +382,26 @@ GS_TEST(tcp_setup_drops_strangers_and_accepts_the_real_peer)
             gs_tcp_hello_check(&answer, GS_TCP_HELLO_ACK, 2, 3, a.blobs[1].nonce, "s3cret-token", &why));
         GS_ASSERT_EQ(answer.rank, 0);
     }
+    /* rank 0 dials the real rank 1 too (a connection per direction): it
+     * proves the token and rank 1's nonce, and takes rank 1's answer */
+    for (uint64_t deadline = gs_deadline_after_ms(3000); dialled < 0 && !gs_deadline_passed(deadline);)
+        dialled = accept(lfd1, NULL, NULL);
+    GS_ASSERT(dialled >= 0);
+    GS_ASSERT_EQ(recv(dialled, &hello, sizeof(hello), MSG_WAITALL), (long long)sizeof(hello));
+    {
+        const char *why = "";
+        GS_ASSERT_OK(gs_tcp_hello_check(&hello, GS_TCP_HELLO, 2, 3, a.blobs[1].nonce, "s3cret-token", &why));
+        GS_ASSERT_EQ(hello.rank, 0);
+    }
+    gs_tcp_hello_fill(&answer, GS_TCP_HELLO_ACK, 1, 2, 3, a.blobs[0].nonce, "s3cret-token");
+    GS_ASSERT_EQ(send(dialled, &answer, sizeof(answer), MSG_NOSIGNAL), (long long)sizeof(answer));
     pthread_join(th, NULL);
     GS_ASSERT_OK(a.status);
-    GS_ASSERT(a.fds[1] >= 0);
+    GS_ASSERT(a.fds[1] >= 0 && a.tx_fds[1] >= 0);
     close(a.fds[1]);
+    close(a.tx_fds[1]);
+    close(dialled);
+    close(lfd1);
     close(fd);
     close(silent);
     close(a.lfd);
@@ -395,7 +412,7 @@ typedef struct dialer {
     gs_tcp_addr_blob blobs[2];
     gs_tcp_setup setup;
     int lfd;
-    int fds[2];
+    int fds[2], tx_fds[2];
     gs_status status;
     char error[1024]; /* gs_last_error() of the dialling thread */
 } dialer;
@@ -403,7 +420,7 @@ typedef struct dialer {
 static void *dialer_main(void *arg)
 {
     dialer *d = arg;
-    d->status = gs_tcp_connect_all(&d->setup, d->lfd, d->fds, NULL);
+    d->status = gs_tcp_connect_all(&d->setup, d->lfd, d->fds, d->tx_fds);
     snprintf(d->error, sizeof(d->error), "%s", gs_last_error());
     return NULL;
 }

@@ -81,7 +81,7 @@ typedef struct v6_rank {
     gs_config cfg;
     gs_tcp_addr_blob *blobs;
     int lfd;
-    int fds[2];
+    int fds[2], tx_fds[2];
     int rank;
     gs_status status;
 } v6_rank;
@@ -95,7 +95,7 @@ static void *v6_main(void *arg)
                           .instance = 0,
                           .blobs = r->blobs,
                           .deadline_ns = gs_deadline_after_ms(5000)};
-    r->status = gs_tcp_connect_all(&setup, r->lfd, r->fds, NULL);
+    r->status = gs_tcp_connect_all(&setup, r->lfd, r->fds, r->tx_fds);
     return NULL;
 }
 
@@ -126,7 +126,7 @@ GS_TEST(tcp_ranks_connect_over_ipv6_and_move_data)
         GS_ASSERT_OK(ranks[r].status);
         close(ranks[r].lfd);
         GS_ASSERT_OK(gs_tcp_tp_create(&ranks[r].cfg, r, 2, &tp[r]));
-        GS_ASSERT_OK(gs_tcp_ep_attach(tp[r], 1 - r, ranks[r].fds[1 - r]));
+        GS_ASSERT_OK(gs_tcp_ep_attach_both(tp[r], 1 - r, ranks[r].fds[1 - r], ranks[r].tx_fds[1 - r]));
         GS_ASSERT_OK(gs_tcp_thread_start(tp[r]));
     }
     GS_ASSERT_OK(gs_tcp_buf_alloc(&tp[0]->base, 1 << 16, GS_ACCESS_ALL, &src));
@@ -143,6 +143,18 @@ GS_TEST(tcp_ranks_connect_over_ipv6_and_move_data)
     GS_ASSERT_EQ(wc.opcode, GS_WC_RECV_IMM);
     GS_ASSERT_EQ(wc.imm, 5);
     GS_ASSERT_EQ(((uint8_t *)dst->addr)[65535], 0x42);
+    /* and back: rank 1 (the higher) sends this size on the connection it dialled */
+    gs_rmr_head rsrc = tcp_rmr(src);
+    memset(dst->addr, 0x24, 1 << 16);
+    GS_ASSERT_OK(
+        gs_tcp_write_imm(tp[1]->base.eps[0], dst->addr, dst, 1 << 16, &rsrc, 0, 6, 2, GS_OP_SIGNALED));
+    GS_ASSERT_OK(gs_tcp_wait(&tp[1]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
+    GS_ASSERT_EQ(wc.opcode, GS_WC_WRITE_IMM);
+    GS_ASSERT_OK(gs_tcp_wait(&tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
+    GS_ASSERT_EQ(wc.imm, 6);
+    GS_ASSERT_EQ(((uint8_t *)src->addr)[65535], 0x24);
+    gs_tcp_ep *hi = gs_tcp_ep_at(tp[1], 0);
+    GS_ASSERT(hi->side_fd != hi->fd && hi->tx_fd == hi->side_fd);
     gs_tcp_tp_destroy(tp[0]);
     gs_tcp_tp_destroy(tp[1]);
 }

@@ -193,6 +193,9 @@ gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd);
 /* The same with two connections to peer: fd the one the lower rank dialled,
  * side_fd the higher rank's (see "Two connections" in tcp_tx.c). */
 gs_status gs_tcp_ep_attach2(gs_tcp_tp *tp, int peer, int fd, int side_fd);
+/* attach2 with the two sockets of gs_tcp_connect_all: the one accepted from
+ * peer and the one this rank dialled. */
+gs_status gs_tcp_ep_attach_both(gs_tcp_tp *tp, int peer, int accepted, int dialled);
 /* The poll entries of a live ep with work (reading unless stalled, writing
  * while frames wait): 0 to 2 written to pfds. */
 int gs_tcp_ep_pollfds(const gs_tcp_ep *ep, struct pollfd *pfds);
@@ -226,14 +229,12 @@ typedef struct gs_tcp_setup {
     uint32_t instance;
     const gs_tcp_addr_blob *blobs; /* [size], this rank's own included */
     uint64_t deadline_ns;
-    bool split; /* a connection per direction: every rank dials every other (tx) and accepts every other (rx)
-                 */
 } gs_tcp_setup;
-/* Connects to every lower rank, accepts every higher rank on lfd, proves and
- * checks the job token both ways; fds[peer] gets the sockets. With
- * setup->split, dials and accepts every peer: fds[peer] gets the accepted
- * socket (the peer sends on it), tx_fds[peer] the dialled one. Strangers
- * are dropped with a logged reason. Blocks until done or the deadline. */
+/* Dials every peer and accepts every peer on lfd, proving and checking the
+ * job token both ways: fds[peer] gets the accepted socket, tx_fds[peer] the
+ * dialled one (gs_tcp_ep_attach2 takes the lower rank's dialled one as the
+ * shared connection). Strangers are dropped with a logged reason. Blocks
+ * until done or the deadline. */
 gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds, int *tx_fds);
 
 /* tcp_mr.c */

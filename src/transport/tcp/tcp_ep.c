@@ -49,6 +49,12 @@ gs_status gs_tcp_ep_attach(gs_tcp_tp *tp, int peer, int fd)
     return gs_tcp_ep_attach2(tp, peer, fd, fd);
 }
 
+gs_status gs_tcp_ep_attach_both(gs_tcp_tp *tp, int peer, int accepted, int dialled)
+{
+    bool lower = tp->base.rank < peer; /* the shared connection is the one the lower rank dialled */
+    return gs_tcp_ep_attach2(tp, peer, lower ? dialled : accepted, lower ? accepted : dialled);
+}
+
 gs_status gs_tcp_ep_attach2(gs_tcp_tp *tp, int peer, int fd, int side_fd)
 {
     gs_tcp_ep *ep;

@@ -1,6 +1,6 @@
-/* Connection setup: every rank dials the ranks below it and accepts the
- * ranks above it (split: dials and accepts every other rank, a connection
- * per direction), all in one poll() loop with the open's deadline. Each side
+/* Connection setup: every rank dials every other rank and accepts every
+ * other rank (two connections per pair, see tcp_tx.c), all in one poll()
+ * loop with the open's deadline. Each side
  * proves the job token and echoes the other's listener nonce (published only
  * through the job's store); a connection that fails the check is dropped with
  * a logged reason and setup goes on waiting for the real peer. */
@@ -32,8 +32,8 @@ typedef struct setup_conn {
 typedef struct setup_state {
     const gs_tcp_setup *s;
     int lfd;
-    int *fds;    /* accepted (split) or either */
-    int *tx_fds; /* dialled (split) */
+    int *fds;    /* accepted: dialled by the peer */
+    int *tx_fds; /* dialled by this rank */
     int missing;
     setup_conn *conns;
     int nconns;
@@ -125,8 +125,6 @@ static gs_status on_hello(setup_state *st, setup_conn *c)
                                           st->s->blobs[st->s->rank].nonce, st->s->cfg->job_token, &why);
     if (status == GS_OK && peer == st->s->rank)
         why = "a rank never dials itself";
-    else if (status == GS_OK && !st->s->split && peer < st->s->rank)
-        why = "a lower rank never dials a higher one";
     else if (status == GS_OK && st->fds[peer] >= 0)
         why = "that rank is already connected";
     if (status != GS_OK || why) {
@@ -158,7 +156,7 @@ static gs_status on_hello_ack(setup_state *st, setup_conn *c)
     if (status != GS_OK)
         return gs_fail(GS_SUBSYS_TCP, status, "rank %d: tcp hello answer from rank %d at %s refused: %s",
                        st->s->rank, c->peer, c->from, why);
-    (st->s->split ? st->tx_fds : st->fds)[c->peer] = c->fd;
+    st->tx_fds[c->peer] = c->fd;
     st->missing--;
     c->fd = -1;
     conn_drop(c);
@@ -252,7 +250,7 @@ static gs_status setup_timed_out(const setup_state *st)
     char list[256] = "";
     size_t n = 0;
     for (int p = 0; p < st->s->size && n + 12 < sizeof(list); p++)
-        if (p != st->s->rank && (st->fds[p] < 0 || (st->s->split && st->tx_fds[p] < 0)))
+        if (p != st->s->rank && (st->fds[p] < 0 || st->tx_fds[p] < 0))
             n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? "," : "", p);
     return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT,
                    "rank %d: tcp setup timed out after %lld ms: no connection with peer(s) %s "
@@ -264,15 +262,14 @@ static gs_status setup_init(setup_state *st)
 {
     const gs_tcp_setup *s = st->s;
     gs_status status = GS_OK;
-    int dialled = s->split ? s->size : s->rank;
-    st->nconns = dialled + s->size + 8; /* dialled peers + room for unidentified callers */
+    st->nconns = 2 * s->size + 8; /* dialled peers + room for unidentified callers */
     st->conns = gs_calloc((size_t)st->nconns, sizeof(setup_conn));
     st->peer_addrs = gs_calloc((size_t)s->size, sizeof(gs_tcp_addr));
     if (!st->conns || !st->peer_addrs)
         return GS_ERR_NOMEM;
     for (int i = 0; i < st->nconns; i++)
         st->conns[i] = (setup_conn){.fd = -1, .peer = -1, .phase = C_FREE};
-    for (int p = 0; p < dialled && status == GS_OK; p++) {
+    for (int p = 0; p < s->size && status == GS_OK; p++) {
         if (p == s->rank)
             continue;
         status = gs_tcp_blob_unpack(&s->blobs[p], p, &st->peer_addrs[p]);
@@ -287,23 +284,16 @@ static gs_status setup_init(setup_state *st)
 
 gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds, int *tx_fds)
 {
-    setup_state st = {.s = setup,
-                      .lfd = lfd,
-                      .fds = fds,
-                      .tx_fds = tx_fds,
-                      .missing = (setup->split ? 2 : 1) * (setup->size - 1)};
+    setup_state st = {.s = setup, .lfd = lfd, .fds = fds, .tx_fds = tx_fds, .missing = 2 * (setup->size - 1)};
     struct pollfd *pfds = NULL;
     gs_status status;
 
-    for (int p = 0; p < setup->size; p++) {
-        fds[p] = -1;
-        if (setup->split)
-            tx_fds[p] = -1;
-    }
+    for (int p = 0; p < setup->size; p++)
+        fds[p] = tx_fds[p] = -1;
     status = setup_init(&st);
     if (status == GS_OK && !(pfds = gs_calloc((size_t)st.nconns + 1, sizeof(*pfds))))
         status = GS_ERR_NOMEM;
-    for (int p = 0; p < (setup->split ? setup->size : setup->rank) && status == GS_OK; p++)
+    for (int p = 0; p < setup->size && status == GS_OK; p++)
         if (p != setup->rank)
             dial(&st, &st.conns[p]);
     while (status == GS_OK && st.missing > 0) {
@@ -319,10 +309,9 @@ gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds, int *
             if (fds[p] >= 0)
                 close(fds[p]);
             fds[p] = -1;
-            if (setup->split && tx_fds[p] >= 0)
+            if (tx_fds[p] >= 0)
                 close(tx_fds[p]);
-            if (setup->split)
-                tx_fds[p] = -1;
+            tx_fds[p] = -1;
         }
     }
     free(pfds);

@@ -59,16 +59,13 @@ static gs_status connect_peers(gs_tcp_tp *tp, int lfd, const gs_tcp_addr_blob *b
                           .size = tp->base.size,
                           .instance = tp->instance,
                           .blobs = blobs,
-                          .deadline_ns = gs_deadline_after_ms(tp->base.cfg->timeout_ms),
-                          .split = true};
+                          .deadline_ns = gs_deadline_after_ms(tp->base.cfg->timeout_ms)};
     int *fds = gs_calloc(2 * (size_t)tp->base.size, sizeof(int)), *tx_fds = fds ? fds + tp->base.size : NULL;
     gs_status status = fds ? gs_tcp_connect_all(&setup, lfd, fds, tx_fds) : GS_ERR_NOMEM;
     for (int p = 0; status == GS_OK && p < tp->base.size; p++) {
         if (p == tp->base.rank)
             continue;
-        /* fds: accepted (dialled by p), tx_fds: dialled by this rank */
-        bool lower = tp->base.rank < p;
-        status = gs_tcp_ep_attach2(tp, p, lower ? tx_fds[p] : fds[p], lower ? fds[p] : tx_fds[p]);
+        status = gs_tcp_ep_attach_both(tp, p, fds[p], tx_fds[p]);
         if (status == GS_OK)
             fds[p] = tx_fds[p] = -1;
     }
