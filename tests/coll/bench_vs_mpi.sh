@@ -10,6 +10,11 @@
 #   BASELINE=gloo TRANSPORT=tcp tests/coll/bench_vs_mpi.sh ...
 #       # PyTorch gloo (../shared/bench/py/gloo_allreduce.py, Debian python3-torch) instead of MPI
 #
+# Over tcp each round also times the floor (tests/coll/tcp_exchange.c): the
+# same bytes as a 2-rank allreduce moves (N each way), exchanged through plain
+# send/recv with nothing else to do; the tables get its time and the ratio
+# floor/gradsync for 1, 16 and 64 MiB (RAW=0 leaves it out).
+#
 # The probe is the 10 ms cross-core cache-line ping-pong of the baseline
 # (about 50 ns or about 200 ns one way here: the host moves the vCPUs), taken
 # before each run and after the last; when rounds differ, the table is also
@@ -35,6 +40,11 @@ if [ "$transport" = tcp ]; then
     mpi_net=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 fi
 out=$(mktemp -d)
+raw=
+if [ "$transport" = tcp ] && [ "$ranks" = 2 ] && [ "${RAW:-1}" != 0 ]; then
+    raw=$build/tcp_exchange
+    ${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$raw" "$(dirname "$0")/tcp_exchange.c"
+fi
 for r in $(seq "$reps"); do
     p1=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
     "$build/tools/gsrun" -n "$ranks" --transport "$transport" "$build/tools/gsbench" --sizes "$sizes" --scale "$scale" \
@@ -47,15 +57,23 @@ for r in $(seq "$reps"); do
         timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_allreduce" "$scale" \
             > "$out/mpi.$r.txt" 2>/dev/null
     fi
+    [ -z "$raw" ] || timeout 300 "$raw" 1M,16M,64M 20 > "$out/raw.$r.txt"
     p3=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
-    echo "round $r: probe before gsbench ${p1} ns, before $baseline ${p2} ns, after it ${p3} ns" >&2
+    echo "round $r: probe before gsbench ${p1} ns, before $baseline ${p2} ns, after it${raw:+ and the floor} ${p3} ns" >&2
     echo "$p1 $p2 $p3" > "$out/probe.$r.txt"
 done
 python3 - "$out" "$reps" "$baseline" <<'EOF'
 import json, statistics, sys
 out, reps, base = sys.argv[1], int(sys.argv[2]), sys.argv[3].replace("mpi", "MPI")
-gs, mpi = {}, {}
+gs, mpi, raw = {}, {}, {}
 for r in range(1, reps + 1):
+    try:
+        for line in open(f"{out}/raw.{r}.txt"):
+            f = line.split()
+            if f and f[0] == "exchange":
+                raw.setdefault(int(f[1]), []).append(float(f[2]))
+    except FileNotFoundError:
+        pass
     for row in json.load(open(f"{out}/gs.{r}.json"))["rows"]:
         gs.setdefault(row["bytes"], []).append((row["time_us"], row["busbw_GBps"], row["wrong"]))
     for line in open(f"{out}/mpi.{r}.txt"):
@@ -75,15 +93,20 @@ def table(title, keep):
     if not rounds:
         return
     print(f"{title} ({len(rounds)} of {reps} rounds)")
-    print(f"| size | gradsync us | {base} us | {base}/gradsync time (per-round median, min..max) | gradsync busbw GB/s | {base} busbw GB/s | #wrong |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    floor = " floor us | floor/gradsync |" if raw else ""
+    print(f"| size | gradsync us | {base} us | {base}/gradsync time (per-round median, min..max) | gradsync busbw GB/s | {base} busbw GB/s | #wrong |{floor}")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if raw else ""))
     for b in sorted(gs):
         g = [gs[b][i] for i in rounds]
         m = [mpi[b][i] for i in rounds] if b in mpi else []
         ratios = [mm[0] / gg[0] for gg, mm in zip(g, m)]
+        cells = ""
+        if raw:
+            w = [raw[b][i] for i in rounds] if b in raw else []
+            cells = (f" {med(w):.2f} | {med([ww / gg[0] for gg, ww in zip(g, w)]):.2f} |" if w else " | |")
         print(f"| {b} | {med([x[0] for x in g]):.2f} | {med([x[0] for x in m]):.2f} | "
               f"{med(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f}) | {med([x[1] for x in g]):.3f} | "
-              f"{med([x[1] for x in m]):.3f} | {sum(x[2] for x in gs[b])} |")
+              f"{med([x[1] for x in m]):.3f} | {sum(x[2] for x in gs[b])} |{cells}")
 
 table("all rounds", lambda p: True)
 if len(set(place)) > 1:  # the host moved the vCPUs during the run: each placement apart
