@@ -21,6 +21,12 @@ def frames(*parts):
     return b"".join(parts)
 
 
+def two(*segments):
+    """A two-connection input: (connection, bytes) segments after the magic
+    (0: the shared connection, 1: the peer's own)."""
+    return b"GS2C" + b"".join(struct.pack("<BH", conn, len(data)) + data for conn, data in segments)
+
+
 corpus = {
     "write_small": frames(hdr(WRITE, 0, 16, KEY, 8), b"0123456789abcdef"),
     "write_imm_signaled": frames(hdr(WRITE_IMM, 0, 8, KEY, 0, imm=7, flags=ACK_REQ), b"ABCDEFGH"),
@@ -37,6 +43,15 @@ corpus = {
     "switch_on_one_connection": frames(hdr(WRITE, 0, 4, KEY, 0), b"abcd", hdr(SWITCH)),
     "unsolicited_reply": frames(hdr(ATOMIC_RESP, 0, arg0=1)),
     "nak": frames(hdr(NAK, 0, status=7)),
+    "two_switch_and_back": two((0, hdr(WRITE, 0, 4, KEY, 0) + b"abcd" + hdr(SWITCH)),
+                               (1, hdr(WRITE_IMM, 1, 8, KEY, 8, imm=5) + b"side...." + hdr(SWITCH)),
+                               (0, hdr(SEND, 2, 3) + b"end")),
+    "two_side_before_switch": two((1, hdr(WRITE, 1, 4, KEY, 64) + b"late"),
+                                  (0, hdr(WRITE, 0, 4, KEY, 0) + b"frst" + hdr(SWITCH))),
+    "two_bytes_after_switch": two((0, hdr(SWITCH) + hdr(WRITE, 0, 4, KEY, 0) + b"oops")),
+    "two_switch_then_eof": two((0, hdr(WRITE, 0, 4, KEY, 0) + b"abcd" + hdr(SWITCH))),
+    "two_large_on_side": two((0, hdr(SWITCH)), (1, hdr(WRITE, 0, 4096, KEY, 0)),
+                             (1, bytes(range(256)) * 16), (1, hdr(SWITCH)), (0, hdr(BYE))),
     "zero_length_ops": frames(hdr(WRITE, 0, 0, KEY, 4096), hdr(WRITE_IMM, 1, 0, KEY, 0, imm=3),
                               hdr(READ_REQ, 2, 0, KEY, 4096, arg0=0), hdr(SEND, 3, 0)),
 }
