@@ -81,24 +81,24 @@ static int dial(const struct sockaddr_in *addr)
     return fd;
 }
 
-/* The last number in a /proc/sys file (0 when unreadable). */
-static long proc_sys_last(const char *path)
+/* Field `field` (from 0) of a /proc/sys file of numbers; 0 when unreadable. */
+static long sysctl_field(const char *path, int field)
 {
-    long value = 0, v;
+    long v[3] = {0, 0, 0};
     FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    while (fscanf(f, "%ld", &v) == 1)
-        value = v;
-    fclose(f);
-    return value;
+    int got = f ? fscanf(f, "%ld %ld %ld", &v[0], &v[1], &v[2]) : 0;
+    if (f)
+        fclose(f);
+    return got > field ? v[field] : 0;
 }
 
+/* As the transport's gs_tcp_sock_tune: no Nagle, non-blocking, and the send
+ * buffer at the autotuning ceiling when wmem_max allows it. */
 static void tune(int fd)
 {
     int one = 1;
-    long ceiling = proc_sys_last("/proc/sys/net/ipv4/tcp_wmem");
-    long allowed = proc_sys_last("/proc/sys/net/core/wmem_max");
+    long ceiling = sysctl_field("/proc/sys/net/ipv4/tcp_wmem", 2);
+    long allowed = sysctl_field("/proc/sys/net/core/wmem_max", 0);
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0 ||
         fcntl(fd, F_SETFL, O_NONBLOCK) != 0)
         die("socket options");
