@@ -96,8 +96,8 @@ static void drain(int fd)
 
 /* The next piece of the input to write: all of it on one connection, or
  * the next segment of a two-connection input. Returns false at the end. */
-static bool next_piece(const uint8_t *data, size_t size, bool two, size_t *at_p, size_t *off_p,
-                       size_t *len_p, int *conn_p)
+static bool next_piece(const uint8_t *data, size_t size, bool two, size_t *at_p, size_t *off_p, size_t *len_p,
+                       int *conn_p)
 {
     size_t at = *at_p;
     if (!two) {
@@ -117,7 +117,8 @@ static bool next_piece(const uint8_t *data, size_t size, bool two, size_t *at_p,
 
 /* Streams the input into the endpoint, then end of file on every
  * connection, driving progress. */
-static void run_stream(gs_tcp_tp *tp, gs_mr *bufs, const int feed[2], const uint8_t *data, size_t size, bool two)
+static void run_stream(gs_tcp_tp *tp, gs_mr *bufs, const int feed[2], const uint8_t *data, size_t size,
+                       bool two)
 {
     gs_tcp_ep *ep = gs_tcp_ep_at(tp, 1);
     size_t at = two ? 4 : 0, off = 0, len = 0, sent = 0;
