@@ -6,7 +6,7 @@
  *                      [-t f32|f64|f16|bf16|i32|i64] [-o sum|avg|min|max|prod]
  *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
  *                      [--warmup N] [--scale S] [--transport T] [--root R]
- *                      [--inplace] [--no-pin] [--json]
+ *                      [--inplace] [--offset B] [--no-pin] [--json]
  *   gsbench --kernels      reduction-kernel throughput, one process, no gsrun
  *
  * Method (the same as ../shared/bench, so the numbers compare with Open MPI
@@ -56,6 +56,7 @@ typedef struct bench_opts {
     double scale;
     const char *transport;
     int root;
+    size_t offset; /* --offset: the buffers start this far past a page boundary */
     bool inplace, no_pin, json, kernels;
     bool pin; /* decided at setup */
 } bench_opts;
@@ -73,8 +74,9 @@ typedef struct bench {
     gs_tp *tp;
     gs_comm *comm;
     int rank, n;
-    uint8_t *send, *recv;
-    size_t cap; /* bytes of each buffer */
+    uint8_t *send, *recv;       /* offset bytes into their pages */
+    uint8_t *send_at, *recv_at; /* the pages */
+    size_t cap;                 /* bytes of each buffer, from its pages */
     double *times, *tmax;
 } bench;
 
@@ -97,6 +99,8 @@ static void usage(FILE *f)
             "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
             "      --root R      broadcast root (default 0)\n"
             "      --inplace     in place (recvbuf == sendbuf or its block)\n"
+            "      --offset B    buffers start B bytes past a page boundary (default 0; a multiple of 8\n"
+            "                    below 4096: malloc gives 16, many tensor allocators 64)\n"
             "      --no-pin      do not pin ranks to cores (default: rank i on the i-th usable core when\n"
             "                    the ranks fit the cores, as Open MPI binds; never when they do not)\n"
             "      --json        one JSON object instead of the table\n"
@@ -139,6 +143,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"transport", required_argument, NULL, 'T'},
         {"root", required_argument, NULL, 'r'},
         {"inplace", no_argument, NULL, 'i'},
+        {"offset", required_argument, NULL, 'O'},
         {"no-pin", no_argument, NULL, 'p'},
         {"json", no_argument, NULL, 'j'},
         {"kernels", no_argument, NULL, 'k'},
@@ -168,6 +173,16 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         case 'T': o->transport = optarg; break;
         case 'r': o->root = atoi(optarg); break;
         case 'i': o->inplace = true; break;
+        case 'O': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || v >= 4096 || v % 8 != 0) {
+                fprintf(stderr, "gsbench: bad --offset '%s' (a multiple of 8 from 0 to 4088)\n", optarg);
+                exit(2);
+            }
+            o->offset = (size_t)v;
+            break;
+        }
         case 'p': o->no_pin = true; break;
         case 'j': o->json = true; break;
         case 'k': o->kernels = true; break;
@@ -413,10 +428,10 @@ static const char *algo_name(const gs_config *cfg)
 
 static void print_header(const bench *b)
 {
-    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %llu B, %s, %s%s\n",
+    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %llu B, %s, buffers at page + %zu, %s\n",
            coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
            (unsigned long long)b->ctx->cfg.chunk_bytes, b->o.inplace ? "in place" : "out of place",
-           b->o.pin ? "pinned" : "not pinned", b->o.coll == C_BROADCAST ? "" : "");
+           b->o.offset, b->o.pin ? "pinned" : "not pinned");
     printf("# time: median over iterations of the max over ranks (min, max alongside)\n");
     printf("%12s %12s %6s %6s %11s %11s %11s %10s %10s %8s %6s\n", "size(B)", "count", "type", "redop",
            "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
@@ -435,11 +450,11 @@ static void print_json(const bench *b, const bench_row *rows, int nrows)
 {
     printf("{\"tool\": \"gsbench\", \"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"algo\": "
            "\"%s\", "
-           "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"pinned\": %s, "
-           "\"rows\": [",
+           "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"offset\": %zu, "
+           "\"pinned\": %s, \"rows\": [",
            coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
            (unsigned long long)b->ctx->cfg.chunk_bytes, gs_dtype_name(b->o.dtype), gs_redop_name(b->o.op),
-           b->o.inplace ? "true" : "false", b->o.pin ? "true" : "false");
+           b->o.inplace ? "true" : "false", b->o.offset, b->o.pin ? "true" : "false");
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
         printf(
@@ -531,10 +546,12 @@ static void setup(bench *b)
         maxb = b->o.sizes[i] > maxb ? b->o.sizes[i] : maxb;
         maxit = iterations(b, b->o.sizes[i]) > maxit ? iterations(b, b->o.sizes[i]) : maxit;
     }
-    b->cap = maxb + 64;
-    if (gs_pages_alloc(b->cap, (void **)&b->send) != GS_OK ||
-        gs_pages_alloc(b->cap, (void **)&b->recv) != GS_OK)
+    b->cap = b->o.offset + maxb + 64;
+    if (gs_pages_alloc(b->cap, (void **)&b->send_at) != GS_OK ||
+        gs_pages_alloc(b->cap, (void **)&b->recv_at) != GS_OK)
         fail("allocating buffers", GS_ERR_NOMEM);
+    b->send = b->send_at + b->o.offset;
+    b->recv = b->recv_at + b->o.offset;
     b->times = calloc((size_t)maxit, sizeof(double));
     b->tmax = calloc((size_t)maxit, sizeof(double));
     if (!b->times || !b->tmax)
@@ -575,8 +592,8 @@ int main(int argc, char **argv)
     uint64_t wrong = 0;
     for (int i = 0; i < nrows; i++)
         wrong += rows[i].wrong;
-    gs_pages_free(b.send, b.cap);
-    gs_pages_free(b.recv, b.cap);
+    gs_pages_free(b.send_at, b.cap);
+    gs_pages_free(b.recv_at, b.cap);
     free(b.times);
     free(b.tmax);
     if (gs_comm_destroy(b.comm) != GS_OK || gs_tp_close(b.tp) != GS_OK || gs_ctx_destroy(b.ctx) != GS_OK)

@@ -15,7 +15,8 @@
  * The buffers are page-aligned, as gsbench's: from a buffer 16 bytes past a
  * page boundary the same exchange took 1.6-2.5x as long here (the kernel's
  * copies into a misaligned destination), while gradsync, which receives
- * into its own aligned slots, measured the same at offsets 0, 16 and 64.
+ * into its own aligned slots, measures the same at offsets 0, 16 and 64
+ * (gsbench --offset).
  *
  * Method as gsbench and ../shared/bench: per size a warm-up, then ITERS
  * exchanges, each after a barrier; an exchange's time is the max over the

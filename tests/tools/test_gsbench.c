@@ -1,6 +1,7 @@
 /* gsbench checks what it measures: every collective, in place and out of
  * place, over shm and tcp, reports a row per size with #wrong 0 and exits 0
- * (it exits 1 when any element is wrong). */
+ * (it exits 1 when any element is wrong). The in-place runs use buffers 16
+ * bytes past a page boundary (--offset 16, what malloc gives). */
 #include "gs_test.h"
 #include "multirank.h"
 #include "spawn.h"
@@ -28,6 +29,8 @@ static void run_gsbench(const char *transport, const char *coll, bool inplace)
                     "2",
                     "--no-pin",
                     "--json",
+                    "--offset",
+                    inplace ? "16" : "0",
                     inplace ? "--inplace" : NULL,
                     NULL};
     gs_test_proc p;
@@ -44,6 +47,7 @@ static void run_gsbench(const char *transport, const char *coll, bool inplace)
     }
     GS_ASSERT_EQ(rows, 3);
     GS_ASSERT_CONTAINS(p.out, inplace ? "\"inplace\": true" : "\"inplace\": false");
+    GS_ASSERT_CONTAINS(p.out, inplace ? "\"offset\": 16," : "\"offset\": 0,");
     gs_test_proc_free(&p);
 }
 
@@ -64,4 +68,18 @@ GS_TEST(gsbench_checks_every_collective_over_shm)
 GS_TEST(gsbench_checks_every_collective_over_tcp)
 {
     every_collective("tcp");
+}
+
+GS_TEST(gsbench_refuses_a_bad_offset)
+{
+    static const char *const bad[] = {"12", "4096", "-8", "x", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *argv[] = {(char *)gs_test_tool("gsbench"), "--offset", (char *)bad[i], NULL};
+        gs_test_proc p;
+        gs_test_spawn(&p, argv, NULL);
+        gs_test_proc_wait(&p, 10000);
+        GS_ASSERT(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 2);
+        GS_ASSERT_CONTAINS(p.err, "bad --offset");
+        gs_test_proc_free(&p);
+    }
 }
