@@ -86,6 +86,26 @@ typedef struct v6_rank {
     gs_status status;
 } v6_rank;
 
+/* A 64 KiB WRITE_IMM of fill bytes from `from`'s buffer into `to`'s: both
+ * completions arrive (the write's and the immediate's) and the last byte
+ * landed. */
+static void write_across(gs_tcp_tp *from, gs_tcp_tp *to, gs_mr *src, gs_mr *dst, int fill, uint32_t imm)
+{
+    gs_rmr_head rdst = tcp_rmr(dst);
+    gs_wc wc;
+    int n = 0;
+    memset(src->addr, fill, 1 << 16);
+    GS_ASSERT_OK(gs_tcp_write_imm(from->base.eps[to->base.rank], src->addr, src, 1 << 16, &rdst, 0, imm, imm,
+                                  GS_OP_SIGNALED));
+    GS_ASSERT_OK(gs_tcp_wait(&from->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
+    GS_ASSERT_EQ(wc.status, GS_OK);
+    GS_ASSERT_EQ(wc.opcode, GS_WC_WRITE_IMM);
+    GS_ASSERT_OK(gs_tcp_wait(&to->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
+    GS_ASSERT_EQ(wc.opcode, GS_WC_RECV_IMM);
+    GS_ASSERT_EQ(wc.imm, imm);
+    GS_ASSERT_EQ(((uint8_t *)dst->addr)[65535], fill);
+}
+
 static void *v6_main(void *arg)
 {
     v6_rank *r = arg;
@@ -107,8 +127,6 @@ GS_TEST(tcp_ranks_connect_over_ipv6_and_move_data)
     pthread_t th[2];
     gs_tcp_tp *tp[2];
     gs_mr *src, *dst;
-    gs_wc wc;
-    int n = 0;
     for (int r = 0; r < 2; r++) {
         gs_tcp_addr addr, bound;
         uint8_t nonce[GS_TCP_NONCE_BYTES];
@@ -131,28 +149,11 @@ GS_TEST(tcp_ranks_connect_over_ipv6_and_move_data)
     }
     GS_ASSERT_OK(gs_tcp_buf_alloc(&tp[0]->base, 1 << 16, GS_ACCESS_ALL, &src));
     GS_ASSERT_OK(gs_tcp_buf_alloc(&tp[1]->base, 1 << 16, GS_ACCESS_ALL, &dst));
-    gs_rmr_head rdst = tcp_rmr(dst);
-    memset(src->addr, 0x42, 1 << 16);
-    GS_ASSERT_OK(
-        gs_tcp_write_imm(tp[0]->base.eps[1], src->addr, src, 1 << 16, &rdst, 0, 5, 1, GS_OP_SIGNALED));
-    /* rank 1 never polls: its progress thread serves the write and the ack */
-    GS_ASSERT_OK(gs_tcp_wait(&tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
-    GS_ASSERT_EQ(wc.status, GS_OK);
-    GS_ASSERT_EQ(wc.opcode, GS_WC_WRITE_IMM);
-    GS_ASSERT_OK(gs_tcp_wait(&tp[1]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
-    GS_ASSERT_EQ(wc.opcode, GS_WC_RECV_IMM);
-    GS_ASSERT_EQ(wc.imm, 5);
-    GS_ASSERT_EQ(((uint8_t *)dst->addr)[65535], 0x42);
-    /* and back: rank 1 (the higher) sends this size on the connection it dialled */
-    gs_rmr_head rsrc = tcp_rmr(src);
-    memset(dst->addr, 0x24, 1 << 16);
-    GS_ASSERT_OK(
-        gs_tcp_write_imm(tp[1]->base.eps[0], dst->addr, dst, 1 << 16, &rsrc, 0, 6, 2, GS_OP_SIGNALED));
-    GS_ASSERT_OK(gs_tcp_wait(&tp[1]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
-    GS_ASSERT_EQ(wc.opcode, GS_WC_WRITE_IMM);
-    GS_ASSERT_OK(gs_tcp_wait(&tp[0]->base, &wc, 1, &n, gs_deadline_after_ms(5000)));
-    GS_ASSERT_EQ(wc.imm, 6);
-    GS_ASSERT_EQ(((uint8_t *)src->addr)[65535], 0x24);
+    /* rank 1 never polls for the first: its progress thread serves the write
+     * and the ack; then back: rank 1 (the higher) sends this size on the
+     * connection it dialled */
+    write_across(tp[0], tp[1], src, dst, 0x42, 5);
+    write_across(tp[1], tp[0], dst, src, 0x24, 6);
     gs_tcp_ep *hi = gs_tcp_ep_at(tp[1], 0);
     GS_ASSERT(hi->side_fd != hi->fd && hi->tx_fd == hi->side_fd);
     gs_tcp_tp_destroy(tp[0]);
