@@ -42,8 +42,8 @@ fi
 out=$(mktemp -d)
 raw=
 if [ "$transport" = tcp ] && [ "$ranks" = 2 ] && [ "${RAW:-1}" != 0 ]; then
-    raw=$build/tcp_exchange
-    ${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$raw" "$(dirname "$0")/tcp_exchange.c"
+    raw=$build/tests/tcp_exchange # built with the tests (GS_BUILD_TESTS, the default)
+    [ -x "$raw" ] || { echo "bench_vs_mpi.sh: $raw missing: build the tests in $build" >&2; exit 1; }
 fi
 for r in $(seq "$reps"); do
     p1=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)

@@ -24,8 +24,8 @@
  *   exchange BYTES median_us min_us max_us
  * Every wait has a 30 s deadline; every byte received is checked (a value
  * that tells its offset and its sender) after the last exchange of a size.
- * Built by tests/coll/bench_vs_mpi.sh (TRANSPORT=tcp) with the C compiler, and
- * by CMake for the ctest entry coll/tcp_exchange (small sizes, every byte checked).
+ * Used by tests/coll/bench_vs_mpi.sh (TRANSPORT=tcp); built by CMake with the tests,
+ * and run small as the ctest entry coll/tcp_exchange (every byte checked).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
