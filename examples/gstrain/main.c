@@ -266,6 +266,7 @@ static void describe(trainer *t)
                             .test_images = t->test.count,
                             .params = t->nparams,
                             .threads = t->opt.threads,
+                            .blas_core = openblas_get_corename(),
                             .split_wait = t->opt.split_wait};
 }
 

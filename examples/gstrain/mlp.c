@@ -36,24 +36,44 @@ size_t gt_mlp_param_count(void)
     return last.offset + last.count;
 }
 
-/* Row blocks of layer l's W for buckets of bucket_floats (0: one). */
+/* The weight gradient of a layer is computed in fixed panels of
+ * GT_PANEL_ROWS rows of W (the last panel of a layer may be shorter), one
+ * GEMM each, whatever the buckets: a BLAS kernel may round a row differently
+ * in GEMMs of different shapes, so the panel layout, not the bucket layout,
+ * fixes the bits. A bucket is a run of whole panels. */
+static size_t panel_count(const gt_layer *ly)
+{
+    return (ly->out + GT_PANEL_ROWS - 1) / GT_PANEL_ROWS;
+}
+
+/* Buckets of layer l's W for buckets of bucket_floats (0: one), at least
+ * one panel each. */
 static size_t row_blocks(const gt_layer *ly, size_t bucket_floats)
 {
     size_t w = ly->out * ly->in, blocks = bucket_floats ? (w + bucket_floats - 1) / bucket_floats : 1;
-    return blocks > ly->out ? ly->out : blocks < 1 ? 1 : blocks;
+    size_t panels = panel_count(ly);
+    return blocks > panels ? panels : blocks < 1 ? 1 : blocks;
 }
 
-/* Rows [*first, *last) of block k of n over `out` rows, split evenly. */
-static void block_rows(size_t out, size_t n, size_t k, size_t *first, size_t *last)
+/* Panels [*first, *last) of block k of n over the layer's panels, split evenly. */
+static void block_panels(const gt_layer *ly, size_t n, size_t k, size_t *first, size_t *last)
 {
-    *first = out * k / n;
-    *last = out * (k + 1) / n;
+    *first = panel_count(ly) * k / n;
+    *last = panel_count(ly) * (k + 1) / n;
+}
+
+/* Rows [*first, *last) of W in panels [first_panel, last_panel). */
+static void panel_rows(const gt_layer *ly, size_t first_panel, size_t last_panel, size_t *first, size_t *last)
+{
+    *first = first_panel * GT_PANEL_ROWS;
+    *last = last_panel * GT_PANEL_ROWS < ly->out ? last_panel * GT_PANEL_ROWS : ly->out;
 }
 
 static gt_segment block_segment(const gt_layer *ly, size_t n, size_t k)
 {
-    size_t first, last;
-    block_rows(ly->out, n, k, &first, &last);
+    size_t first_panel, last_panel, first, last;
+    block_panels(ly, n, k, &first_panel, &last_panel);
+    panel_rows(ly, first_panel, last_panel, &first, &last);
     return (gt_segment){.offset = ly->offset + first * ly->in,
                         .count = (last - first) * ly->in + (k == n - 1 ? ly->out : 0)};
 }
@@ -218,7 +238,7 @@ static void weight_gradient_rows(const gt_layer *ly, const float *delta, const f
                 delta + first, (int)ly->out, in, (int)ly->in, 0.0f, dw + first * ly->in, (int)ly->in);
 }
 
-/* The gradient of layer l's W and b, block after block of W's rows (b
+/* The gradient of layer l's W and b, block after block of W's panels (b
  * first: it completes the last block), each block announced when done. */
 static gs_status layer_gradient(gt_mlp *mlp, int l, const float *delta, size_t n, gt_grad_ready_fn ready,
                                 void *arg)
@@ -229,9 +249,13 @@ static gs_status layer_gradient(gt_mlp *mlp, int l, const float *delta, size_t n
     memset(db, 0, ly->out * sizeof(float));
     column_sums(delta, n, ly->out, db);
     for (size_t k = 0; k < mlp->blocks[l] && st == GS_OK; k++) {
-        size_t first, last;
-        block_rows(ly->out, mlp->blocks[l], k, &first, &last);
-        weight_gradient_rows(ly, delta, mlp->act[l], n, first, last, dw);
+        size_t first_panel, last_panel;
+        block_panels(ly, mlp->blocks[l], k, &first_panel, &last_panel);
+        for (size_t p = first_panel; p < last_panel; p++) {
+            size_t first, last;
+            panel_rows(ly, p, p + 1, &first, &last);
+            weight_gradient_rows(ly, delta, mlp->act[l], n, first, last, dw);
+        }
         if (ready) {
             gt_segment seg = block_segment(ly, mlp->blocks[l], k);
             st = ready(arg, seg.offset, seg.count);

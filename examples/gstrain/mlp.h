@@ -16,6 +16,10 @@
 
 #define GT_LAYERS 3
 
+/* Rows of W in one panel of the weight gradient: each panel is one GEMM of
+ * a fixed shape, so the gradient's bits do not depend on the buckets. */
+#define GT_PANEL_ROWS 16
+
 typedef struct gt_layer {
     size_t in, out;
     size_t offset; /* of W_l in the flat vectors; b_l follows at offset + out * in */
@@ -29,9 +33,10 @@ typedef struct gt_mlp gt_mlp;
 typedef gs_status (*gt_grad_ready_fn)(void *arg, size_t offset, size_t count);
 
 /* The buckets the backward pass announces, in its order: each layer's W cut
- * into blocks of whole rows of at most bucket_floats (0: no cut; at least
- * one row), split evenly, the layer's b riding with its last block. Writes
- * up to cap of them to out; returns how many there are. */
+ * into blocks of whole panels (GT_PANEL_ROWS rows) of at most bucket_floats
+ * (0: no cut; at least one panel), split evenly, the layer's b riding with
+ * its last block. Writes up to cap of them to out; returns how many there
+ * are. */
 size_t gt_mlp_buckets(size_t bucket_floats, gt_segment *out, size_t cap);
 
 /* Number of floats in the parameter (and gradient) vector. */

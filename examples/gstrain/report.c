@@ -16,9 +16,10 @@ void gt_report_setup(FILE *out, const gt_run_info *info)
             info->params);
     fprintf(out,
             "gstrain: %zu training / %zu test images, global batch %zu, lr %g, momentum %g, weight decay %g, "
-            "seed %" PRIu64 ", %d BLAS thread%s per rank\n",
+            "seed %" PRIu64 ", %d BLAS thread%s per rank (kernel %s)\n",
             info->train_images, info->test_images, info->batch, (double)info->lr, (double)info->momentum,
-            (double)info->weight_decay, info->seed, info->threads, info->threads == 1 ? "" : "s");
+            (double)info->weight_decay, info->seed, info->threads, info->threads == 1 ? "" : "s",
+            info->blas_core);
     fflush(out);
 }
 
@@ -99,14 +100,15 @@ void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *l
 void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *stats, int n, double total_s,
                     uint64_t hash, int same)
 {
-    fprintf(out,
-            "{\"ranks\": %d, \"servers\": %d, \"transport\": \"%s\", \"sync\": \"%s\", \"params\": %zu, "
-            "\"train_images\": %zu, "
-            "\"test_images\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"weight_decay\": %g, "
-            "\"seed\": %" PRIu64 ", \"threads\": %d, \"split_wait\": %s, \"epochs\": [",
-            info->ranks, info->servers, info->transport, info->sync, info->params, info->train_images,
-            info->test_images, info->batch, (double)info->lr, (double)info->momentum,
-            (double)info->weight_decay, info->seed, info->threads, info->split_wait ? "true" : "false");
+    fprintf(
+        out,
+        "{\"ranks\": %d, \"servers\": %d, \"transport\": \"%s\", \"sync\": \"%s\", \"params\": %zu, "
+        "\"train_images\": %zu, "
+        "\"test_images\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"weight_decay\": %g, "
+        "\"seed\": %" PRIu64 ", \"threads\": %d, \"blas_core\": \"%s\", \"split_wait\": %s, \"epochs\": [",
+        info->ranks, info->servers, info->transport, info->sync, info->params, info->train_images,
+        info->test_images, info->batch, (double)info->lr, (double)info->momentum, (double)info->weight_decay,
+        info->seed, info->threads, info->blas_core, info->split_wait ? "true" : "false");
     for (int i = 0; i < n; i++) {
         const gt_epoch_stats *s = &stats[i];
         double step = s->compute_s + s->wait_s + s->sync_s;

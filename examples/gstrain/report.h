@@ -25,6 +25,8 @@ typedef struct gt_run_info {
     uint64_t seed;
     size_t train_images, test_images, params;
     int threads;
+    const char
+        *blas_core; /* OpenBLAS's kernel (OPENBLAS_CORETYPE or the CPU's): the weights' bits depend on it */
     int split_wait;
 } gt_run_info;
 

@@ -4,6 +4,7 @@
 
 #include "gs_test.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -124,6 +125,24 @@ static inline void gt_json_string(const char *text, const char *key, char *buf, 
 }
 
 /* Copies src to dst (keep > 0: only the first keep bytes). 0 on success. */
+/* The BLAS kernel a run reports (its --json "blas_core") is the one the
+ * test's environment forces with OPENBLAS_CORETYPE (any case), if it forces one: a
+ * ctest entry meant for another kernel must not pass on the default one. */
+static inline void gt_assert_blas_core(const char *json)
+{
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    char got[64], want[64];
+    if (!forced || !*forced)
+        return;
+    snprintf(want, sizeof(want), "%s", forced);
+    gt_json_string(json, "blas_core", got, sizeof(got));
+    for (char *c = want; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    for (char *c = got; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    GS_ASSERT_STR_EQ(got, want);
+}
+
 static inline int gt_copy_file(const char *src, const char *dst, size_t keep)
 {
     char buf[65536];

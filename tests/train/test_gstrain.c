@@ -87,6 +87,7 @@ GS_TEST(short_run_learns)
     double loss2 = gt_json_number(strstr(r.out, "\"epoch\": 2"), "train_loss");
     double loss3 = gt_json_number(strstr(r.out, "\"epoch\": 3"), "train_loss");
     double acc = gt_json_number(r.out, "final_test_acc");
+    gt_assert_blas_core(r.out);
     fprintf(stderr, "  train loss per epoch %.4f %.4f %.4f, final test accuracy %.4f\n", loss1, loss2, loss3,
             acc);
     GS_ASSERT(loss2 < loss1 && loss3 < loss2);

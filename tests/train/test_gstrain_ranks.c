@@ -39,6 +39,7 @@ static void train_over_and_load(int ranks, const char *transport, const char *co
     unlink(path);
     GS_ASSERT_EQ(r.exit_code, 0);
     GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
+    gt_assert_blas_core(r.out);
     GS_ASSERT(gt_json_number(r.out, "ranks") + gt_json_number(r.out, "servers") == (ranks > 0 ? ranks : 1));
     GS_ASSERT(gt_json_number(r.out, "compute_s") > 0);
     GS_ASSERT(gt_json_number(r.out, "wait_s") >= 0);
@@ -217,17 +218,17 @@ GS_TEST(tcp_and_shm_give_the_same_bits)
     GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
 }
 
-/* The gradient goes out in buckets (whole rows of a layer's W, b with the
- * last block): 34 buckets of at most 64 KiB or one per layer, the same bits
- * on two ranks; too many buckets is a clear error. */
+/* The gradient goes out in buckets (whole panels of 16 rows of a layer's W,
+ * b with the last block): one panel per bucket (49 buckets), buckets of at
+ * most 64 KiB (34) and one per layer give the same bits on two ranks, on
+ * whatever BLAS kernel the machine picks (the panels, not the buckets, fix
+ * the GEMM shapes). */
 GS_TEST(bucket_sizes_keep_the_bits)
 {
-    gt_run r;
     gt_require_dataset();
     train_and_load(2, (const char *[]){"--bucket-kb", "64", NULL}, weights[0]);
     train_and_load(2, (const char *[]){"--bucket-kb", "0", NULL}, weights[1]);
     GS_ASSERT(memcmp(weights[0], weights[1], sizeof(weights[0])) == 0);
-    gt_run_gstrain(&r, 0, (const char *[]){"--bucket-kb", "16", "--limit", "100", NULL});
-    GS_ASSERT_EQ(r.exit_code, 1);
-    GS_ASSERT_CONTAINS(r.err, "--bucket-kb 16 cuts the gradient into 131 buckets, more than 64");
+    train_and_load(2, (const char *[]){"--bucket-kb", "1", NULL}, weights[2]);
+    GS_ASSERT(memcmp(weights[0], weights[2], sizeof(weights[0])) == 0);
 }
