@@ -67,8 +67,11 @@ typedef enum gs_status {
 GS_API const char *gs_status_name(gs_status status);
 /* A one-line human message for the status. */
 GS_API const char *gs_strerror(gs_status status);
-/* The detail of the last error this thread saw ("" if none): what failed,
- * the rank, the peer, the operation, the errno text. */
+/* The detail of the last error this thread saw ("" if none), one sentence
+ * read once: the rank, the operation (a collective with its sequence
+ * number), the peer and the cause, e.g. "rank 2: allreduce #14: rank 1
+ * lost (connection reset by peer): did it exit or crash?". The status is
+ * the call's return value (gs_status_name), not repeated in the text. */
 GS_API const char *gs_last_error(void);
 
 GS_API const char *gs_version(void);

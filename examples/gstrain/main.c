@@ -238,7 +238,7 @@ static void teardown(trainer *t)
     gt_data_free(&t->test);
     gt_data_free(&t->train);
     if (t->sync && gt_sync_destroy(t->sync) != GS_OK)
-        fprintf(stderr, "gstrain: rank %d: warning: leaving the job failed: %s\n", t->rank, gs_last_error());
+        fprintf(stderr, "gstrain: rank %d: warning: leaving the job failed: %s\n", t->rank, gt_lib_error());
 }
 
 static const char *sync_name(const trainer *t)

@@ -22,11 +22,11 @@ static gs_status join(gt_sync *sync)
 {
     gs_status st = gs_ctx_create(&sync->ctx);
     if (st != GS_OK)
-        return gt_fail(st, "cannot join the job: %s", gs_last_error());
+        return gt_fail(st, "cannot join the job: %s", gt_lib_error());
     gt_rank = gs_ctx_rank(sync->ctx);
     if (gs_ctx_size(sync->ctx) > 1 && (st = gs_comm_create(sync->ctx, NULL, &sync->comm)) != GS_OK) {
         gt_fail(st, "cannot create the communicator over %d ranks: %s", gs_ctx_size(sync->ctx),
-                gs_last_error());
+                gt_lib_error());
         gs_ctx_destroy(sync->ctx);
     }
     return st;
@@ -62,11 +62,11 @@ gs_status gt_sync_destroy(gt_sync *sync)
         return GS_OK;
     st = sync->ops->close(sync);
     if (sync->comm && (one = gs_comm_destroy(sync->comm)) != GS_OK) {
-        gt_fail(one, "leaving the communicator failed: %s", gs_last_error());
+        gt_fail(one, "leaving the communicator failed: %s", gt_lib_error());
         st = st == GS_OK ? one : st;
     }
     if ((one = gs_ctx_destroy(sync->ctx)) != GS_OK) {
-        gt_fail(one, "leaving the job failed: %s", gs_last_error());
+        gt_fail(one, "leaving the job failed: %s", gt_lib_error());
         st = st == GS_OK ? one : st;
     }
     free(sync->grads);
@@ -133,7 +133,7 @@ static gs_status wait_for_all(gt_sync *sync)
     st = gs_barrier(sync->comm);
     sync->wait_s += gt_now_s() - start;
     if (st != GS_OK)
-        gt_fail(st, "barrier before the gradient synchronization failed: %s", gs_last_error());
+        gt_fail(st, "barrier before the gradient synchronization failed: %s", gt_lib_error());
     return st;
 }
 
@@ -184,7 +184,7 @@ gs_status gt_sync_sum(gt_sync *sync, double *values, size_t count)
 {
     gs_status st = GS_OK;
     if (sync->comm && (st = gs_allreduce(sync->comm, values, values, count, GS_F64, GS_SUM)) != GS_OK)
-        gt_fail(st, "allreduce of %zu metrics failed: %s", count, gs_last_error());
+        gt_fail(st, "allreduce of %zu metrics failed: %s", count, gt_lib_error());
     return st;
 }
 
@@ -198,7 +198,7 @@ gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_
         return gt_fail(GS_ERR_NOMEM, "no memory for %d hashes", n);
     memcpy(all, mine, sizeof(mine));
     if (sync->comm && (st = gs_allgather(sync->comm, mine, all, 2, GS_I64)) != GS_OK)
-        gt_fail(st, "allgather of the weight hashes failed: %s", gs_last_error());
+        gt_fail(st, "allgather of the weight hashes failed: %s", gt_lib_error());
     for (int r = 0; st == GS_OK && r < n; r++) {
         const uint64_t *pair = all + 2 * r;
         if (!pair[0])

@@ -33,7 +33,7 @@ static gs_status drive(gt_sync *sync)
             break; /* requests complete in order */
         sync->pending[i] = NULL;
         if (st != GS_OK)
-            return gt_fail(st, "gradient allreduce failed: %s", gs_last_error());
+            return gt_fail(st, "gradient allreduce failed: %s", gt_lib_error());
     }
     return GS_OK;
 }
@@ -50,7 +50,7 @@ static gs_status allreduce_ready(gt_sync *sync, size_t i)
     st = gs_iallreduce(sync->comm, grad, grad, seg->count, GS_F32, GS_SUM, &sync->pending[sync->npending]);
     if (st != GS_OK)
         return gt_fail(st, "cannot start the allreduce of gradient segment [%zu, %zu): %s", seg->offset,
-                       seg->offset + seg->count, gs_last_error());
+                       seg->offset + seg->count, gt_lib_error());
     sync->npending++;
     return GS_OK;
 }
@@ -65,7 +65,7 @@ static gs_status wait_pending(gt_sync *sync)
         gs_status one = gs_req_wait(sync->pending[i]);
         sync->pending[i] = NULL;
         if (one != GS_OK && st == GS_OK)
-            st = gt_fail(one, "gradient allreduce failed: %s", gs_last_error());
+            st = gt_fail(one, "gradient allreduce failed: %s", gt_lib_error());
     }
     sync->npending = 0;
     return st;
@@ -80,7 +80,7 @@ static gs_status allreduce_finish(gt_sync *sync)
         return wait_pending(sync);
     st = gs_allreduce(sync->comm, sync->grads, sync->grads, sync->p.count, GS_F32, GS_SUM);
     if (st != GS_OK)
-        gt_fail(st, "gradient allreduce failed: %s", gs_last_error());
+        gt_fail(st, "gradient allreduce failed: %s", gt_lib_error());
     return st;
 }
 

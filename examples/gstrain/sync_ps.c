@@ -30,7 +30,7 @@ static gs_status ps_open(gt_sync *sync)
     pp.average = 0; /* sum: each trainer's part is already divided by the global batch */
     st = gs_ps_create(sync->ctx, &pp, &sync->ps);
     if (st != GS_OK)
-        return gt_fail(st, "cannot set up the parameter server: %s", gs_last_error());
+        return gt_fail(st, "cannot set up the parameter server: %s", gt_lib_error());
     sync->server = gs_ps_is_server(sync->ps);
     sync->rank = sync->server ? -1 : gs_ps_index(sync->ps);
     sync->size = gs_ps_num_workers(sync->ps);
@@ -49,10 +49,10 @@ static gs_status ps_start(gt_sync *sync, float *params)
         st = gs_ps_register(sync->ps, i, seg->count, params ? params + seg->offset : NULL);
         if (st != GS_OK)
             gt_fail(st, "cannot register layer %zu (%zu weights) with the parameter server: %s", i,
-                    seg->count, gs_last_error());
+                    seg->count, gt_lib_error());
     }
     if (st == GS_OK && sync->server && (st = gs_ps_serve_start(sync->ps)) != GS_OK)
-        gt_fail(st, "cannot start serving: %s", gs_last_error());
+        gt_fail(st, "cannot start serving: %s", gt_lib_error());
     return st;
 }
 
@@ -62,7 +62,7 @@ static gs_status push_pull(gt_sync *sync, size_t i)
     gs_status st = gs_ps_push_pull_start(sync->ps, i, sync->grads + seg->offset, sync->pulled + seg->offset,
                                          &sync->ps_pending[i]);
     if (st != GS_OK)
-        gt_fail(st, "cannot push layer %zu to the parameter server: %s", i, gs_last_error());
+        gt_fail(st, "cannot push layer %zu to the parameter server: %s", i, gt_lib_error());
     return st;
 }
 
@@ -75,7 +75,7 @@ static gs_status drive(gt_sync *sync)
             continue;
         gs_status st = gs_ps_test(sync->ps_pending[i], &done);
         if (st != GS_OK)
-            return gt_fail(st, "push-pull of layer %zu failed: %s", i, gs_last_error());
+            return gt_fail(st, "push-pull of layer %zu failed: %s", i, gt_lib_error());
         return GS_OK;
     }
     return GS_OK;
@@ -103,7 +103,7 @@ static gs_status wait_pending(gt_sync *sync, int keep)
         gs_status one = gs_ps_wait(sync->ps_pending[i]);
         sync->ps_pending[i] = NULL;
         if (one != GS_OK && st == GS_OK)
-            st = gt_fail(one, "push-pull of layer %zu failed: %s", i, gs_last_error());
+            st = gt_fail(one, "push-pull of layer %zu failed: %s", i, gt_lib_error());
         if (one == GS_OK && keep)
             memcpy(sync->params + seg->offset, sync->pulled + seg->offset, seg->count * sizeof(float));
     }
@@ -128,7 +128,7 @@ static gs_status ps_close(gt_sync *sync)
         st = wait_pending(sync, 0);
     gs_status st2 = gs_ps_destroy(sync->ps);
     if (st2 != GS_OK)
-        gt_fail(st2, "leaving the parameter server failed: %s", gs_last_error());
+        gt_fail(st2, "leaving the parameter server failed: %s", gt_lib_error());
     free(sync->pulled);
     return st != GS_OK ? st : st2;
 }

@@ -22,6 +22,15 @@ gs_status gt_fail(gs_status status, const char *fmt, ...)
     return status;
 }
 
+const char *gt_lib_error(void)
+{
+    const char *text = gs_last_error();
+    int rank = -1, used = 0;
+    if (gt_rank >= 0 && sscanf(text, "rank %d: %n", &rank, &used) == 1 && used > 0 && rank == gt_rank)
+        return text + used;
+    return text;
+}
+
 double gt_now_s(void)
 {
     struct timespec ts;

@@ -20,6 +20,9 @@ extern int gt_rank;
 
 /* Prints "gstrain: rank R: error: <message>" to stderr and returns status. */
 gs_status gt_fail(gs_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* gs_last_error() without its leading "rank R: " when R is gt_rank, so a
+ * message of gt_fail names the rank once. */
+const char *gt_lib_error(void);
 /* Monotonic seconds. */
 double gt_now_s(void);
 

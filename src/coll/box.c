@@ -207,9 +207,9 @@ static gs_status peer_failed(gs_coll_op *op)
             memcpy(text, a->text, len);
             text[len] = '\0';
             gs_status st = a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL;
-            gs_engine_fail(c, st, seq, text, false);
-            gs_error_restore(text);
-            return st;
+            gs_engine_fail_told(c, st, seq, q, text);
+            gs_error_restore(c->failed_text);
+            return c->failed;
         }
     }
     return GS_OK;

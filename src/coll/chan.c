@@ -8,6 +8,8 @@
  */
 #include "coll/coll.h"
 
+#include "transport/tp.h"
+
 #include "util/log.h"
 
 #include <stdio.h>
@@ -72,6 +74,21 @@ void gs_chan_release(gs_chan *ch, unsigned slot)
     advance_released(ch);
 }
 
+/* A post of bytes to ch's peer failed (from NULL: a credit return): the
+ * transport's sentence of a lost peer passes up as it is; any other error
+ * gets what was posted in front. */
+static gs_status post_failed(gs_comm *comm, const gs_chan *ch, gs_status st, size_t bytes, const char *from)
+{
+    int writer;
+    if (st == GS_ERR_PEER_LOST)
+        return st;
+    if (!from)
+        return gs_fail(GS_SUBSYS_COLL, st, "rank %d: returning credits to rank %d failed: %s", comm->rank,
+                       ch->peer, gs_error_skip_rank(gs_last_error(), &writer));
+    return gs_fail(GS_SUBSYS_COLL, st, "rank %d: posting %zu bytes%s to rank %d failed: %s", comm->rank,
+                   bytes, from, ch->peer, gs_error_skip_rank(gs_last_error(), &writer));
+}
+
 gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, size_t bytes,
                        const gs_coll_op *op, uint32_t unit, uint64_t wr_id, bool signaled)
 {
@@ -84,8 +101,7 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
     if (st == GS_ERR_AGAIN)
         return st;
     if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_COLL, st, "rank %d: posting %zu bytes to rank %d failed: %s", comm->rank,
-                       bytes, ch->peer, gs_last_error());
+        return post_failed(comm, ch, st, bytes, "");
     ch->tx_sent++;
     ch->rx_returned = ch->rx_released;
     return GS_OK;
@@ -112,9 +128,7 @@ gs_status gs_chan_post_apart(gs_comm *comm, gs_chan *ch, uint8_t *hdr_slot, gs_m
     if (st == GS_ERR_AGAIN)
         return st;
     if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_COLL, st,
-                       "rank %d: posting %zu bytes from user memory to rank %d failed: %s", comm->rank, bytes,
-                       ch->peer, gs_last_error());
+        return post_failed(comm, ch, st, bytes, " from user memory");
     ch->tx_sent++;
     ch->rx_returned = ch->rx_released;
     return GS_OK;
@@ -133,8 +147,7 @@ gs_status gs_chan_credit(gs_comm *comm, gs_chan *ch)
     if (st == GS_ERR_AGAIN)
         return GS_OK; /* sent again after the next completion */
     if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_COLL, st, "rank %d: returning credits to rank %d failed: %s", comm->rank,
-                       ch->peer, gs_last_error());
+        return post_failed(comm, ch, st, 0, NULL);
     ch->credit_inflight = true;
     ch->rx_returned = ch->rx_released;
     return GS_OK;
@@ -187,7 +200,8 @@ static gs_status arrived(gs_comm *comm, const gs_wc *wc)
         char text[sizeof(a->text)];
         memcpy(text, a->text, len);
         text[len] = '\0';
-        gs_engine_fail(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, a->seq, text, false);
+        gs_engine_fail_told(comm, a->status < 0 ? (gs_status)a->status : GS_ERR_PROTOCOL, a->seq, wc->peer,
+                            text);
         return GS_OK; /* recorded: calls before a->seq go on */
     }
     if (kind != GS_COLL_IMM_DATA || ch->rx_arrived - ch->rx_next >= GS_COLL_SLOTS)
@@ -244,13 +258,26 @@ static gs_status written(gs_comm *comm, const gs_wc *wc)
     }
 }
 
+/* A completion with an error: the endpoint's own account of why (the
+ * transport logged it) becomes the detail; its status, a lost peer's
+ * rather than the flush that followed, the call's. */
+static gs_status endpoint_failed(gs_comm *comm, const gs_wc *wc)
+{
+    char why[GS_COLL_CTRL_BYTES];
+    gs_status st = gs_tp_ep_error(gs_tp_ep(comm->tp, wc->peer), why, sizeof(why));
+    if (st == GS_OK)
+        return gs_fail(GS_SUBSYS_COLL, wc->status, "rank %d: an operation with rank %d failed: %s",
+                       comm->rank, wc->peer, gs_strerror(wc->status));
+    gs_error_restore(why);
+    return st;
+}
+
 gs_status gs_chan_complete(gs_comm *comm, const gs_wc *wc)
 {
     if (wc->status != GS_OK) {
         if (wc->opcode == GS_WC_WRITE_IMM && (wc->wr_id >> 56) == GS_WR_ABORT)
             return GS_OK; /* telling a peer about a failure failed: nothing more to do */
-        return gs_fail(GS_SUBSYS_COLL, wc->status, "rank %d: transport error with rank %d: %s (%s)",
-                       comm->rank, wc->peer, gs_strerror(wc->status), gs_last_error());
+        return endpoint_failed(comm, wc);
     }
     if (wc->peer < 0 || wc->peer >= comm->size || wc->peer == comm->rank)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "rank %d: completion from unknown peer %d",

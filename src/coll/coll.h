@@ -5,6 +5,7 @@
  *   chan.c      per-peer channels: slots, credits, completions, arrival checks
  *   prim.c      the steps every algorithm is made of (send, receive-reduce-forward, ...)
  *   engine.c    request queue, progress, waiting, the progress thread
+ *   fail.c      a communicator's failure: the calls it ends, the peers told, its one sentence
  *   desc.c      call descriptors: checks and the mismatch messages
  *   select.c    which algorithm runs a call
  *   layout.c    cutting a call into chunk columns
@@ -258,9 +259,12 @@ struct gs_comm {
         uint64_t used; /* user_clock when last taken (the least recent unused one is replaced) */
     } user_mrs[GS_COLL_USER_MRS];
     uint64_t user_clock;
-    gs_status failed;    /* GS_OK, or the error every later call returns */
-    uint64_t failed_seq; /* the first call the failure concerns */
-    char failed_text[GS_COLL_CTRL_BYTES];
+    gs_status failed;                     /* GS_OK, or the error every later call returns */
+    uint64_t failed_seq;                  /* the first call the failure concerns */
+    char failed_text[GS_COLL_CTRL_BYTES]; /* the sentence every later call returns (fail.c) */
+    char failed_raw[GS_COLL_CTRL_BYTES];  /* the text it was made of */
+    int failed_teller;                    /* the rank that reported it, -1: found here */
+    bool failed_named;                    /* the sentence names the call's kind */
     /* progress thread (GS_PROGRESS_THREAD) */
     bool threaded;
     bool stop;
@@ -457,6 +461,12 @@ gs_status gs_engine_progress(gs_comm *comm);
  * with status (earlier ones still finish), later calls return it; with
  * tell_peers every peer is told (not when the news came from a peer). */
 void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell_peers);
+/* The same for a failure rank teller reported (text: its sentence); the
+ * communicator's sentence names teller (fail.c). */
+void gs_engine_fail_told(gs_comm *comm, gs_status status, uint64_t seq, int teller, const char *text);
+/* A failure found between calls names the next call ("call #8" until
+ * then): the call of kind that learns of it at its start names it. */
+void gs_engine_fail_name(gs_comm *comm, gs_coll_kind kind);
 /* The call a failure now concerns: the head request's, else the next one. */
 uint64_t gs_engine_current_seq(const gs_comm *comm);
 /* Whether a blocking call may take the quick path now: shared-memory

@@ -31,36 +31,6 @@ static void unlock(gs_comm *comm)
         pthread_mutex_unlock(&comm->lock);
 }
 
-/* Tells every peer, best effort: they fail their call at once instead of
- * waiting for their deadline. */
-static void tell_peers(gs_comm *comm, gs_status status, uint64_t seq, const char *text)
-{
-    gs_coll_abort *a = (gs_coll_abort *)comm->abort_src;
-    size_t len = strlen(text);
-    if (len >= sizeof(a->text))
-        len = sizeof(a->text) - 1;
-    memset(a, 0, offsetof(gs_coll_abort, text));
-    a->version = GS_COLL_PROTO_VERSION;
-    a->status = (int32_t)status;
-    a->rank = (uint32_t)comm->rank;
-    a->len = (uint32_t)len;
-    a->seq = seq;
-    memcpy(a->text, text, len);
-    a->text[len] = '\0';
-    for (int p = 0; p < comm->size; p++) {
-        if (p == comm->rank)
-            continue;
-        const gs_chan *ch = &comm->chans[p];
-        gs_status st = gs_ep_write_imm(
-            gs_tp_ep(comm->tp, p), a, comm->outbox, offsetof(gs_coll_abort, text) + len + 1,
-            &comm->peer_inbox[p], ch->remote_off + GS_COLL_SLOTS * comm->slot_stride + GS_COLL_LINE,
-            GS_COLL_IMM(GS_COLL_IMM_ABORT, 0, 0), GS_WR_ID(GS_WR_ABORT, p, 0), GS_OP_SIGNALED);
-        if (st != GS_OK)
-            gs_log_debug(COLL, "rank %d: could not tell rank %d about the failure: %s", comm->rank, p,
-                         gs_status_name(st));
-    }
-}
-
 /* Takes the head request off the queue with its final status. */
 static void finish_head(gs_comm *comm, gs_status status)
 {
@@ -91,38 +61,6 @@ static void finish_head(gs_comm *comm, gs_status status)
 uint64_t gs_engine_current_seq(const gs_comm *comm)
 {
     return comm->head ? comm->head->op.seq : comm->seq_done + 1;
-}
-
-void gs_engine_fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, bool tell)
-{
-    gs_req **link = &comm->head;
-    if (comm->failed != GS_OK && seq >= comm->failed_seq)
-        return; /* already failed from an earlier call on */
-    comm->failed = status;
-    comm->failed_seq = seq;
-    snprintf(comm->failed_text, sizeof(comm->failed_text), "%s", text);
-    if (tell)
-        tell_peers(comm, status, seq, comm->failed_text);
-    if (tell && comm->box)
-        gs_box_tell(comm, status, seq, comm->failed_text);
-    /* calls before the failed one still finish: their messages were all
-     * sent before any rank entered the failed call */
-    while (*link && (*link)->op.seq < seq)
-        link = &(*link)->next;
-    while (*link) {
-        gs_req *req = *link;
-        *link = req->next;
-        req->next = NULL;
-        req->status = status;
-        gs_coll_user_close(&req->op);
-    }
-    if (!comm->head)
-        comm->tail = NULL;
-    else
-        for (comm->tail = comm->head; comm->tail->next;)
-            comm->tail = comm->tail->next;
-    if (comm->threaded)
-        pthread_cond_broadcast(&comm->cond);
 }
 
 /* Whether the failure stops the head request (or any new one). */
@@ -285,6 +223,7 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
     lock(comm);
     if (comm->failed != GS_OK && comm->seq_issued + 1 >= comm->failed_seq) {
         st = comm->failed;
+        gs_engine_fail_name(comm, req->op.kind);
         gs_error_restore(comm->failed_text);
         unlock(comm);
         return st;

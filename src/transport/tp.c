@@ -180,6 +180,13 @@ gs_ep *gs_tp_ep(gs_tp *tp, int peer)
     return tp->eps[peer];
 }
 
+gs_status gs_tp_ep_error(gs_ep *ep, char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = '\0';
+    return ep ? ep->tp->ops->ep_error(ep, buf, cap) : GS_OK;
+}
+
 /* ---- memory ---------------------------------------------------------------------- */
 
 static gs_status check_access(const gs_tp *tp, unsigned access, const char *fn)

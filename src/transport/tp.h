@@ -131,6 +131,12 @@ struct gs_tp_ops {
      * GS_ERR_TIMEOUT). Both drive the backend's progress. */
     gs_status (*poll)(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
     gs_status (*wait)(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+
+    /* Why ep failed: the status of its first error (GS_ERR_PEER_LOST for a
+     * lost or closed peer; GS_OK while ep works) and that error's sentence
+     * into buf (a lost peer's as gs_error_peer_lost_text). A completion with
+     * an error status says what; this says why. Non-blocking. */
+    gs_status (*ep_error)(gs_ep *ep, char *buf, size_t cap);
 };
 
 /* The backends built in, in preference order for GS_TRANSPORT=auto. */
@@ -139,6 +145,9 @@ extern const gs_tp_ops gs_tcp_ops;
 #ifdef GS_HAVE_VERBS
 extern const gs_tp_ops gs_verbs_ops;
 #endif
+
+/* ops->ep_error of ep's transport (GS_OK for a NULL ep). */
+gs_status gs_tp_ep_error(gs_ep *ep, char *buf, size_t cap);
 
 /* Builtin backend i (NULL past the end). */
 const gs_tp_ops *gs_tp_builtin(int i);

@@ -66,7 +66,21 @@ void gs_log_write(gs_log_level level, gs_log_subsys subsys, const char *fmt, ...
 gs_status gs_fail(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void gs_error_clear(void);
-/* Sets gs_last_error() to text (already logged elsewhere). */
+/* Sets gs_last_error() to text (already logged elsewhere); text may be
+ * gs_last_error() or a part of it. */
 void gs_error_restore(const char *text);
+
+/* A lost peer, in the one sentence every transport writes:
+ *   "rank R: rank P lost (CAUSE): did it exit or crash?"
+ * (a capital first letter of CAUSE, as strerror's, is lowered). Writes it
+ * to buf; gs_fail_peer_lost records and logs it as GS_ERR_PEER_LOST. */
+void gs_error_peer_lost_text(char *buf, size_t cap, int rank, int peer, const char *cause);
+gs_status gs_fail_peer_lost(gs_log_subsys subsys, int rank, int peer, const char *cause_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reads such a sentence back, without its leading "rank R: ": "rank P lost
+ * (CAUSE): did it exit or crash?" gives P and CAUSE; false for any other text. */
+bool gs_error_peer_lost_parse(const char *text, int *peer_p, char *cause, size_t cap);
+/* text after its leading "rank N: " (N to *rank_p), or text itself (-1). */
+const char *gs_error_skip_rank(const char *text, int *rank_p);
 
 #endif

@@ -63,9 +63,12 @@ static const char *dropped_because(hostile *h)
         gs_tcp_poll(&h->tp->base, wc, 4, &n);
     GS_ASSERT(ep->dead);
     GS_ASSERT(ep->lost);
-    /* the caller hears of it: empty polls name the lost rank */
+    /* the caller hears of it: empty polls say why rank 1 is gone, in the
+     * words it was logged with (dropped or truncated) */
     GS_ASSERT_STATUS(gs_tcp_poll(&h->tp->base, wc, 4, &n), GS_ERR_PEER_LOST);
-    GS_ASSERT_CONTAINS(gs_last_error(), "rank 1 is lost");
+    GS_ASSERT_STR_EQ(gs_last_error(), ep->why);
+    GS_ASSERT_CONTAINS(gs_last_error(), "rank 0: ");
+    GS_ASSERT_CONTAINS(gs_last_error(), "rank 1");
     return ep->why;
 }
 

@@ -49,8 +49,41 @@ GS_TEST(last_error_keeps_the_detail)
     gs_status st =
         gs_fail(GS_SUBSYS_UTIL, GS_ERR_PEER_LOST, "rank %d: peer %d gone during %s", 1, 3, "barrier");
     GS_ASSERT_EQ(st, GS_ERR_PEER_LOST);
-    GS_ASSERT_CONTAINS(gs_last_error(), "GS_ERR_PEER_LOST");
-    GS_ASSERT_CONTAINS(gs_last_error(), "peer 3 gone during barrier");
+    GS_ASSERT_STR_EQ(gs_last_error(),
+                     "rank 1: peer 3 gone during barrier"); /* the status is the return value */
+}
+
+/* A caller adding its context to the detail passes gs_last_error() itself:
+ * the text is whole, not cut or garbled by the overlap. */
+GS_TEST(last_error_may_be_an_argument_of_the_next)
+{
+    gs_fail(GS_SUBSYS_UTIL, GS_ERR_IO, "rank 0: reading the checkpoint failed: %s",
+            "No space left on device");
+    gs_fail(GS_SUBSYS_UTIL, GS_ERR_IO, "rank 0: restore #%d: %s", 3, gs_last_error());
+    GS_ASSERT_STR_EQ(gs_last_error(),
+                     "rank 0: restore #3: rank 0: reading the checkpoint failed: No space left on device");
+    gs_error_restore(gs_last_error() + 8); /* a part of itself */
+    GS_ASSERT_STR_EQ(gs_last_error(),
+                     "restore #3: rank 0: reading the checkpoint failed: No space left on device");
+}
+
+GS_TEST(peer_lost_sentence_reads_back)
+{
+    char text[256], cause[128];
+    int peer = -1, writer = -1;
+    gs_error_peer_lost_text(text, sizeof(text), 2, 1, "Connection reset by peer");
+    GS_ASSERT_STR_EQ(text, "rank 2: rank 1 lost (connection reset by peer): did it exit or crash?");
+    gs_error_peer_lost_text(text, sizeof(text), 2, 1, "WRITE_IMM to it failed");
+    GS_ASSERT_STR_EQ(text, "rank 2: rank 1 lost (WRITE_IMM to it failed): did it exit or crash?");
+    GS_ASSERT(gs_error_peer_lost_parse(gs_error_skip_rank(text, &writer), &peer, cause, sizeof(cause)));
+    GS_ASSERT_EQ(writer, 2);
+    GS_ASSERT_EQ(peer, 1);
+    GS_ASSERT_STR_EQ(cause, "WRITE_IMM to it failed");
+    GS_ASSERT(!gs_error_peer_lost_parse(text, &peer, cause, sizeof(cause))); /* with its "rank 2: " */
+    GS_ASSERT(!gs_error_peer_lost_parse("rank 1 lost (x): did it exit?", &peer, cause, sizeof(cause)));
+    GS_ASSERT(gs_error_skip_rank("ranks 2: x", &writer) != NULL && writer == -1);
+    GS_ASSERT_EQ(gs_fail_peer_lost(GS_SUBSYS_UTIL, 0, 3, "its process %d is gone", 77), GS_ERR_PEER_LOST);
+    GS_ASSERT_STR_EQ(gs_last_error(), "rank 0: rank 3 lost (its process 77 is gone): did it exit or crash?");
 }
 
 GS_TEST(config_defaults_parse)

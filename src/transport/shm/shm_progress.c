@@ -54,8 +54,8 @@ gs_status gs_shm_ep_down(gs_shm_ep *ep, const char *op)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST,
                        "rank %d: %s to rank %d: that rank closed its transport", ep->tp->base.rank, op,
                        ep->base.peer);
-    return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: %s to rank %d: %s", ep->tp->base.rank, op,
-                   ep->base.peer, ep->lost_why);
+    (void)op; /* a lost peer reads the same whatever was posted to it */
+    return gs_fail_peer_lost(GS_SUBSYS_SHM, ep->tp->base.rank, ep->base.peer, "%s", ep->lost_why);
 }
 
 static void ep_mark_lost(gs_shm_ep *ep, const char *why)
@@ -122,8 +122,7 @@ void gs_shm_check_peers(gs_shm_tp *tp)
             ep->state = GS_SHM_EP_CLOSED;
             continue;
         }
-        snprintf(why, sizeof(why), "peer rank %d (pid %d) exited without closing its transport", p,
-                 (int)ep->pid);
+        snprintf(why, sizeof(why), "its process %d exited without closing its transport", (int)ep->pid);
         ep_mark_lost(ep, why);
     }
     tp->next_check_ns = gs_now_ns() + CHECK_PERIOD_NS;
@@ -139,9 +138,9 @@ static __attribute__((noinline)) gs_status lost_status(gs_shm_tp *tp)
             continue;
         if (!ep->lost_logged) {
             ep->lost_logged = true;
-            return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: %s", tp->base.rank, ep->lost_why);
+            return gs_fail_peer_lost(GS_SUBSYS_SHM, tp->base.rank, p, "%s", ep->lost_why);
         }
-        snprintf(text, sizeof(text), "GS_ERR_PEER_LOST: rank %d: %s", tp->base.rank, ep->lost_why);
+        gs_error_peer_lost_text(text, sizeof(text), tp->base.rank, p, ep->lost_why);
         gs_error_restore(text);
         return GS_ERR_PEER_LOST;
     }

@@ -58,9 +58,8 @@ static gs_status cma_copy(gs_shm_ep *ep, bool to_peer, void *local, uint64_t rem
         if (n <= 0) {
             int err = n < 0 ? errno : EFAULT;
             if (err == ESRCH)
-                return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST,
-                               "rank %d: %s to rank %d (pid %d): the process is gone", ep->tp->base.rank, op,
-                               ep->base.peer, (int)ep->pid);
+                return gs_fail_peer_lost(GS_SUBSYS_SHM, ep->tp->base.rank, ep->base.peer,
+                                         "its process %d is gone, found by a %s", (int)ep->pid, op);
             return gs_fail(GS_SUBSYS_SHM, err == EFAULT ? GS_ERR_REMOTE_ACCESS : GS_ERR_SYSTEM,
                            "rank %d: %s of %zu bytes to rank %d through %s failed: %s", ep->tp->base.rank, op,
                            len, ep->base.peer, to_peer ? "process_vm_writev" : "process_vm_readv",

@@ -158,9 +158,8 @@ gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t in
     if (local < 0) {
         int err = errno;
         if (err == ENOENT && kill(pid, 0) != 0)
-            return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST,
-                           "rank %d: peer rank %d (pid %d) is gone (opening its %s)", rank, peer, (int)pid,
-                           what);
+            return gs_fail_peer_lost(GS_SUBSYS_SHM, rank, peer,
+                                     "its process %d is gone, found opening its %s", (int)pid, what);
         return gs_fail(GS_SUBSYS_SHM, err == ENOENT ? GS_ERR_REMOTE_ACCESS : GS_ERR_UNSUPPORTED,
                        "rank %d: cannot open %s of peer rank %d (%s): %s; ranks must run as the same user in "
                        "one pid namespace with /proc visible",
@@ -206,8 +205,8 @@ static gs_status watch_peer(gs_shm_ep *ep, int rank, int p, pid_t pid)
     err = errno;
     if (err == ENOSYS && gs_shm_proc_stat(pid, &ep->start_time, &zombie) && !zombie)
         return GS_OK;
-    return gs_fail(GS_SUBSYS_SHM, GS_ERR_PEER_LOST, "rank %d: cannot watch rank %d (pid %d): %s", rank, p,
-                   (int)pid, err == ENOSYS ? "it is gone" : strerror(err));
+    return gs_fail_peer_lost(GS_SUBSYS_SHM, rank, p, "cannot watch its process %d: %s", (int)pid,
+                             err == ENOSYS ? "it is gone" : strerror(err));
 }
 
 static gs_status connect_peer(gs_shm_tp *tp, int p, const gs_shm_addr *a, const char *my_host)
@@ -374,6 +373,20 @@ static unsigned shm_caps(const gs_tp *base)
     return GS_TP_CAP_ATOMIC | (tp->cma_ok ? GS_TP_CAP_USER_MEM : 0u);
 }
 
+static gs_status shm_ep_error(gs_ep *base, char *buf, size_t cap)
+{
+    const gs_shm_ep *ep = (const gs_shm_ep *)base;
+    if (ep->state == GS_SHM_EP_LOST) {
+        gs_error_peer_lost_text(buf, cap, base->tp->rank, base->peer, ep->lost_why);
+        return GS_ERR_PEER_LOST;
+    }
+    if (ep->state == GS_SHM_EP_CLOSED) {
+        snprintf(buf, cap, "rank %d: rank %d closed its transport", base->tp->rank, base->peer);
+        return GS_ERR_PEER_LOST;
+    }
+    return GS_OK;
+}
+
 const gs_tp_ops gs_shm_ops = {
     .name = "shm",
     .id = GS_TRANSPORT_SHM,
@@ -393,4 +406,5 @@ const gs_tp_ops gs_shm_ops = {
     .recv = gs_shm_recv,
     .poll = gs_shm_poll,
     .wait = gs_shm_wait,
+    .ep_error = shm_ep_error,
 };

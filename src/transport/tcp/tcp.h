@@ -305,6 +305,9 @@ void gs_tcp_progress(gs_tcp_tp *tp);
  * status when polled. */
 void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* gs_tcp_ep_fail with GS_ERR_PEER_LOST and the one sentence of a lost peer
+ * ("rank R: rank P lost (CAUSE): did it exit or crash?"). */
+void gs_tcp_ep_lost(gs_tcp_ep *ep, const char *cause_fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Returns status for the dead ep with gs_last_error() set to the message;
  * logs it only the first time (polls and posts repeat it). */
 gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)

@@ -98,8 +98,7 @@ static gs_status lost_status(gs_tcp_tp *tp)
     for (int p = 0; p < tp->base.size; p++) {
         gs_tcp_ep *ep = gs_tcp_ep_at(tp, p);
         if (ep && ep->dead && ep->lost)
-            return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "rank %d: rank %d is lost: %s", tp->base.rank, p,
-                                    ep->why);
+            return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "%s", ep->why);
     }
     return GS_OK;
 }

@@ -62,8 +62,20 @@ void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
     ep->err = status;
     ep->err_reported = false;
     ep->lost = true;
+    ep->err_logged = true; /* here: later reports only repeat it */
     gs_fail(GS_SUBSYS_TCP, status, "%s", ep->why);
     ep_stop(ep);
+}
+
+void gs_tcp_ep_lost(gs_tcp_ep *ep, const char *cause_fmt, ...)
+{
+    char cause[192], text[sizeof(ep->why)];
+    va_list ap;
+    va_start(ap, cause_fmt);
+    vsnprintf(cause, sizeof(cause), cause_fmt, ap);
+    va_end(ap);
+    gs_error_peer_lost_text(text, sizeof(text), ep->base.tp->rank, ep->base.peer, cause);
+    gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "%s", text);
 }
 
 gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
@@ -74,9 +86,7 @@ gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     if (ep->err_logged) {
-        char full[800];
-        snprintf(full, sizeof(full), "%s: %s", gs_status_name(status), text);
-        gs_error_restore(full);
+        gs_error_restore(text);
         return status;
     }
     ep->err_logged = true;
@@ -98,7 +108,7 @@ void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why)
 /* Receiving                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static bool rx_closed(gs_tcp_tp *tp, gs_tcp_ep *ep, ssize_t got);
+static bool rx_closed(gs_tcp_ep *ep, ssize_t got);
 
 /* Checks the buffered header and acts on it. Returns false to stop reading. */
 static bool rx_header(gs_tcp_tp *tp, gs_tcp_ep *ep)
@@ -158,7 +168,7 @@ static bool rx_payload(gs_tcp_tp *tp, gs_tcp_ep *ep)
     if (rx->left) {
         ssize_t got = recv(ep->rx_fd, rx->dst, rx->left, MSG_DONTWAIT);
         if (got <= 0)
-            return rx_closed(tp, ep, got);
+            return rx_closed(ep, got);
         rx->drained = (uint64_t)got < rx->left;
         rx->dst += got;
         rx->left -= (uint64_t)got;
@@ -189,7 +199,7 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
         want = (uint32_t)HDR_BYTES - rx->rlen;
     got = recv(ep->rx_fd, rx->buf + rx->rlen, want, MSG_DONTWAIT);
     if (got <= 0)
-        return rx_closed(tp, ep, got);
+        return rx_closed(ep, got);
     rx->drained = (uint32_t)got < want;
     rx->rlen += (uint32_t)got;
     tp->rx_bytes = true;
@@ -199,7 +209,7 @@ static bool rx_fill(gs_tcp_tp *tp, gs_tcp_ep *ep)
 
 /* recv returned got <= 0: nothing yet (false, keep the endpoint), or the
  * stream ended or broke (the endpoint fails or closes). */
-static bool rx_closed(gs_tcp_tp *tp, gs_tcp_ep *ep, ssize_t got)
+static bool rx_closed(gs_tcp_ep *ep, ssize_t got)
 {
     bool mid_frame = ep->rx.state == GS_TCP_RX_PAYLOAD || ep->rx.rlen > ep->rx.rpos;
     if (got < 0 && errno == EINTR)
@@ -207,17 +217,14 @@ static bool rx_closed(gs_tcp_tp *tp, gs_tcp_ep *ep, ssize_t got)
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return false;
     if (mid_frame)
-        gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST,
-                       "rank %d: connection from rank %d ended inside a %s frame (truncated; %s); dropped",
-                       tp->base.rank, ep->base.peer,
+        gs_tcp_ep_lost(ep, "its connection ended inside a %s%s, truncated: %s",
                        ep->rx.state == GS_TCP_RX_PAYLOAD ? gs_tcp_op_name(ep->rx.hdr.op) : "partial header",
+                       ep->rx.state == GS_TCP_RX_PAYLOAD ? " frame" : " of a frame",
                        got == 0 ? "end of stream" : strerror(errno));
     else if (ep->bye_rcvd)
         gs_tcp_ep_close_quiet(ep, "closed its transport");
     else
-        gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST,
-                       "rank %d: connection to rank %d lost (%s): did it exit or crash?", tp->base.rank,
-                       ep->base.peer, got == 0 ? "closed by the peer" : strerror(errno));
+        gs_tcp_ep_lost(ep, "%s", got == 0 ? "connection closed by the peer" : strerror(errno));
     return false;
 }
 

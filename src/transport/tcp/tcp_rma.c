@@ -31,13 +31,13 @@ static bool opcode_has_reply(gs_wc_opcode opcode)
 static gs_status dead_status(gs_tcp_ep *ep)
 {
     gs_status status;
+    int rank;
     if (ep->lost || ep->bye_rcvd)
-        return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "rank %d: no connection to rank %d: %s",
-                                ep->base.tp->rank, ep->base.peer, ep->why);
+        return gs_tcp_ep_report(ep, GS_ERR_PEER_LOST, "%s", ep->why);
     status = ep->err_reported ? GS_ERR_FLUSHED : ep->err;
     ep->err_reported = true;
-    return gs_tcp_ep_report(ep, status, "rank %d: the endpoint to rank %d is in error: %s", ep->base.tp->rank,
-                            ep->base.peer, ep->why);
+    return gs_tcp_ep_report(ep, status, "rank %d: the endpoint to rank %d is in error after: %s",
+                            ep->base.tp->rank, ep->base.peer, gs_error_skip_rank(ep->why, &rank));
 }
 
 static gs_status post_room(const gs_tcp_ep *ep, const post_args *a)

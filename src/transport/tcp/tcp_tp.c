@@ -121,6 +121,20 @@ static gs_status tcp_close(gs_tp *tp)
     return GS_OK;
 }
 
+static gs_status tcp_ep_error(gs_ep *base, char *buf, size_t cap)
+{
+    gs_tcp_tp *tp = gs_tcp_tp_of(base->tp);
+    gs_tcp_ep *ep = (gs_tcp_ep *)base;
+    gs_status status = GS_OK;
+    pthread_mutex_lock(&tp->lock); /* the progress thread may be failing it */
+    if (ep->dead) {
+        status = ep->err;
+        snprintf(buf, cap, "%s", ep->why);
+    }
+    pthread_mutex_unlock(&tp->lock);
+    return status;
+}
+
 const gs_tp_ops gs_tcp_ops = {
     .name = "tcp",
     .id = GS_TRANSPORT_TCP,
@@ -140,4 +154,5 @@ const gs_tp_ops gs_tcp_ops = {
     .recv = gs_tcp_recv,
     .poll = gs_tcp_poll,
     .wait = gs_tcp_wait,
+    .ep_error = tcp_ep_error,
 };

@@ -177,9 +177,8 @@ static bool tx_splice(gs_tcp_ep *ep, gs_tcp_tx *t)
             return false;
         }
         if (sent <= 0) {
-            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST,
-                           "rank %d: sending to rank %d failed (splice): %s; connection lost",
-                           ep->base.tp->rank, ep->base.peer, sent < 0 ? strerror(errno) : "nothing sent");
+            gs_tcp_ep_lost(ep, "sending to it by splice failed: %s",
+                           sent < 0 ? strerror(errno) : "nothing sent");
             return false;
         }
         ep->tx_stuck_since = gs_now_ns();
@@ -289,8 +288,7 @@ void gs_tcp_tx_flush(gs_tcp_ep *ep)
             return;
         }
         if (sent < 0) {
-            gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "rank %d: sending to rank %d failed: %s; connection lost",
-                           ep->base.tp->rank, ep->base.peer, strerror(errno));
+            gs_tcp_ep_lost(ep, "sending to it failed: %s", strerror(errno));
             return;
         }
         ep->tx_stuck_since = gs_now_ns();

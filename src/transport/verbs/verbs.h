@@ -100,6 +100,7 @@ typedef struct gs_verbs_ep {
     gs_status err;     /* the first error, once FAILED or CLOSED */
     bool err_reported; /* err reached the user (a completion or a return) */
     bool err_logged;   /* the failure was logged: later reports of it go to gs_last_error() only */
+    char why[448];     /* the first error in one sentence (a lost peer's as gs_error_peer_lost_text) */
     uint32_t psn;
 
     /* Send queue accounting: slots [sq_done, sq_posted) are outstanding. */

@@ -144,6 +144,9 @@ void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
     ep->state = GS_VERBS_EP_FAILED;
     ep->err = status;
     ep->err_reported = false;
+    if (!ep->why[0])
+        snprintf(ep->why, sizeof(ep->why), "rank %d: the endpoint to rank %d failed: %s", vt->base.rank,
+                 ep->base.peer, gs_strerror(status));
     /* The hardware stops too (no more retries to a dead peer); what it still reports is stale. */
     if (ep->qp && ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE) != 0)
         gs_log_debug(VERBS, "rank %d: moving the queue pair to rank %d to ERR failed", vt->base.rank,
@@ -166,7 +169,9 @@ void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
 
 static void ep_mark_closed(gs_verbs_ep *ep)
 {
-    gs_log_debug(VERBS, "rank %d: peer rank %d closed its transport", ep->base.tp->rank, ep->base.peer);
+    snprintf(ep->why, sizeof(ep->why), "rank %d: rank %d closed its transport", ep->base.tp->rank,
+             ep->base.peer);
+    gs_log_debug(VERBS, "%s", ep->why);
     gs_verbs_ep_fail(ep, GS_ERR_PEER_LOST, UINT64_MAX);
     ep->state = GS_VERBS_EP_CLOSED;
     ep->err_reported = true;
@@ -187,11 +192,21 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     if (wc->status == IBV_WC_WR_FLUSH_ERR)
         hint = "the queue pair failed without an error of its own: the peer's side broke the connection "
                "(e.g. one of its requests was refused here) or the device reported a fatal error";
-    char id[40] = "internal";
+    char id[40] = "";
     if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
-        snprintf(id, sizeof(id), "wr_id %llu", (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
-    gs_fail(GS_SUBSYS_VERBS, status, "rank %d: %s to rank %d (%s) failed: %s (vendor error %#x): %s",
-            vt->base.rank, what, ep->base.peer, id, ibv_wc_status_str(wc->status), wc->vendor_err, hint);
+        snprintf(id, sizeof(id), " (wr_id %llu)",
+                 (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
+    if (status == GS_ERR_PEER_LOST) {
+        char cause[384];
+        snprintf(cause, sizeof(cause), "%s%s to it failed: %s, vendor error %#x: %s", what, id,
+                 ibv_wc_status_str(wc->status), wc->vendor_err, hint);
+        gs_error_peer_lost_text(ep->why, sizeof(ep->why), vt->base.rank, ep->base.peer, cause);
+    } else {
+        snprintf(ep->why, sizeof(ep->why), "rank %d: %s%s to rank %d failed: %s, vendor error %#x: %s",
+                 vt->base.rank, what, id, ep->base.peer, ibv_wc_status_str(wc->status), wc->vendor_err, hint);
+    }
+    gs_fail(GS_SUBSYS_VERBS, status, "%s", ep->why);
+    ep->err_logged = true;
     gs_verbs_ep_fail(ep, status, seq);
 }
 
@@ -331,9 +346,7 @@ static gs_status endpoint_news(gs_verbs_tp *vt)
         if (!ep || ep->state != GS_VERBS_EP_FAILED || (ep->err != GS_ERR_PEER_LOST && ep->err_reported))
             continue;
         ep->err_reported = true;
-        return gs_verbs_ep_report(
-            ep, ep->err, "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
-            ep->err == GS_ERR_PEER_LOST ? "that rank is lost (died or unreachable)" : gs_strerror(ep->err));
+        return gs_verbs_ep_report(ep, ep->err, "%s", ep->why);
     }
     return GS_OK;
 }

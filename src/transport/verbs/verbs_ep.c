@@ -276,7 +276,7 @@ gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_c
 
 gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt, ...)
 {
-    char text[768], full[800];
+    char text[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
@@ -285,8 +285,7 @@ gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt,
         ep->err_logged = true;
         return gs_fail(GS_SUBSYS_VERBS, status, "%s", text);
     }
-    snprintf(full, sizeof(full), "%s: %s", gs_status_name(status), text);
-    gs_error_restore(full);
+    gs_error_restore(text);
     return status;
 }
 
@@ -300,13 +299,17 @@ gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
     case GS_VERBS_EP_CLOSED:
         return gs_verbs_ep_report(ep, GS_ERR_PEER_LOST,
                                   "rank %d: %s to rank %d: that rank closed its transport", rank, op, peer);
-    case GS_VERBS_EP_FAILED:
+    case GS_VERBS_EP_FAILED: {
+        int writer; /* the rank that wrote why: this one */
         /* A lost peer stays lost; any other error is reported once, then the endpoint flushes. */
         if (err != GS_ERR_PEER_LOST && ep->err_reported)
             err = GS_ERR_FLUSHED;
         ep->err_reported = true;
-        return gs_verbs_ep_report(ep, err, "rank %d: %s to rank %d: the endpoint failed earlier (%s)", rank,
-                                  op, peer, gs_status_name(ep->err));
+        if (err == GS_ERR_PEER_LOST)
+            return gs_verbs_ep_report(ep, err, "%s", ep->why);
+        return gs_verbs_ep_report(ep, err, "rank %d: %s to rank %d: the endpoint failed earlier: %s", rank,
+                                  op, peer, gs_error_skip_rank(ep->why, &writer));
+    }
     default:
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID, "rank %d: %s to rank %d: endpoint not connected",
                        rank, op, peer);

@@ -117,8 +117,10 @@ static gs_status chain_post(gs_verbs_ep *ep, gs_verbs_chain *ch, uint32_t user_f
         gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
                 "rank %d: %s to peer rank %d: ibv_post_send failed: %s (%u of %u work requests posted)",
                 ep->base.tp->rank, what, ep->base.peer, strerror(rc), posted, ch->n);
-    if (posted > user_first)
-        gs_verbs_ep_fail(ep, GS_ERR_SYSTEM, UINT64_MAX); /* half an operation is on the wire */
+    if (posted > user_first) { /* half an operation is on the wire */
+        snprintf(ep->why, sizeof(ep->why), "%s", gs_last_error());
+        gs_verbs_ep_fail(ep, GS_ERR_SYSTEM, UINT64_MAX);
+    }
     return status;
 }
 

@@ -339,6 +339,15 @@ static unsigned verbs_caps(const gs_tp *tp)
     return caps;
 }
 
+static gs_status verbs_ep_error(gs_ep *base, char *buf, size_t cap)
+{
+    const gs_verbs_ep *ep = (const gs_verbs_ep *)base;
+    if (ep->state != GS_VERBS_EP_FAILED && ep->state != GS_VERBS_EP_CLOSED)
+        return GS_OK;
+    snprintf(buf, cap, "%s", ep->why);
+    return ep->state == GS_VERBS_EP_CLOSED ? GS_ERR_PEER_LOST : ep->err;
+}
+
 const gs_tp_ops gs_verbs_ops = {
     .name = "verbs",
     .id = GS_TRANSPORT_VERBS,
@@ -359,4 +368,5 @@ const gs_tp_ops gs_verbs_ops = {
     .recv = gs_verbs_recv,
     .poll = gs_verbs_poll,
     .wait = gs_verbs_wait,
+    .ep_error = verbs_ep_error,
 };
