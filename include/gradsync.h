@@ -92,11 +92,74 @@ typedef struct gs_ctx gs_ctx;
  * serves it). Blocks until connected or GS_TIMEOUT_MS.
  */
 GS_API gs_status gs_ctx_create(gs_ctx **ctx_p);
+
+/*
+ * A key-value store the caller brings (a framework's own, e.g. PyTorch's
+ * c10d TCPStore or FileStore), so gradsync bootstraps through it and opens
+ * no port of its own for that. gradsync calls it from the thread that calls
+ * gradsync, one call at a time per context; keys are NUL-terminated, values
+ * binary. Each returns GS_OK or an error status (GS_ERR_TIMEOUT for get).
+ *   set: stores a copy of value under key, replacing an earlier one.
+ *   get: waits until key exists, at most timeout_ms, then copies up to cap
+ *        bytes of its value into buf and sets *len_p to its full length.
+ *   add: optional (NULL if the store has none): adds delta to the integer
+ *        under key (0 if absent), *value_p the result.
+ * With an external store the store is the job's trust boundary: whoever can
+ * write to it can join the job. gradsync's own store checks GS_JOB_TOKEN.
+ */
+typedef struct gs_kv_store {
+    void *arg;
+    gs_status (*set)(void *arg, const char *key, const void *value, size_t len);
+    gs_status (*get)(void *arg, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms);
+    gs_status (*add)(void *arg, const char *key, int64_t delta, int64_t *value_p);
+} gs_kv_store;
+
+#define GS_CTX_PARAMS_VERSION 1
+
+/*
+ * What a framework knows and tells gradsync instead of the environment.
+ * Versioned: `size` is sizeof(gs_ctx_params) of the caller's header and
+ * `version` GS_CTX_PARAMS_VERSION, so fields can be added later. Start
+ * from gs_ctx_params_init() (or GS_CTX_PARAMS_INIT in C): every field then
+ * means "not given", and a field given overrides its environment variable.
+ */
+typedef struct gs_ctx_params {
+    size_t size;              /* sizeof(gs_ctx_params) */
+    unsigned version;         /* GS_CTX_PARAMS_VERSION */
+    int rank;                 /* -1: from the environment (GS_RANK, RANK, ...) */
+    int world_size;           /* -1: from the environment; with rank */
+    int local_rank;           /* rank among the ranks of this host; -1: unknown or GS_LOCAL_RANK */
+    int local_size;           /* ranks on this host; -1: unknown */
+    const char *store_addr;   /* "host:port" of gradsync's own store (rank 0 serves it); NULL: GS_STORE */
+    const gs_kv_store *store; /* an external store (copied); NULL: gradsync's own */
+    const char *route_hint;   /* "host" or "host:port" the other hosts reach (e.g. the framework's
+                               * master): tcp listens on the interface routing there; NULL: the
+                               * store's address, or loopback with an external store */
+    int timeout_ms;           /* deadline of every wait; -1: GS_TIMEOUT_MS */
+    const char *job_token;    /* NULL: GS_JOB_TOKEN; "": none (with an external store rank 0 draws one) */
+} gs_ctx_params;
+
+#define GS_CTX_PARAMS_INIT                                                                                   \
+    {                                                                                                        \
+        sizeof(gs_ctx_params), GS_CTX_PARAMS_VERSION, -1, -1, -1, -1, NULL, NULL, NULL, -1, NULL             \
+    }
+
+GS_API void gs_ctx_params_init(gs_ctx_params *params);
+/* gs_ctx_create with what params gives overriding the environment. With an
+ * external store no store is served or joined: rank, world_size and store
+ * are needed, and the transports' connections are protected by a token
+ * rank 0 draws and publishes through the store (unless job_token is given). */
+GS_API gs_status gs_ctx_create_with(const gs_ctx_params *params, gs_ctx **ctx_p);
 /* Closes the store connection (rank 0 waits, within the deadline, until
  * every rank has closed before it stops serving). */
 GS_API gs_status gs_ctx_destroy(gs_ctx *ctx);
 GS_API int gs_ctx_rank(const gs_ctx *ctx);
 GS_API int gs_ctx_size(const gs_ctx *ctx);
+/* Rank among the ranks on this host and how many there are (-1: unknown). */
+GS_API int gs_ctx_local_rank(const gs_ctx *ctx);
+GS_API int gs_ctx_local_size(const gs_ctx *ctx);
+/* This host's id: equal exactly for ranks that can share memory. */
+GS_API const char *gs_ctx_host(const gs_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Bootstrap store: small blobs between the ranks of one job                 */
@@ -279,8 +342,16 @@ GS_API const char *gs_redop_name(gs_redop op);
  * sum divided once, at the end, by the rank count; integer sums wrap.
  *
  * The communicator's buffers (registered staging slots of GS_CHUNK_BYTES)
- * are allocated at creation; a call allocates nothing. A communicator is
- * used by one thread at a time; its transport carries only its traffic.
+ * are allocated at creation; a call allocates nothing.
+ *
+ * Threads: a communicator is used by one thread at a time (its calls, test
+ * and wait of its requests); different communicators may be used from
+ * different threads at the same time, each its own transport and sequence
+ * numbers (gs_comm_split, gs_comm_create_group). Creating and destroying
+ * communicators of one context, and the context's store calls, are made from
+ * one thread at a time, in the same order on every rank. With
+ * GS_PROGRESS_THREAD the communicator's own thread runs alongside: still
+ * one caller thread. gs_last_error() is per thread.
  */
 typedef struct gs_comm gs_comm;
 /* A non-blocking collective in flight. */
@@ -291,12 +362,40 @@ typedef struct gs_req gs_req;
 GS_API gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p);
 /* Collective: waits (GS_TIMEOUT_MS at most) until every rank has called it,
  * then releases it (requests still in flight are abandoned). After a failed
- * call the wait's outcome is not an error (a peer may be gone). */
+ * call it does not wait (a peer may be gone). */
 GS_API gs_status gs_comm_destroy(gs_comm *comm);
+/* Not collective: returns at once (within 250 ms) and frees the
+ * communicator and everything it owns; its requests are gone (do not test
+ * or wait them). Every other rank in a call with this one, or calling
+ * later, fails with GS_ERR_PEER_LOST naming this rank, within about a
+ * second (it is told; if that fails, the transport finds the rank gone).
+ * For a framework that must stop a job after an error without waiting out
+ * GS_TIMEOUT_MS. */
+GS_API gs_status gs_comm_abort(gs_comm *comm);
 GS_API int gs_comm_rank(const gs_comm *comm);
 GS_API int gs_comm_size(const gs_comm *comm);
 /* The transport the communicator runs on. */
 GS_API gs_tp *gs_comm_tp(gs_comm *comm);
+
+/* gs_comm_split's color of a rank that joins no new communicator. */
+#define GS_COMM_NO_COLOR (-1)
+/*
+ * Collective over comm (every rank calls it, in the same order as its other
+ * calls): the ranks of each color >= 0 form a new communicator, ordered by
+ * key, then by their rank in comm (MPI_Comm_split, ncclCommSplit). A rank
+ * with color GS_COMM_NO_COLOR gets *newcomm_p = NULL. The new communicator
+ * has its own transport instance of comm's kind (its own connections among
+ * its ranks), sequence numbers and mismatch detection; it outlives nothing:
+ * destroy it before comm's context.
+ */
+GS_API gs_status gs_comm_split(gs_comm *comm, int color, int key, gs_comm **newcomm_p);
+/*
+ * A communicator of ranks[0..n) of comm (in that order: rank i of the new
+ * one is comm's rank ranks[i]), called by those ranks only, with the same
+ * list (MPI_Comm_create_group; what PyTorch's new_group needs). Groups with
+ * the same list are told apart by how many were made before on comm.
+ */
+GS_API gs_status gs_comm_create_group(gs_comm *comm, const int *ranks, int n, gs_comm **newcomm_p);
 
 /* recvbuf[i] = sendbuf[i] reduced over the ranks, count elements. */
 GS_API gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,

@@ -5,6 +5,7 @@
 #include "gradsync.h"
 #include "util/config.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@ typedef struct gs_boot_info {
     int rank;
     int size;
     int local_rank;                    /* -1 if unknown */
+    int local_size;                    /* -1 if unknown */
     char store_host[GS_BOOT_HOST_MAX]; /* host name or address of the store */
     int store_port;                    /* 0: no store address (a single process serves its own) */
     bool store_external;               /* the launcher serves the store: rank 0 only connects */
@@ -32,12 +34,27 @@ struct gs_ctx {
     char host_id[128]; /* identical exactly for ranks that can share memory */
     gs_store_client *store;
     gs_store_server *server; /* rank 0 when it serves the store, else NULL */
+    /* The store, seen three ways (store_kv.c):
+     *  - gradsync's own (store set, ext NULL, parent NULL): allgather and
+     *    barrier are requests the server answers;
+     *  - an external one (ext): set/get callbacks, allgather and barrier
+     *    built from them here;
+     *  - a group of a parent context's ranks (parent): the parent's store,
+     *    every key under prefix, allgather and barrier built from put/get. */
+    bool has_ext;
+    gs_kv_store ext;
+    pthread_mutex_t ext_lock; /* one call of ext at a time (groups' communicators may run in threads) */
+    gs_ctx *parent;
+    char prefix[96]; /* "" but in a group */
+    int *world;      /* a group: [size] the world rank of each of its ranks, else NULL */
+    unsigned kv_seq; /* allgathers and barriers built from put/get so far: names their keys */
     /* Transport opens through this context: gs_tp_open sets tp_open to
      * tp_next++ and the backends name their store exchanges with it. Every
      * rank opens in the same order; a process that replaces a lost rank
      * sets tp_next to the value the others agreed on (gs_ps recovery). */
     unsigned tp_next;
     unsigned tp_open;
+    unsigned comm_next; /* communicators created on it so far: names their store keys */
 };
 
 /* ---- discovery (discover.c, host_id.c) ---------------------------------- */
@@ -55,6 +72,32 @@ void gs_boot_host_id(char *buf, size_t cap);
 /* Creates a context from an already parsed configuration and an environment
  * (gs_ctx_create passes the process's; tests pass their own). */
 gs_status gs_boot_ctx_create(const gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_ctx **ctx_p);
+
+/* A context for a group of parent's ranks: members[i] is the parent rank
+ * of group rank i (in that order, without repeats), and this rank must be
+ * one of them. It uses the parent's store with every key under a prefix
+ * made from tag (unique among the parent's groups and the same on every
+ * member) and opens no connection; transports opened through it connect
+ * the members only. gs_ctx_destroy frees it; the parent must outlive it. */
+gs_status gs_boot_ctx_group(gs_ctx *parent, const char *tag, const int *members, int n, gs_ctx **ctx_p);
+/* The rank of ctx's rank r in the world (the root context): for groups. */
+int gs_boot_world_rank(const gs_ctx *ctx, int r);
+
+/* ---- store built from put/get (store_kv.c) --------------------------------- */
+
+/* Whether ctx's allgather and barrier are built from put/get here. */
+static inline bool gs_boot_kv_built(const gs_ctx *ctx)
+{
+    return ctx->has_ext || ctx->parent;
+}
+/* put and get of a full key on the root store (external or gradsync's own). */
+gs_status gs_boot_kv_put(gs_ctx *ctx, const char *key, const void *value, size_t len);
+gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms);
+/* allgather and barrier over put/get: every rank puts its part under a key
+ * named by ctx->kv_seq, the tag and its rank, then waits for the others';
+ * the deadline names the ranks that never came. */
+gs_status gs_boot_kv_allgather(gs_ctx *ctx, const char *tag, const void *blob, size_t len, void *out);
+gs_status gs_boot_kv_barrier(gs_ctx *ctx, const char *tag);
 
 /* ---- sockets (sock.c): status only, the caller reports with context ---- */
 

@@ -116,6 +116,8 @@ static gs_status from_torchrun(const env_reader *env, gs_boot_info *info, bool h
     status = rank_and_size(env, "RANK", "WORLD_SIZE", info);
     if (status == GS_OK && env_get(env, "LOCAL_RANK"))
         status = env_int(env, "LOCAL_RANK", 0, GS_STORE_RANKS_MAX - 1, &info->local_rank);
+    if (status == GS_OK && env_get(env, "LOCAL_WORLD_SIZE"))
+        status = env_int(env, "LOCAL_WORLD_SIZE", 1, GS_STORE_RANKS_MAX, &info->local_size);
     if (status != GS_OK || have_store || (info->size == 1 && !addr))
         return status;
     /* torchrun's own TCPStore holds MASTER_PORT: gradsync's store takes the next port. */
@@ -148,6 +150,8 @@ static gs_status from_open_mpi(const env_reader *env, gs_boot_info *info, bool h
     status = rank_and_size(env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", info);
     if (status == GS_OK && env_get(env, "OMPI_COMM_WORLD_LOCAL_RANK"))
         status = env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, GS_STORE_RANKS_MAX - 1, &info->local_rank);
+    if (status == GS_OK && env_get(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
+        status = env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, GS_STORE_RANKS_MAX, &info->local_size);
     if (status == GS_OK && env_get(env, "OMPI_COMM_WORLD_LOCAL_SIZE"))
         status = env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, GS_STORE_RANKS_MAX, &local_size);
     if (status != GS_OK || have_store || info->size == 1)
@@ -201,7 +205,8 @@ static gs_status parse_store(const gs_config *cfg, gs_boot_info *info)
 gs_status gs_boot_discover(const gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_boot_info *info_p)
 {
     env_reader env = {getenv_fn, arg};
-    gs_boot_info info = {.rank = 0, .size = 1, .local_rank = -1, .source = "single process"};
+    gs_boot_info info = {
+        .rank = 0, .size = 1, .local_rank = -1, .local_size = -1, .source = "single process"};
     bool have_store = cfg->store[0] != '\0';
     gs_status status = have_store ? parse_store(cfg, &info) : GS_OK;
 
@@ -221,6 +226,8 @@ gs_status gs_boot_discover(const gs_config *cfg, gs_getenv_fn getenv_fn, void *a
         info.local_rank = (int)cfg->local_rank;
     else if (info.local_rank < 0 && info.size == 1)
         info.local_rank = 0;
+    if (info.size == 1)
+        info.local_size = 1;
     info.store_external = cfg->store_external;
     if (info.store_external && info.store_port == 0)
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,

@@ -1,9 +1,11 @@
 /* The public store calls: argument checks, then one request each. */
 #include "bootstrap/store_client.h"
 
+#include "util/clock.h"
 #include "util/log.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 static uint32_t timeout_arg(const gs_ctx *ctx)
@@ -13,7 +15,7 @@ static uint32_t timeout_arg(const gs_ctx *ctx)
 
 static gs_status check_key(const gs_ctx *ctx, const char *what, const char *key)
 {
-    if (!ctx || !ctx->store)
+    if (!ctx || (!ctx->store && !gs_boot_kv_built(ctx)))
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "store %s: no context (call gs_ctx_create first)",
                        what);
     if (!key || !*key || strlen(key) > GS_STORE_KEY_MAX)
@@ -37,12 +39,26 @@ static gs_status check_value(const gs_ctx *ctx, const char *what, const char *ke
     return GS_OK;
 }
 
+/* key under ctx's prefix (a group's keys live apart from the parent's). */
+static gs_status full_key(const gs_ctx *ctx, const char *what, const char *key, char *buf, size_t cap)
+{
+    if ((size_t)snprintf(buf, cap, "%s%s", ctx->prefix, key) >= cap)
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID,
+                       "rank %d: store %s: the key '%s' is too long in a group", ctx->rank, what, key);
+    return GS_OK;
+}
+
 gs_status gs_store_put(gs_ctx *ctx, const char *key, const void *value, size_t len)
 {
     gs_store_request req = {.type = GS_STORE_PUT, .key = key, .value = value, .len = len};
+    char full[GS_STORE_KEY_MAX + 1];
     gs_status status = check_key(ctx, "put", key);
     if (status == GS_OK)
         status = check_value(ctx, "put", key, value, len);
+    if (status == GS_OK && gs_boot_kv_built(ctx)) {
+        status = full_key(ctx, "put", key, full, sizeof(full));
+        return status == GS_OK ? gs_boot_kv_put(ctx, full, value, len) : status;
+    }
     if (status == GS_OK)
         status = gs_boot_client_request(ctx->store, &req, NULL);
     return status;
@@ -52,10 +68,18 @@ gs_status gs_store_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size
 {
     gs_store_reply reply = {.buf = buf, .cap = buf ? cap : 0};
     gs_store_request req = {.type = GS_STORE_GET, .key = key};
+    char full[GS_STORE_KEY_MAX + 1];
     gs_status status = check_key(ctx, "get", key);
 
     if (status != GS_OK)
         return status;
+    if (gs_boot_kv_built(ctx)) {
+        status = full_key(ctx, "get", key, full, sizeof(full));
+        return status == GS_OK
+                   ? gs_boot_kv_get(ctx, full, buf, cap, len_p,
+                                    gs_deadline_left_ms(gs_deadline_after_ms(ctx->cfg.timeout_ms)))
+                   : status;
+    }
     req.arg = timeout_arg(ctx);
     status = gs_boot_client_request(ctx->store, &req, &reply);
     if (status == GS_OK && len_p)
@@ -76,6 +100,8 @@ gs_status gs_store_allgather(gs_ctx *ctx, const char *tag, const void *blob, siz
                          ctx->rank, tag);
     if (status != GS_OK)
         return status;
+    if (gs_boot_kv_built(ctx))
+        return gs_boot_kv_allgather(ctx, tag, blob, len, out);
     req.arg = timeout_arg(ctx);
     reply = (gs_store_reply){.buf = out, .cap = (size_t)ctx->size * len};
     status = gs_boot_client_request(ctx->store, &req, &reply);
@@ -92,6 +118,8 @@ gs_status gs_store_barrier(gs_ctx *ctx, const char *tag)
     gs_status status = check_key(ctx, "barrier", tag);
     if (status != GS_OK)
         return status;
+    if (gs_boot_kv_built(ctx))
+        return gs_boot_kv_barrier(ctx, tag);
     req.arg = timeout_arg(ctx);
     return gs_boot_client_request(ctx->store, &req, NULL);
 }

@@ -6,6 +6,7 @@
  *   prim.c      the steps every algorithm is made of (send, receive-reduce-forward, ...)
  *   engine.c    request queue, progress, waiting, the progress thread
  *   fail.c      a communicator's failure: the calls it ends, the peers told, its one sentence
+ *   split.c     sub-communicators: split by color, or from a list of ranks
  *   desc.c      call descriptors: checks and the mismatch messages
  *   select.c    which algorithm runs a call
  *   layout.c    cutting a call into chunk columns
@@ -207,6 +208,10 @@ struct gs_comm {
     gs_ctx *ctx;
     gs_tp *tp;
     bool own_tp;
+    bool own_ctx;     /* a sub-communicator's group context, destroyed with it */
+    unsigned splits;  /* gs_comm_split calls so far: name the groups */
+    uint64_t *groups; /* gs_comm_create_group: hash of each rank list made so far (names repeats) */
+    size_t ngroups;
     const gs_config *cfg;
     int rank;
     int size;

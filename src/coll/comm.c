@@ -11,6 +11,7 @@
 
 #include "bootstrap/boot.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #include <sched.h>
@@ -21,8 +22,6 @@
 #include <unistd.h>
 
 #define GS_COLL_REQ_POOL 8
-
-static atomic_uint comm_count;
 
 uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i)
 {
@@ -310,6 +309,9 @@ static void release(gs_comm *comm)
     if (comm->own_tp && comm->tp && gs_tp_close(comm->tp) != GS_OK)
         gs_log_warn(COLL, "rank %d: closing the communicator's transport failed: %s", comm->rank,
                     gs_last_error());
+    if (comm->own_ctx)
+        gs_ctx_destroy(comm->ctx);
+    free(comm->groups);
     free(comm->out_pending);
     free(comm->out_call);
     free(comm->out_unit);
@@ -335,7 +337,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
     comm->cfg = &ctx->cfg;
     comm->rank = ctx->rank;
     comm->size = ctx->size;
-    comm->id = atomic_fetch_add(&comm_count, 1);
+    comm->id = ctx->comm_next++; /* the same on every rank of ctx: they create in the same order */
     comm->nt_bytes = GS_COLL_NT_BYTES;
     comm->parts_bytes = comm->size == 2 ? GS_BOX_HALVES_BYTES : GS_BOX_PARTS_BYTES;
     comm->tp = tp;
@@ -381,19 +383,46 @@ gs_status gs_comm_destroy(gs_comm *comm)
         gs_log_warn(COLL, "rank %d: destroying a communicator with requests in flight (call #%llu on)",
                     comm->rank, (unsigned long long)comm->head->op.seq);
     /* no peer may still be writing into our inbox when it goes: wait for
-     * every rank. After a failure the wait is only a courtesy (a peer may
-     * be gone): its outcome is not an error. */
-    if (comm->size > 1) {
+     * every rank. After a failure there is no wait (a peer may be gone, and
+     * what a live one still writes lands in memory no one reads, or fails
+     * at its end). */
+    if (comm->size > 1 && comm->failed == GS_OK) {
         snprintf(tag, sizeof(tag), "coll/%u/destroy", comm->id);
         st = gs_store_barrier(comm->ctx, tag);
-        if (st != GS_OK && comm->failed == GS_OK)
+        if (st != GS_OK)
             gs_log_warn(COLL, "rank %d: the other ranks did not all reach gs_comm_destroy: %s", comm->rank,
                         gs_last_error());
-        if (comm->failed != GS_OK)
-            st = GS_OK;
     }
     release(comm);
     return st;
+}
+
+/* The abort notices leave before the transport goes: completions are
+ * polled (and dropped) until every peer's notice completed or 250 ms. */
+static void flush_notices(gs_comm *comm)
+{
+    uint64_t deadline = gs_deadline_after_ms(250);
+    int left = comm->size - 1, n = 0;
+    while (left > 0 && !gs_deadline_passed(deadline) && gs_tp_poll(comm->tp, comm->wcs, 32, &n) == GS_OK)
+        for (int i = 0; i < n; i++)
+            left -= comm->wcs[i].opcode == GS_WC_WRITE_IMM && (comm->wcs[i].wr_id >> 56) == GS_WR_ABORT;
+}
+
+gs_status gs_comm_abort(gs_comm *comm)
+{
+    char text[96];
+    if (!comm)
+        return GS_OK;
+    if (comm->threaded)
+        gs_engine_thread_stop(comm);
+    if (comm->failed == GS_OK && comm->size > 1) {
+        snprintf(text, sizeof(text), "rank %d aborted the communicator (gs_comm_abort)", comm->rank);
+        gs_engine_fail(comm, GS_ERR_PEER_LOST, gs_engine_current_seq(comm), text, true);
+        flush_notices(comm);
+    }
+    gs_log_info(COLL, "rank %d: communicator %u aborted", comm->rank, comm->id);
+    release(comm);
+    return GS_OK;
 }
 
 int gs_comm_rank(const gs_comm *comm)

@@ -85,6 +85,14 @@ static bool names_call(const char *text, uint64_t seq)
     return false;
 }
 
+/* Whether text is about the teller itself ("rank T ..."). */
+static bool names_self(const char *text, int teller)
+{
+    char head[24];
+    int n = snprintf(head, sizeof(head), "rank %d ", teller);
+    return strncmp(text, head, (size_t)n) == 0;
+}
+
 /* The sentence of the failure of call seq (see the top of the file) into
  * comm->failed_text, from comm->failed_raw and failed_teller (the rank that
  * reported it, -1 when this rank found it); kind: the call's, if known. */
@@ -101,8 +109,10 @@ static void compose(gs_comm *comm, uint64_t seq, const char *kind)
     comm->failed_named = kind != NULL;
     snprintf(call, sizeof(call), "%s #%" PRIu64, kind ? kind : "call", seq);
     if (teller >= 0 && gs_error_peer_lost_parse(detail, &lost, cause, sizeof(cause)) && lost != comm->rank)
-        snprintf(out, cap, "rank %d: %s: rank %d lost (%s%d: %s): did it exit or crash?", comm->rank, call, lost,
-                 strncmp(cause, "seen by rank ", 13) == 0 ? "" : "seen by rank ", teller, cause);
+        snprintf(out, cap, "rank %d: %s: rank %d lost (%s%d: %s): did it exit or crash?", comm->rank, call,
+                 lost, strncmp(cause, "seen by rank ", 13) == 0 ? "" : "seen by rank ", teller, cause);
+    else if (teller >= 0 && names_self(detail, teller))
+        snprintf(out, cap, "rank %d: %s: %s", comm->rank, call, detail); /* "rank T aborted ..." */
     else if (teller >= 0 && names_call(detail, seq))
         snprintf(out, cap, "rank %d: rank %d reports: %s", comm->rank, teller, detail);
     else if (teller >= 0)

@@ -25,8 +25,10 @@ static void assert_peer_lost_shape(const char *text, int rank, int lost)
 {
     char pattern[256], head[64];
     regex_t re;
-    snprintf(pattern, sizeof(pattern),
-             "^rank %d: allreduce #[0-9]+: rank %d lost \\(([^()]|\\([^()]*\\))+\\): did it exit or crash\\?$", rank, lost);
+    snprintf(
+        pattern, sizeof(pattern),
+        "^rank %d: allreduce #[0-9]+: rank %d lost \\(([^()]|\\([^()]*\\))+\\): did it exit or crash\\?$",
+        rank, lost);
     GS_ASSERT_EQ(regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB), 0);
     int rc = regexec(&re, text, 0, NULL, 0);
     regfree(&re);

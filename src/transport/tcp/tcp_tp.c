@@ -92,13 +92,13 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         tp->base.ops = &gs_tcp_ops;
         tp->base.ctx = ctx;
         tp->instance = ctx->tp_open; /* the same on every rank for this open (see gs_ctx) */
-        status = gs_tcp_netns_enter(cfg, ctx->rank, &saved_ns);
+        status = gs_tcp_netns_enter(cfg, gs_boot_world_rank(ctx, ctx->rank), &saved_ns);
     }
     if (status == GS_OK)
         status = exchange_addresses(tp, ctx, &lfd, blobs);
     if (status == GS_OK)
         status = connect_peers(tp, lfd, blobs);
-    gs_tcp_netns_leave(saved_ns, ctx->rank);
+    gs_tcp_netns_leave(saved_ns, gs_boot_world_rank(ctx, ctx->rank));
     if (lfd >= 0)
         close(lfd);
     if (status == GS_OK)
