@@ -57,6 +57,10 @@ step() {
     t0=$(date +%s)
     timeout -k 5 "$limit" "$@" >"$log" 2>&1 || rc=$?
     skips=$(grep '^\[ SKIP \]' "$log" | grep -cv 'without_a_device' || true)
+    if [ $rc -eq 0 ] && grep -q '^0 passed, 0 failed, 0 skipped' "$log"; then
+        echo "rxe-vm ci: $name: no case ran" >&2
+        rc=1
+    fi
     if [ $rc -eq 0 ] && [ "$skips" -gt 0 ]; then
         echo "rxe-vm ci: $name: $skips case(s) skipped in the guest, where they must run:" >&2
         grep -B2 '^\[ SKIP \]' "$log" >&2
@@ -115,6 +119,10 @@ list=$(verbs_test_binaries "$build")
 mapfile -t tests <<<"$list"
 for t in "${!GUEST_CASES[@]}"; do
     [[ " ${tests[*]} " == *" $t "* ]] || { echo "rxe-vm ci: GUEST_CASES names $t, which has no verbs cases" >&2; exit 1; }
+    for c in ${GUEST_CASES[$t]}; do
+        GS_TEST_TRANSPORT=verbs "$build/tests/$t" --list "$c" | grep -q '^verbs\.' ||
+            { echo "rxe-vm ci: GUEST_CASES[$t] names '$c', which no verbs case of $t matches" >&2; exit 1; }
+    done
 done
 echo "== rxe-vm ci: test binaries with verbs cases: ${tests[*]}"
 out=${GS_RXE_CI_OUT:-$build/rxe-vm-ci}
