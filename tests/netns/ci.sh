@@ -101,7 +101,7 @@ gsperf_two_hosts() { # label store-address
         echo "netns: gsperf over $1, store at $2 in ${tag}r0, rank 1 in ${tag}r1: ok ($(grep -c '^ *[0-9]' "$log0") rows)"
         grep -A3 "write_imm latency" "$log0" | sed 's/^/netns:   /'
     else
-        tail -20 "$log0" "$log1"
+        tail -n 20 "$log0" "$log1"
         echo "netns: FAILED: gsperf over $1 (rank 0 rc $rc0, rank 1 rc $rc1, logs $log0 $log1)" >&2
         failed=1
     fi
