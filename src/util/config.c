@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,26 +165,93 @@ static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg
     return status;
 }
 
-gs_status gs_config_parse(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg)
+#define PROBLEM_MAX (GS_CONFIG_STR_MAX + 256) /* one problem's sentence */
+
+/* Reports one problem of parameter i and puts its default in its place. */
+static void __attribute__((format(printf, 5, 6)))
+report_bad(gs_config *cfg, int i, gs_config_report_fn report, void *arg, const char *fmt, ...)
 {
-    gs_config parsed;
-    memset(&parsed, 0, sizeof(parsed));
+    char problem[PROBLEM_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(problem, sizeof(problem), fmt, ap);
+    va_end(ap);
+    report(i, problem, arg);
+    parse_one(&params[i], params[i].info.def, cfg);
+}
+
+static int param_at_offset(size_t offset)
+{
+    int i = 0;
+    while (params[i].offset != offset)
+        i++;
+    return i;
+}
+#define PARAM_OF(field) param_at_offset(offsetof(gs_config, field))
+
+/* Values that parse but are out of range; each reported, the default put in
+ * its place. Returns how many. */
+static int check_ranges(gs_config *cfg, gs_config_report_fn report, void *arg)
+{
+    int problems = 0;
+    unsigned mask;
+    if (cfg->timeout_ms <= 0) {
+        report_bad(cfg, PARAM_OF(timeout_ms), report, arg,
+                   "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
+                   cfg->timeout_ms);
+        problems++;
+    }
+    if (cfg->chunk_bytes < 4096) {
+        report_bad(cfg, PARAM_OF(chunk_bytes), report, arg,
+                   "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", cfg->chunk_bytes);
+        problems++;
+    }
+    if (gs_log_parse_subsys(cfg->log_subsys, &mask) != GS_OK) {
+        report_bad(cfg, PARAM_OF(log_subsys), report, arg,
+                   "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
+                   "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
+                   cfg->log_subsys);
+        problems++;
+    }
+    return problems;
+}
+
+/* Parses every parameter through getenv_fn (defaults where unset) into cfg,
+ * reporting each malformed value and putting its default in its place.
+ * Returns how many were malformed. */
+static int parse_all(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_config_report_fn report,
+                     void *report_arg)
+{
+    int problems = 0;
+    memset(cfg, 0, sizeof(*cfg));
     for (int i = 0; i < PARAM_COUNT; i++) {
         const param_desc *d = &params[i];
         const char *text = getenv_fn(d->info.var, arg);
-        bool from_env = text != NULL;
-        if (parse_one(d, from_env ? text : d->info.def, &parsed) != GS_OK)
-            return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG, "%s='%s' is not valid: expected %s%s", d->info.var,
-                           from_env ? text : d->info.def, accepted_forms(d),
-                           d->type == T_STR ? " shorter than 256 bytes" : "");
+        if (!text)
+            text = d->info.def;
+        if (parse_one(d, text, cfg) == GS_OK)
+            continue;
+        report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.var, text,
+                   accepted_forms(d), d->type == T_STR ? " shorter than 256 bytes" : "");
+        problems++;
     }
-    if (parsed.timeout_ms <= 0)
-        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG,
-                       "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
-                       parsed.timeout_ms);
-    if (parsed.chunk_bytes < 4096)
-        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG,
-                       "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", parsed.chunk_bytes);
+    return problems + check_ranges(cfg, report, report_arg);
+}
+
+static void keep_first(int param, const char *problem, void *arg)
+{
+    char *first = arg;
+    (void)param;
+    if (!first[0])
+        snprintf(first, PROBLEM_MAX, "%s", problem);
+}
+
+gs_status gs_config_parse(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg)
+{
+    gs_config parsed;
+    char first[PROBLEM_MAX] = "";
+    if (parse_all(&parsed, getenv_fn, arg, keep_first, first) > 0)
+        return gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG, "%s", first);
     *cfg = parsed;
     return GS_OK;
 }
@@ -246,23 +314,55 @@ static bool param_known(const char *name, size_t len)
     return false;
 }
 
-int gs_config_warn_unknown(char *const *envp)
+/* Reports each GS_* variable in envp that no parameter has, with the closest
+ * known name. Returns how many. */
+static int report_unknown(char *const *envp, gs_config_report_fn report, void *arg)
 {
     int count = 0;
     for (char *const *e = envp; e && *e; e++) {
         const char *eq = strchr(*e, '=');
-        char name[128];
+        char name[128], problem[256];
         const char *closest;
         if (strncmp(*e, "GS_", 3) != 0 || !eq || param_known(*e, (size_t)(eq - *e)) ||
             harness_variable(*e, (size_t)(eq - *e)))
             continue;
         snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
         closest = gs_param_closest(name);
-        gs_log_warn(UTIL, "unknown variable %s ignored%s%s%s (gsinfo --params lists them all)", name,
-                    closest ? "; did you mean " : "", closest ? closest : "", closest ? "?" : "");
+        snprintf(problem, sizeof(problem),
+                 "unknown variable %s ignored%s%s%s (gsinfo --params lists them all)", name,
+                 closest ? "; did you mean " : "", closest ? closest : "", closest ? "?" : "");
+        report(-1, problem, arg);
         count++;
     }
     return count;
+}
+
+static void warn_problem(int param, const char *problem, void *arg)
+{
+    (void)param;
+    (void)arg;
+    gs_log_warn(UTIL, "%s", problem);
+}
+
+int gs_config_warn_unknown(char *const *envp)
+{
+    return report_unknown(envp, warn_problem, NULL);
+}
+
+/* getenv over an environment array. */
+static const char *envp_getenv(const char *name, void *arg)
+{
+    char *const *envp = arg;
+    size_t len = strlen(name);
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+            return *e + len + 1;
+    return NULL;
+}
+
+int gs_config_check(char *const *envp, gs_config *cfg, gs_config_report_fn report, void *arg)
+{
+    return parse_all(cfg, envp_getenv, (void *)envp, report, arg) + report_unknown(envp, report, arg);
 }
 
 void gs_param_format(const gs_config *cfg, int i, char *buf, size_t cap)
@@ -302,16 +402,10 @@ static char process_error[1024];
 static void load_process_config(void)
 {
     process_status = gs_config_parse(&process_config, real_getenv, NULL);
+    if (process_status == GS_OK) /* the parse checked GS_LOG_SUBSYS */
+        process_status =
+            gs_log_configure(process_config.log_level, process_config.log_subsys, process_config.log_file);
     if (process_status != GS_OK) {
-        snprintf(process_error, sizeof(process_error), "%s", gs_last_error());
-        return;
-    }
-    if (gs_log_configure(process_config.log_level, process_config.log_subsys, process_config.log_file) !=
-        GS_OK) {
-        process_status = gs_fail(GS_SUBSYS_UTIL, GS_ERR_CONFIG,
-                                 "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
-                                 "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
-                                 process_config.log_subsys);
         snprintf(process_error, sizeof(process_error), "%s", gs_last_error());
         return;
     }

@@ -124,9 +124,18 @@ typedef const char *(*gs_getenv_fn)(const char *name, void *arg);
  * value is GS_ERR_CONFIG with gs_last_error() naming the variable and the
  * accepted forms. */
 gs_status gs_config_parse(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg);
-/* Warns (once per name) about each GS_* variable in envp that no parameter
- * has, with the closest known name. Returns how many it warned about. */
+/* Warns about each GS_* variable in envp that no parameter has, with the
+ * closest known name. Returns how many it warned about. */
 int gs_config_warn_unknown(char *const *envp);
+/* One problem of a configuration, as a sentence: param is the parameter's
+ * index, or -1 for a variable no parameter has. */
+typedef void (*gs_config_report_fn)(int param, const char *problem, void *arg);
+/* Checks the configuration in envp as gs_config_parse and
+ * gs_config_warn_unknown do, reporting every problem (a malformed value: the
+ * variable, the value, the accepted forms; an unknown GS_* name: the closest
+ * known one) instead of stopping at the first. cfg gets the configuration,
+ * the default in place of each malformed value. Returns how many problems. */
+int gs_config_check(char *const *envp, gs_config *cfg, gs_config_report_fn report, void *arg);
 /* The process configuration, parsed from the environment on first use. */
 gs_status gs_config_get(const gs_config **cfg_p);
 /* The table, for gsinfo: count and one entry. */

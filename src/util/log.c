@@ -29,7 +29,7 @@ void gs_log_set_rank(int rank)
     log_rank = rank;
 }
 
-static gs_status parse_subsys(const char *list, unsigned *mask_p)
+gs_status gs_log_parse_subsys(const char *list, unsigned *mask_p)
 {
     unsigned mask = 0;
     char buf[256];
@@ -80,7 +80,7 @@ gs_status gs_log_configure(int level, const char *subsys_list, const char *file)
     unsigned mask;
     if (gethostname(log_host, sizeof(log_host)) != 0)
         snprintf(log_host, sizeof(log_host), "?");
-    if (parse_subsys(subsys_list && *subsys_list ? subsys_list : "all", &mask) != GS_OK)
+    if (gs_log_parse_subsys(subsys_list && *subsys_list ? subsys_list : "all", &mask) != GS_OK)
         return GS_ERR_CONFIG;
     gs_log_level_now = level;
     gs_log_subsys_mask = mask;

@@ -42,6 +42,9 @@ static inline bool gs_log_enabled(gs_log_level level, gs_log_subsys subsys)
     return (int)level <= gs_log_level_now && (gs_log_subsys_mask & (1u << subsys));
 }
 
+/* The bit mask of a GS_LOG_SUBSYS list ("all" or names, comma separated);
+ * GS_ERR_CONFIG for a name no subsystem has. */
+gs_status gs_log_parse_subsys(const char *list, unsigned *mask_p);
 /* Applies GS_LOG_LEVEL, GS_LOG_SUBSYS, GS_LOG_FILE from the configuration. */
 gs_status gs_log_configure(int level, const char *subsys_list, const char *file);
 /* The rank printed on every line (-1 until known). */

@@ -8,6 +8,7 @@
  *
  * Run: test_binary [substring...]   (only tests whose name contains one)
  * The last line is "N passed, N failed, N skipped".
+ * List: test_binary --list [substring...]   (the names it would run, one a line)
  */
 #ifndef GS_TEST_H
 #define GS_TEST_H

@@ -116,12 +116,23 @@ static int run_one(const test_entry *t, int timeout_s)
     return result;
 }
 
+/* --list [substring...]: the names a run would run, one a line, none run. */
+static int list_tests(int argc, char **argv)
+{
+    for (int i = 0; i < test_count; i++)
+        if (selected(tests[i].name, argc, argv))
+            printf("%s\n", tests[i].name);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int passed = 0, failed = 0, skipped = 0;
     const char *env_timeout = getenv("GS_TEST_TIMEOUT_S");
     int timeout_s = env_timeout ? atoi(env_timeout) : 120;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && strcmp(argv[1], "--list") == 0)
+        return list_tests(argc - 1, argv + 1);
     for (int i = 0; i < test_count; i++) {
         const test_entry *t = &tests[i];
         if (!selected(t->name, argc, argv))

@@ -9,6 +9,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+APT_GET=$HERE/../../scripts/apt-get-wait.sh  # apt-get, waiting for another apt or dpkg
 CACHE=${GS_RXE_CACHE:-$HOME/.cache/gradsync-rxe}
 PACKAGES=(qemu-system-x86 busybox-static kmod cpio iproute2 rdma-core
           ibverbs-providers ibverbs-utils xz-utils zstd)
@@ -19,6 +20,7 @@ log() { echo "rxe-vm setup: $*" >&2; }
 die() { echo "rxe-vm setup: error: $*" >&2; exit 1; }
 
 # Step 1: host packages. apt-get update only when something cannot be found.
+# Another apt or dpkg at work is waited for (up to 10 minutes).
 install_packages() {
     local missing=() p
     for p in "${PACKAGES[@]}"; do
@@ -29,10 +31,10 @@ install_packages() {
     [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run this script as root"
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y --no-install-recommends "${missing[@]}"; then
+    if ! "$APT_GET" install -y --no-install-recommends "${missing[@]}"; then
         log "install failed; running apt-get update once and retrying"
-        apt-get update
-        apt-get install -y --no-install-recommends "${missing[@]}"
+        "$APT_GET" update
+        "$APT_GET" install -y --no-install-recommends "${missing[@]}"
     fi
 }
 
@@ -43,7 +45,7 @@ kernel_package() {
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
           awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
     if [ -z "$pkg" ]; then
-        apt-get update >&2
+        "$APT_GET" update >&2
         pkg=$(apt-cache depends linux-image-amd64 |
               awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
     fi

@@ -166,6 +166,64 @@ GS_TEST(config_warns_about_unknown_variables_with_the_closest_name)
     GS_ASSERT(gs_param_closest("GS_ZZZZZZZZZZZZ") == NULL);
 }
 
+typedef struct check_log {
+    int count;
+    int params[8];
+    char text[2048];
+} check_log;
+
+static void log_problem(int param, const char *problem, void *arg)
+{
+    check_log *log = arg;
+    if (log->count < 8)
+        log->params[log->count] = param;
+    log->count++;
+    strncat(log->text, problem, sizeof(log->text) - strlen(log->text) - 2);
+    strcat(log->text, "\n");
+}
+
+static int param_index(const char *var)
+{
+    for (int i = 0; i < gs_param_count(); i++)
+        if (strcmp(gs_param_info_at(i)->var, var) == 0)
+            return i;
+    return -1;
+}
+
+GS_TEST(config_check_reports_every_problem_and_keeps_the_rest)
+{
+    char *envp[] = {"GS_TIMEOUT_MS=soon", "GS_ALGO=ring", "GS_LOG_SUBSYS=disk",    "GS_CHUNK_BYTES=1K",
+                    "GS_TRANSPRT=tcp",    "PATH=/bin",    "GS_TEST_TRANSPORT=tcp", NULL};
+    char *clean[] = {"GS_ALGO=rd", "HOME=/", NULL};
+    check_log log = {0};
+    gs_config cfg;
+    GS_ASSERT_EQ(gs_config_check(envp, &cfg, log_problem, &log), 4);
+    GS_ASSERT_EQ(log.count, 4);
+    /* each malformed value in table order, then the range checks, then unknown names */
+    GS_ASSERT_EQ(log.params[0], param_index("GS_TIMEOUT_MS"));
+    GS_ASSERT_EQ(log.params[1], param_index("GS_CHUNK_BYTES"));
+    GS_ASSERT_EQ(log.params[2], param_index("GS_LOG_SUBSYS"));
+    GS_ASSERT_EQ(log.params[3], -1);
+    GS_ASSERT_CONTAINS(log.text, "GS_TIMEOUT_MS='soon' is not valid: expected a decimal integer\n");
+    GS_ASSERT_CONTAINS(log.text, "GS_CHUNK_BYTES=1024 is not valid: expected at least 4K\n");
+    GS_ASSERT_CONTAINS(log.text, "GS_LOG_SUBSYS='disk' is not valid");
+    GS_ASSERT_CONTAINS(log.text, "unknown variable GS_TRANSPRT ignored; did you mean GS_TRANSPORT?");
+    /* defaults stand in for the malformed values; the good one is kept */
+    GS_ASSERT_EQ(cfg.timeout_ms, 30000);
+    GS_ASSERT_U64_EQ(cfg.chunk_bytes, 256 * 1024);
+    GS_ASSERT_STR_EQ(cfg.log_subsys, "all");
+    GS_ASSERT_EQ(cfg.algo, GS_ALGO_RING);
+    memset(&log, 0, sizeof(log));
+    GS_ASSERT_EQ(gs_config_check(clean, &cfg, log_problem, &log), 0);
+    GS_ASSERT_EQ(log.count, 0);
+    GS_ASSERT_EQ(cfg.algo, GS_ALGO_RD);
+}
+
+GS_TEST(config_parse_stops_at_a_bad_log_subsys)
+{
+    expect_config_error("GS_LOG_SUBSYS", "tcp,disk", "comma-separated list");
+}
+
 GS_TEST(config_process_copy_reports_bad_environment)
 {
     const gs_config *cfg;
