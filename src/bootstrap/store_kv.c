@@ -119,7 +119,8 @@ gs_status gs_boot_kv_allgather(gs_ctx *ctx, const char *tag, const void *blob, s
             missing_ranks(ctx, n, tag, r, who, sizeof(who));
             return gs_fail(GS_SUBSYS_BOOT, GS_ERR_TIMEOUT,
                            "rank %d: store %s '%s': rank %s did not come within %lld ms (GS_TIMEOUT_MS)",
-                           ctx->rank, len ? "allgather" : "barrier", tag, who, (long long)ctx->cfg.timeout_ms);
+                           ctx->rank, len ? "allgather" : "barrier", tag, who,
+                           (long long)ctx->cfg.timeout_ms);
         }
         if (st == GS_OK && got != len)
             st = gs_fail(GS_SUBSYS_BOOT, GS_ERR_PROTOCOL,

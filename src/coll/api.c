@@ -215,6 +215,8 @@ static gs_req *req_get(gs_comm *comm)
     if (req) {
         req->pooled = true;
         req->comm = comm;
+        req->all_next = comm->all_reqs;
+        comm->all_reqs = req;
     }
     return req;
 }

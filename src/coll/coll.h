@@ -179,6 +179,7 @@ struct gs_req {
     gs_status status; /* GS_INPROGRESS until done */
     bool pooled;      /* from the pool (gs_req_test/wait release it) */
     gs_req *next;     /* queue or free list */
+    gs_req *all_next; /* pooled: every request the communicator made (freed with it) */
     uint8_t *fused;   /* allreduce_multi's buffer, kept for the next call */
     size_t fused_cap;
 };
@@ -242,6 +243,7 @@ struct gs_comm {
     uint64_t seq_done;   /* calls finished */
     gs_req *head, *tail; /* started, not finished, in order */
     gs_req *free_reqs;
+    gs_req *all_reqs; /* every pooled request, wherever it is (queue, free list, the caller's hands) */
     gs_req sync_req;         /* the blocking calls' request */
     uint64_t progress_count; /* bumped whenever anything moves */
     uint64_t progress_seen;  /* its value when progress_ns was taken */

@@ -273,21 +273,24 @@ static gs_status alloc_requests(gs_comm *comm)
         req->comm = comm;
         req->next = comm->free_reqs;
         comm->free_reqs = req;
+        req->all_next = comm->all_reqs;
+        comm->all_reqs = req;
     }
     comm->sync_req.comm = comm;
     return GS_OK;
 }
 
-static void free_request_list(gs_req *req)
+/* Every request made, wherever it is now: queued, free, or in the
+ * caller's hands after a failure or an abort (gs_comm_abort frees those). */
+static void free_requests(gs_comm *comm)
 {
-    while (req) {
-        gs_req *next = req->next;
+    for (gs_req *req = comm->all_reqs, *next; req; req = next) {
+        next = req->all_next;
         gs_coll_user_close(&req->op);
         gs_pages_free(req->fused, req->fused_cap);
-        if (req->pooled)
-            free(req);
-        req = next;
+        free(req);
     }
+    comm->all_reqs = comm->free_reqs = comm->head = comm->tail = NULL;
 }
 
 static void release(gs_comm *comm)
@@ -296,8 +299,8 @@ static void release(gs_comm *comm)
         gs_engine_thread_stop(comm);
     gs_box_close(comm);
     gs_pages_free(comm->scratch, comm->box_chunk);
-    free_request_list(comm->free_reqs);
-    free_request_list(comm->head);
+    gs_coll_user_close(&comm->sync_req.op); /* nothing if it holds no registration */
+    free_requests(comm);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
     gs_coll_user_drop(comm);
     if (comm->inbox && gs_mr_dereg(comm->inbox) != GS_OK)

@@ -44,7 +44,8 @@ static gs_status make_group(gs_comm *parent, const char *tag, const int *members
     }
     comm->own_tp = true;
     comm->own_ctx = true;
-    gs_log_debug(COLL, "rank %d: sub-communicator %s: rank %d of %d", parent->rank, tag, comm->rank, comm->size);
+    gs_log_debug(COLL, "rank %d: sub-communicator %s: rank %d of %d", parent->rank, tag, comm->rank,
+                 comm->size);
     *comm_p = comm;
     return GS_OK;
 }
@@ -76,7 +77,8 @@ gs_status gs_comm_split(gs_comm *comm, int color, int key, gs_comm **newcomm_p)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_comm_split: comm and newcomm_p must not be NULL");
     if (color < GS_COMM_NO_COLOR)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID,
-                       "rank %d: gs_comm_split: color %d: use a color >= 0 or GS_COMM_NO_COLOR", comm->rank, color);
+                       "rank %d: gs_comm_split: color %d: use a color >= 0 or GS_COMM_NO_COLOR", comm->rank,
+                       color);
     serial = comm->splits++;
     votes = gs_calloc((size_t)comm->size, sizeof(*votes));
     members = gs_calloc((size_t)comm->size, sizeof(*members));

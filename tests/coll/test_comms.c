@@ -176,7 +176,8 @@ static void abort_body(gs_ctx *ctx, int rank, void *argp)
         GS_ASSERT_LT((gs_now_ns() - t0) / 1000000u, 1000);
     } else {
         GS_ASSERT_STATUS(gs_allreduce(comm, x, x, 1u << 18, GS_F32, GS_SUM), GS_ERR_PEER_LOST);
-        fprintf(stderr, "  rank %d: %s after %.0f ms\n", rank, gs_last_error(), (double)(gs_now_ns() - t0) / 1e6);
+        fprintf(stderr, "  rank %d: %s after %.0f ms\n", rank, gs_last_error(),
+                (double)(gs_now_ns() - t0) / 1e6);
         GS_ASSERT_LT((gs_now_ns() - t0) / 1000000u, 2000);
         GS_ASSERT_CONTAINS(gs_last_error(), ": allreduce #2: rank 1 aborted the communicator");
         t0 = gs_now_ns();
