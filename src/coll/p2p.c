@@ -1063,6 +1063,11 @@ gs_status gs_p2p_open(gs_comm *comm)
     return st;
 }
 
+void gs_p2p_force_fragments(gs_comm *comm)
+{
+    comm->p2p->user_mem = false;
+}
+
 void gs_p2p_close(gs_comm *comm)
 {
     gs_p2p *p = comm->p2p;

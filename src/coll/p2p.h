@@ -53,6 +53,9 @@ gs_status gs_p2p_complete(gs_comm *comm, const gs_wc *wc);
  * progress). */
 bool gs_p2p_busy(const gs_comm *comm);
 gs_status gs_p2p_progress(gs_comm *comm);
+/* Tests: this rank sends large messages in fragments, as where the
+ * transport cannot register user memory. */
+void gs_p2p_force_fragments(gs_comm *comm);
 /* gs_req_test / gs_req_wait of a p2p request (not releasing it). */
 gs_status gs_p2p_test(gs_req *req);
 gs_status gs_p2p_wait(gs_req *req);

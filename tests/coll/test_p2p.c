@@ -9,6 +9,8 @@
  */
 #include "coll_check.h"
 
+#include "coll/coll.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -53,6 +55,8 @@ static void pingpong_body(gs_ctx *ctx, int rank, void *argp)
     int n = gs_ctx_size(ctx), next = (rank + 1) % n, prev = (rank + n - 1) % n;
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, a->transport, &tp);
+    if (a->param) /* large messages in fragments, as without user memory */
+        gs_p2p_force_fragments(comm);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
             gs_dtype dt = types[t];
@@ -97,6 +101,11 @@ CC_TEST(pingpong_2)
     cc_run_env(transport, 2, pingpong_body, 0, NULL);
 }
 
+CC_TEST(pingpong_2_fragments)
+{
+    cc_run_env(transport, 2, pingpong_body, 1, NULL);
+}
+
 CC_TEST(ring_3)
 {
     cc_run_env(transport, 3, pingpong_body, 0, NULL);
@@ -127,6 +136,8 @@ static void fifo_body(gs_ctx *ctx, int rank, void *argp)
     int n = gs_ctx_size(ctx);
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, a->transport, &tp);
+    if (a->param && rank == 2) /* its large messages in fragments */
+        gs_p2p_force_fragments(comm);
     if (rank != 0) {
         gs_req *req[FIFO_MSGS];
         int32_t *buf[FIFO_MSGS];
@@ -165,7 +176,7 @@ CC_TEST(fifo_2)
 
 CC_TEST(fifo_3)
 {
-    cc_run_env(transport, 3, fifo_body, 0, NULL);
+    cc_run_env(transport, 3, fifo_body, 1, NULL);
 }
 
 /* ---- any source ------------------------------------------------------------------------ */
