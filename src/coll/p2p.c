@@ -849,7 +849,7 @@ gs_status gs_p2p_wait(gs_req *req)
     gs_comm *comm = req->comm;
     gs_status st;
     lock(comm);
-    for (;;) {
+    while (req->status == GS_INPROGRESS) {
         advance(comm, req);
         if (req->status != GS_INPROGRESS)
             break;
@@ -908,7 +908,8 @@ static gs_status check_args(gs_comm *comm, const char *fn, const void *buf, size
 static void init_op(gs_req *req, gs_comm *comm, int kind, size_t count, gs_dtype dtype, int peer, int tag)
 {
     gs_p2p_op *op = &req->p2p;
-    memset(op, 0, sizeof(*op));
+    memset(op, 0, offsetof(gs_p2p_op, err)); /* the sentence is written when it fails */
+    op->err[0] = '\0';
     req->comm = comm;
     req->status = GS_INPROGRESS;
     req->next = NULL;
