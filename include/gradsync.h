@@ -468,9 +468,11 @@ GS_API gs_status gs_req_wait(gs_req *req);
  * earliest arrived message with the tag from any rank. Receives of one tag
  * are matched in the order they were posted. The types of both sides must
  * agree (else GS_ERR_MISMATCH on the receiving side); a message longer than
- * the receive buffer is GS_ERR_MISMATCH on both sides naming both sizes
- * (nothing is written past the buffer; the message is consumed). A rank may
- * send to itself (the payload is copied).
+ * the receive buffer is GS_ERR_MISMATCH naming both sizes, for the receive
+ * and, above the eager size, for the send (nothing is written past the
+ * buffer; the message is consumed). A rank may send to itself (the payload
+ * is copied). Send/recv needs the communicator's own transport (tp NULL at
+ * gs_comm_create, or one opened for it alone).
  *
  * Blocking: gs_send returns when buf may be reused. Messages of at most
  * 4056 bytes (GS_SEND_MAX less the envelope) are copied out at once
