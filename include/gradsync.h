@@ -445,11 +445,69 @@ GS_API gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p);
 GS_API gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype,
                                      gs_redop op, gs_req **req_p);
 /* Advances the communicator; GS_INPROGRESS while the request runs, else its
- * final status, after which req is released and must not be used again. */
+ * final status, after which req is released and must not be used again
+ * (collective and point-to-point requests alike). */
 GS_API gs_status gs_req_test(gs_req *req);
 /* Waits (GS_TIMEOUT_MS at most) for the request; returns its status and
  * releases it. */
 GS_API gs_status gs_req_wait(gs_req *req);
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point (src/coll/p2p.c)                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Tagged sends and receives between two ranks of a communicator, beside its
+ * collectives (their own messages: neither ever waits behind the other).
+ * Not collective: only the two ranks take part, and they do not count as
+ * calls for the collectives' sequence numbers.
+ *
+ * Matching: a receive takes the earliest message from peer with its tag
+ * (tag >= 0); messages of one sender and tag are received in the order they
+ * were sent (MPI's non-overtaking rule). With GS_ANY_SOURCE it takes the
+ * earliest arrived message with the tag from any rank. Receives of one tag
+ * are matched in the order they were posted. The types of both sides must
+ * agree (else GS_ERR_MISMATCH on the receiving side); a message longer than
+ * the receive buffer is GS_ERR_MISMATCH naming both sizes, for the receive
+ * and, above the eager size, for the send (nothing is written past the
+ * buffer; the message is consumed). A rank may send to itself (the payload
+ * is copied). Send/recv needs the communicator's own transport (tp NULL at
+ * gs_comm_create, or one opened for it alone).
+ *
+ * Blocking: gs_send returns when buf may be reused. Messages of at most
+ * 4056 bytes (GS_SEND_MAX less the envelope) are copied out at once
+ * (eager); larger ones wait until the receiver has taken them (its READ
+ * from buf), so two ranks that both gs_send a large message to each other
+ * before receiving wait out their deadline (post gs_irecv first). gs_recv
+ * returns with the message in buf.
+ *
+ * Every wait has the GS_TIMEOUT_MS deadline: a receive that no message
+ * matches within it fails with GS_ERR_TIMEOUT ("rank 1: recv from rank 0
+ * (tag 7) ..."); a lost peer is GS_ERR_PEER_LOST naming it; a failed
+ * communicator fails every send and receive. Same thread rule as the
+ * collectives: one thread at a time per communicator.
+ */
+#define GS_ANY_SOURCE (-1)
+
+/* What a receive got: the sender, its tag and the element count. */
+typedef struct gs_p2p_status {
+    int source;
+    int tag;
+    size_t count;
+} gs_p2p_status;
+
+GS_API gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, int peer, int tag);
+/* peer: a rank or GS_ANY_SOURCE; status may be NULL. */
+GS_API gs_status gs_recv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int peer, int tag,
+                         gs_p2p_status *status);
+/* Non-blocking forms: buf stays untouched (isend: unchanged) until the
+ * request completes (gs_req_test / gs_req_wait); *status is filled when the
+ * receive completes. Point-to-point requests complete in any order, apart
+ * from the collectives' ones. */
+GS_API gs_status gs_isend(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, int peer, int tag,
+                          gs_req **req_p);
+GS_API gs_status gs_irecv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int peer, int tag,
+                          gs_p2p_status *status, gs_req **req_p);
 
 /* ------------------------------------------------------------------------ */
 /* Parameter server (src/ps)                                                 */

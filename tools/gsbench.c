@@ -2,7 +2,7 @@
  * gsbench: collective latency and bandwidth, like nccl-tests, over any
  * gradsync transport.
  *
- *   gsrun -n N gsbench [-c allreduce|reduce_scatter|allgather|broadcast]
+ *   gsrun -n N gsbench [-c allreduce|reduce_scatter|allgather|broadcast|sendrecv]
  *                      [-t f32|f64|f16|bf16|i32|i64] [-o sum|avg|min|max|prod]
  *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
  *                      [--warmup N] [--scale S] [--transport T] [--root R]
@@ -19,7 +19,11 @@
  * size is what nccl-tests calls size: the vector of allreduce and broadcast,
  * the whole (n x block) buffer of reduce_scatter and allgather. algbw =
  * size / time; busbw = algbw x 2(n-1)/n for allreduce, x (n-1)/n for
- * reduce_scatter and allgather, x 1 for broadcast.
+ * reduce_scatter and allgather, x 1 for broadcast. sendrecv: ranks 0 and 1
+ * ping-pong (gs_send, then gs_recv of the answer; the others idle), the time
+ * is half the round trip and busbw = algbw, as nccl-tests' sendrecv and
+ * ../shared/bench's mpi_coll sendrecv count it (that one exchanges both ways
+ * at once with MPI_Sendrecv: also one message's time per iteration).
  *
  * #wrong: the inputs hold values whose reduction is exact; after the timed
  * calls every element of the last result is compared with the value
@@ -41,8 +45,9 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_COUNT } coll_kind;
-static const char *const coll_names[C_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+typedef enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_SENDRECV, C_COUNT } coll_kind;
+static const char *const coll_names[C_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                                "sendrecv"};
 
 typedef struct bench_opts {
     coll_kind coll;
@@ -86,7 +91,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: gsrun -n N gsbench [options]\n"
-            "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast\n"
+            "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast,\n"
+            "                    sendrecv (ranks 0 and 1 ping-pong; time: half the round trip)\n"
             "  -t, --type T      f32 (default), f64, f16, bf16, i32, i64\n"
             "  -o, --op OP       sum (default), avg, min, max, prod\n"
             "  -b, --min B       smallest size (default 8; K, M, G suffixes)\n"
@@ -285,6 +291,10 @@ static void fill_inputs(bench *b, size_t count)
         for (size_t i = 0; i < count; i++)
             store(b->o.dtype, (double)(i % 2000) - 1000, (b->o.inplace ? b->recv : b->send) + i * es);
         break;
+    case C_SENDRECV:
+        for (size_t i = 0; i < count; i++)
+            store(b->o.dtype, (double)b->rank * 1000 + (double)(i % 1000), b->send + i * es);
+        break;
     default: break;
     }
 }
@@ -304,6 +314,14 @@ static gs_status call(bench *b, size_t count)
                             count, b->o.dtype);
     case C_BROADCAST:
         return gs_broadcast(b->comm, b->o.inplace ? b->recv : send, b->recv, count, b->o.dtype, b->o.root);
+    case C_SENDRECV: {
+        gs_status st = GS_OK;
+        if (b->rank == 0 && (st = gs_send(b->comm, send, count, b->o.dtype, 1, 7)) == GS_OK)
+            st = gs_recv(b->comm, b->recv, count, b->o.dtype, 1, 7, NULL);
+        if (b->rank == 1 && (st = gs_recv(b->comm, b->recv, count, b->o.dtype, 0, 7, NULL)) == GS_OK)
+            st = gs_send(b->comm, send, count, b->o.dtype, 0, 7);
+        return st;
+    }
     default: return GS_ERR_INVALID;
     }
 }
@@ -339,6 +357,12 @@ static uint64_t count_wrong(bench *b, size_t count)
     case C_BROADCAST:
         for (size_t i = 0; i < count; i++) {
             store(b->o.dtype, (double)(i % 2000) - 1000, want);
+            wrong += memcmp(b->recv + i * es, want, es) != 0;
+        }
+        break;
+    case C_SENDRECV:
+        for (size_t i = 0; b->rank < 2 && i < count; i++) {
+            store(b->o.dtype, (double)(1 - b->rank) * 1000 + (double)(i % 1000), want);
             wrong += memcmp(b->recv + i * es, want, es) != 0;
         }
         break;
@@ -387,6 +411,8 @@ static void measure(bench *b, size_t bytes, bench_row *row)
         uint64_t t0 = gs_now_ns();
         st = call(b, count);
         b->times[i] = (double)(gs_now_ns() - t0) / 1e3;
+        if (b->o.coll == C_SENDRECV)
+            b->times[i] /= 2; /* a round trip: two messages */
         if (st != GS_OK)
             fail(coll_names[b->o.coll], st);
     }
@@ -401,9 +427,9 @@ static void measure(bench *b, size_t bytes, bench_row *row)
         (st = gs_allreduce(b->comm, &wrong, &wrong_all, 1, GS_I64, GS_SUM)) != GS_OK)
         fail("gathering the times", st);
     qsort(b->tmax, (size_t)iters, sizeof(double), cmp_double);
-    double factor = b->o.coll == C_ALLREDUCE   ? 2.0 * (b->n - 1) / b->n
-                    : b->o.coll == C_BROADCAST ? 1.0
-                                               : (double)(b->n - 1) / b->n;
+    double factor = b->o.coll == C_ALLREDUCE                              ? 2.0 * (b->n - 1) / b->n
+                    : b->o.coll == C_BROADCAST || b->o.coll == C_SENDRECV ? 1.0
+                                                                          : (double)(b->n - 1) / b->n;
     size_t real_bytes = total * gs_dtype_size(b->o.dtype);
     *row = (bench_row){
         .bytes = real_bytes,
@@ -536,6 +562,10 @@ static void setup(bench *b)
         fail("gs_ctx_create", st);
     b->rank = gs_ctx_rank(b->ctx);
     b->n = gs_ctx_size(b->ctx);
+    if (b->o.coll == C_SENDRECV && b->n < 2) {
+        fprintf(stderr, "gsbench: sendrecv needs at least 2 ranks (gsrun -n 2)\n");
+        exit(2);
+    }
     if ((st = gs_tp_open(b->ctx, b->o.transport, &b->tp)) != GS_OK)
         fail("gs_tp_open", st);
     if ((st = gs_comm_create(b->ctx, b->tp, &b->comm)) != GS_OK)

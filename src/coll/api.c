@@ -221,8 +221,14 @@ static gs_req *req_get(gs_comm *comm)
     return req;
 }
 
+gs_req *gs_coll_req_get(gs_comm *comm)
+{
+    return req_get(comm);
+}
+
 static void req_put(gs_comm *comm, gs_req *req)
 {
+    req->p2p.kind = GS_P2P_NONE;
     req->next = comm->free_reqs;
     comm->free_reqs = req;
 }
@@ -399,7 +405,7 @@ gs_status gs_req_test(gs_req *req)
     gs_status st;
     if (!req)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_req_test: req is NULL");
-    st = gs_engine_test(req->comm, req);
+    st = req->p2p.kind != GS_P2P_NONE ? gs_p2p_test(req) : gs_engine_test(req->comm, req);
     if (st != GS_INPROGRESS)
         req_put(req->comm, req);
     return st;
@@ -410,7 +416,7 @@ gs_status gs_req_wait(gs_req *req)
     gs_status st;
     if (!req)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_req_wait: req is NULL");
-    st = gs_engine_wait(req->comm, req);
+    st = req->p2p.kind != GS_P2P_NONE ? gs_p2p_wait(req) : gs_engine_wait(req->comm, req);
     req_put(req->comm, req);
     return st;
 }

@@ -285,6 +285,9 @@ gs_status gs_chan_complete(gs_comm *comm, const gs_wc *wc)
     switch (wc->opcode) {
     case GS_WC_RECV_IMM: return arrived(comm, wc);
     case GS_WC_WRITE_IMM: return written(comm, wc);
+    case GS_WC_SEND:
+    case GS_WC_RECV:
+    case GS_WC_READ: return gs_p2p_complete(comm, wc);
     default:
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
                        "rank %d: unexpected completion (opcode %d) on the communicator's transport: is it "

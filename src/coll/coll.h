@@ -15,6 +15,7 @@
  *   direct.c    every rank to every rank in one step (small messages)
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   api.c       the public calls: argument checks, requests, fusion
+ *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
  *   reduce.c    reduction kernels
  *
  * An algorithm is a schedule: given the call and a cursor it names the next
@@ -26,6 +27,7 @@
 #define GS_COLL_COLL_H
 
 #include "coll/coll_proto.h"
+#include "coll/p2p.h"
 #include "coll/reduce.h"
 #include "gradsync.h"
 #include "util/config.h"
@@ -182,6 +184,7 @@ struct gs_req {
     gs_req *all_next; /* pooled: every request the communicator made (freed with it) */
     uint8_t *fused;   /* allreduce_multi's buffer, kept for the next call */
     size_t fused_cap;
+    gs_p2p_op p2p; /* a send or receive (p2p.kind != GS_P2P_NONE), p2p.c */
 };
 
 #define GS_COLL_USER_MRS 8 /* cached registrations of callers' buffers per communicator */
@@ -279,7 +282,12 @@ struct gs_comm {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a request finished, or work was queued */
     gs_wc wcs[32];
+    gs_p2p *p2p; /* point-to-point plane (p2p.c) */
 };
+
+/* ---- api.c */
+/* A request from the communicator's pool (released by gs_req_test/wait). */
+gs_req *gs_coll_req_get(gs_comm *comm);
 
 /* ---- comm.c */
 uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i);
@@ -388,7 +396,15 @@ static inline void gs_coll_reduce_out(const gs_coll_op *op, void *dst, const voi
 
 /* ---- chan.c */
 /* wr_id of the writes a communicator posts. */
-enum { GS_WR_OUTBOX = 1, GS_WR_FORWARD, GS_WR_CREDIT, GS_WR_ABORT };
+enum {
+    GS_WR_OUTBOX = 1,
+    GS_WR_FORWARD,
+    GS_WR_CREDIT,
+    GS_WR_ABORT,
+    GS_WR_P2P_SEND,
+    GS_WR_P2P_RECV,
+    GS_WR_P2P_READ
+};
 #define GS_WR_ID(type, a, b)                                                                                 \
     (((uint64_t)(type) << 56) | ((uint64_t)(uint32_t)(a) << 16) | (uint64_t)(uint16_t)(b))
 
@@ -491,6 +507,9 @@ gs_status gs_engine_quick(gs_comm *comm, gs_req *req);
  * already made (call number comm->seq_issued, the box's latest post): runs
  * its receive step in the engine (a late peer, a mismatch, a failure). */
 gs_status gs_engine_resume(gs_comm *comm, gs_req *req);
+/* Blocks in the transport up to timeout_ms for completions and handles
+ * them (p2p.c's waits). */
+gs_status gs_engine_block(gs_comm *comm, int timeout_ms);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 

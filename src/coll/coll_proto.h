@@ -106,4 +106,48 @@ typedef struct gs_coll_abort {
 
 _Static_assert(sizeof(gs_coll_abort) == GS_COLL_CTRL_BYTES, "abort notice fills the control slot");
 
+/* ---- point-to-point (p2p.c) ------------------------------------------------
+ *
+ * Sends and receives travel apart from the collectives, as the transport's
+ * two-sided SEND/RECV (at most GS_P2P_FRAME_MAX = GS_SEND_MAX bytes each):
+ * every frame is an envelope, optionally followed by payload.
+ *
+ *   EAGER  a whole message of at most GS_P2P_EAGER_MAX bytes, inline
+ *   RTS    a larger one: the payload is the sender's gs_rmr of the message,
+ *          registered for remote read; the receiver READs it into its
+ *          buffer once a receive matches, then answers FIN
+ *   FIN    the receiver is done with an RTS message (msg names it; status
+ *          GS_OK, or its error: the sender's send fails with it too)
+ *   FRAG   a larger message where user memory cannot be registered: piece
+ *          by piece inline, offset says where; the first (offset 0) is the
+ *          one matched
+ *
+ * msg numbers the sender's messages to one peer from 1 (FIFO order, the
+ * FIN's reference). Layouts of the collectives are untouched, so their
+ * version byte stays.
+ */
+#define GS_P2P_PROTO_VERSION 1
+#define GS_P2P_FRAME_MAX     4096 /* == GS_SEND_MAX (checked in p2p.c) */
+#define GS_P2P_ENV_BYTES     40
+#define GS_P2P_EAGER_MAX     (GS_P2P_FRAME_MAX - GS_P2P_ENV_BYTES)
+
+enum { GS_P2P_EAGER = 1, GS_P2P_RTS, GS_P2P_FIN, GS_P2P_FRAG };
+
+typedef struct gs_p2p_env {
+    uint8_t version; /* GS_P2P_PROTO_VERSION */
+    uint8_t type;    /* GS_P2P_EAGER ... */
+    uint8_t dtype;   /* gs_dtype of the send */
+    uint8_t pad;
+    int32_t tag;
+    uint32_t sender; /* rank */
+    int32_t status;  /* FIN: gs_status of the receive; else 0 */
+    uint64_t msg;    /* the sender's message number to this receiver, from 1 */
+    uint64_t bytes;  /* the whole message's bytes */
+    uint64_t offset; /* FRAG: where this piece goes; FIN: the receiver's capacity in bytes */
+} gs_p2p_env;
+
+_Static_assert(offsetof(gs_p2p_env, version) == 0, "version byte first");
+_Static_assert(offsetof(gs_p2p_env, msg) == 16, "envelope layout");
+_Static_assert(sizeof(gs_p2p_env) == GS_P2P_ENV_BYTES, "envelope layout");
+
 #endif

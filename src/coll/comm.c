@@ -298,6 +298,7 @@ static void release(gs_comm *comm)
     if (comm->threaded)
         gs_engine_thread_stop(comm);
     gs_box_close(comm);
+    gs_p2p_close(comm);
     gs_pages_free(comm->scratch, comm->box_chunk);
     gs_coll_user_close(&comm->sync_req.op); /* nothing if it holds no registration */
     free_requests(comm);
@@ -356,6 +357,8 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
         st = alloc_staging(comm);
     if (st == GS_OK)
         st = alloc_requests(comm);
+    if (st == GS_OK)
+        st = gs_p2p_open(comm); /* receives posted before any peer can send */
     if (st == GS_OK)
         st = exchange_descriptors(comm);
     if (st == GS_OK && comm->size > 1 && comm->all_local && strcmp(gs_tp_name(comm->tp), "shm") == 0)

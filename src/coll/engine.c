@@ -146,6 +146,11 @@ gs_status gs_engine_progress(gs_comm *comm)
         if (st != GS_OK)
             return st;
     } while (n == max);
+    st = gs_p2p_progress(comm);
+    if (st != GS_OK) {
+        gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
+        return st;
+    }
     st = run_queue(comm);
     /* credits the messages just posted did not carry; 2 ranks between calls:
      * the next call's first message carries them (the peer cannot finish
@@ -210,6 +215,19 @@ static gs_status wait_completions(gs_comm *comm)
     gs_status st = gs_tp_wait(comm->tp, comm->wcs, max, &n, left_ms < 1 ? 1 : (int)left_ms);
     if (st == GS_ERR_TIMEOUT)
         return GS_OK; /* the caller sees the deadline passed */
+    if (st != GS_OK) {
+        gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
+        return st;
+    }
+    return dispatch(comm, n);
+}
+
+gs_status gs_engine_block(gs_comm *comm, int timeout_ms)
+{
+    int n, max = (int)(sizeof(comm->wcs) / sizeof(comm->wcs[0]));
+    gs_status st = gs_tp_wait(comm->tp, comm->wcs, max, &n, timeout_ms < 1 ? 1 : timeout_ms);
+    if (st == GS_ERR_TIMEOUT)
+        return GS_OK;
     if (st != GS_OK) {
         gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
         return st;
@@ -355,6 +373,8 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
             gs_box_idle(comm, boxed, idle_ns, turn);
         } else if (comm->oversubscribed && idle_ns < spin_ns(comm)) {
             sched_yield(); /* the rank we wait for may need this CPU */
+        } else if (gs_p2p_busy(comm)) {
+            sched_yield(); /* p2p posts wait for room: no completion would wake us */
         } else {
             overdue(comm);
             wait_completions(comm);
