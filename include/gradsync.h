@@ -250,10 +250,31 @@ typedef enum gs_dtype {
     GS_BF16, /* accumulated in f32 */
     GS_I32,
     GS_I64,
+    GS_U8, /* PyTorch's byte-like types: uint8, int8, int16 */
+    GS_I8,
+    GS_I16,
+    GS_BOOL, /* one byte, 0 false, anything else true (results are 0 or 1) */
     GS_DTYPE_COUNT
 } gs_dtype;
 
-typedef enum gs_redop { GS_SUM = 0, GS_AVG, GS_MIN, GS_MAX, GS_PROD, GS_REDOP_COUNT } gs_redop;
+/*
+ * Integer sums and products wrap; min and max compare u8 unsigned, the other
+ * integers signed. GS_BAND, GS_BOR, GS_BXOR: bitwise and, or, xor of the
+ * integer types; on bool logical and, or, xor. On bool, as in PyTorch, sum
+ * and max are or, prod and min are and (avg is not defined). A bitwise
+ * operator on a floating type, or avg on bool, is GS_ERR_INVALID.
+ */
+typedef enum gs_redop {
+    GS_SUM = 0,
+    GS_AVG,
+    GS_MIN,
+    GS_MAX,
+    GS_PROD,
+    GS_BAND,
+    GS_BOR,
+    GS_BXOR,
+    GS_REDOP_COUNT
+} gs_redop;
 
 GS_API size_t gs_dtype_size(gs_dtype dtype);
 GS_API const char *gs_dtype_name(gs_dtype dtype);

@@ -150,8 +150,8 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    static const char *const types[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
-    static const char *const ops[] = {"sum", "avg", "min", "max", "prod"};
+    static const char *const types[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8", "i16", "bool"};
+    static const char *const ops[] = {"sum", "avg", "min", "max", "prod", "band", "bor", "bxor"};
     int c;
     *o = (bench_opts){.min_bytes = 8, .max_bytes = 64u << 20, .factor = 2, .scale = 1};
     while ((c = getopt_long(argc, argv, "c:t:o:b:e:f:h", longs, NULL)) != -1) {
@@ -480,6 +480,8 @@ static int bench_kernels(const bench_opts *o)
            gs_redop_name(o->op));
     printf("%6s %12s %12s %12s\n", "type", "64KiB", "1MiB", "64MiB");
     for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+        if (!gs_red_valid((gs_dtype)t, o->op))
+            continue;
         printf("%6s", gs_dtype_name((gs_dtype)t));
         for (size_t i = 0; i < 3; i++) {
             size_t n = sizes[i] / gs_dtype_size((gs_dtype)t);

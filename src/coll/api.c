@@ -84,9 +84,9 @@ static gs_status check_call(const gs_comm *comm, const gs_call *c)
         return GS_OK;
     if ((unsigned)c->dtype >= GS_DTYPE_COUNT)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown data type %d", c->fn, (int)c->dtype);
-    if (is_reduction(c->kind) && (unsigned)c->redop >= GS_REDOP_COUNT)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown reduction operator %d", c->fn,
-                       (int)c->redop);
+    if (is_reduction(c->kind) && !gs_red_valid(c->dtype, c->redop))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: %s %s: %s", c->fn, gs_redop_name(c->redop),
+                       gs_dtype_name(c->dtype), gs_red_invalid_why(c->dtype, c->redop));
     if (c->kind == GS_COLL_BROADCAST && (c->root < 0 || c->root >= comm->size))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: root %d is not a rank (0..%d)", c->fn, c->root,
                        comm->size - 1);
@@ -116,6 +116,9 @@ static gs_status check_tensors(const gs_comm *comm, gs_call *c)
     if ((unsigned)c->dtype >= GS_DTYPE_COUNT || (unsigned)c->redop >= GS_REDOP_COUNT)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown data type %d or operator %d", c->fn,
                        (int)c->dtype, (int)c->redop);
+    if (!gs_red_valid(c->dtype, c->redop))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: %s %s: %s", c->fn, gs_redop_name(c->redop),
+                       gs_dtype_name(c->dtype), gs_red_invalid_why(c->dtype, c->redop));
     es = gs_dtype_size(c->dtype);
     for (size_t i = 0; i < c->ntensors; i++) {
         const gs_tensor *t = &c->tensors[i];
