@@ -55,10 +55,24 @@ static const gs_coll_algo *forced(int algo)
     }
 }
 
+/* reduce, gather, scatter, alltoall: direct over the boxes (one copy into
+ * shared memory, read in place), unless GS_ALGO names another; the rest,
+ * and every one of them over messages, pairwise. */
+static const gs_coll_algo *select_blocks(const gs_comm *comm, gs_coll_kind kind, const gs_coll_algo *want)
+{
+    bool boxed = kind == GS_COLL_REDUCE || kind == GS_COLL_GATHER || kind == GS_COLL_SCATTER ||
+                 kind == GS_COLL_ALLTOALL;
+    if (comm->box && comm->size > 1 && boxed && (!want || want == &gs_direct_algo))
+        return &gs_direct_algo;
+    return &gs_pairwise_algo;
+}
+
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes)
 {
     const gs_coll_algo *want = forced(comm->cfg->algo);
     int n = comm->size;
+    if (gs_block_kind(kind)) /* the newer collectives (any rank count) */
+        return select_blocks(comm, kind, want);
     if (n == 1)
         return &gs_local_algo;
     switch (kind) {
