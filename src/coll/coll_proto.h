@@ -76,7 +76,8 @@ typedef struct gs_coll_hdr {
                       * elements; alltoallv: the elements the sender sends the receiver) */
     uint32_t unit;   /* the algorithm's step id, checked by the receiver */
     uint32_t bytes;  /* payload bytes that follow */
-    /* 0; in a box post by parts of 2 ranks, when it was posted (CLOCK_MONOTONIC ns, box.c) */
+    /* 0; in a box post by parts of 2 ranks, when it was posted (CLOCK_MONOTONIC ns, box.c); alltoallv:
+     * the elements the sender expects from the receiver */
     uint64_t reserved;
 } gs_coll_hdr;
 

@@ -62,23 +62,25 @@ void gs_desc_fill(const gs_coll_op *op, gs_coll_hdr *hdr, uint32_t unit, size_t 
 
 void gs_desc_fill_peer(const gs_coll_op *op, gs_coll_hdr *hdr, int peer)
 {
-    if (op->kind == GS_COLL_ALLTOALLV)
+    if (op->kind == GS_COLL_ALLTOALLV) { /* both directions, so both ranks of a pair see a disagreement */
         hdr->count = op->scounts[peer];
+        hdr->reserved = op->rcounts[peer];
+    }
 }
 
-/* The count op expects in hdr: alltoallv's is per sender (what it receives from it). */
-static uint64_t count_expected(const gs_coll_op *op, const gs_coll_hdr *hdr)
+/* alltoallv: whether the counts of hdr's sender and op's rank agree both ways. */
+static bool pair_counts_agree(const gs_coll_op *op, const gs_coll_hdr *hdr)
 {
-    if (op->kind == GS_COLL_ALLTOALLV)
-        return hdr->sender < (uint32_t)op->comm->size ? op->rcounts[hdr->sender] : UINT64_MAX;
-    return op->count;
+    return hdr->sender < (uint32_t)op->comm->size && hdr->count == op->rcounts[hdr->sender] &&
+           hdr->reserved == op->scounts[hdr->sender];
 }
 
 bool gs_desc_same(const gs_coll_op *op, const gs_coll_hdr *hdr)
 {
+    bool counts = op->kind == GS_COLL_ALLTOALLV ? pair_counts_agree(op, hdr) : hdr->count == op->count;
     return hdr->kind == (uint8_t)op->kind && hdr->dtype == (uint8_t)op->dtype &&
            hdr->op == (uint8_t)op->redop && hdr->algo == (uint8_t)op->algo->id && hdr->root == op->root &&
-           hdr->seq == op->seq && hdr->count == count_expected(op, hdr);
+           hdr->seq == op->seq && counts;
 }
 
 /* The call in words, as the user wrote it. */
@@ -142,12 +144,13 @@ gs_status gs_desc_mismatch(gs_comm *comm, const gs_coll_op *op, const gs_coll_hd
     gs_desc_format_op(op, mine, sizeof(mine));
     gs_desc_format_hdr(hdr, theirs, sizeof(theirs));
     if (op->kind == GS_COLL_ALLTOALLV && hdr->kind == GS_COLL_ALLTOALLV && hdr->seq == op->seq &&
-        hdr->count != count_expected(op, hdr))
+        hdr->sender < (uint32_t)comm->size && !pair_counts_agree(op, hdr))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_MISMATCH,
-                       "mismatched collective calls: rank %d called %s receiving %" PRIu64
-                       " elements from rank %u, but rank %u called %s sending it %" PRIu64,
-                       comm->rank, mine, count_expected(op, hdr), hdr->sender, hdr->sender, theirs,
-                       hdr->count);
+                       "mismatched collective calls: rank %d called %s sending rank %u %zu elements and "
+                       "receiving %zu from it, but rank %u called %s receiving %" PRIu64
+                       " and sending it %" PRIu64,
+                       comm->rank, mine, hdr->sender, op->scounts[hdr->sender], op->rcounts[hdr->sender],
+                       hdr->sender, theirs, hdr->reserved, hdr->count);
     snprintf(text, sizeof(text), "mismatched collective calls: rank %d called %s but rank %u called %s%s%s",
              comm->rank, mine, hdr->sender, theirs, *what ? ": " : "", what);
     if (hdr->algo != (uint8_t)op->algo->id && hdr->kind == (uint8_t)op->kind && hdr->count == op->count)

@@ -33,16 +33,19 @@ static void check_values(const char *what, gs_dtype t, gs_redop op, int src, con
         uint8_t want[8];
         cc_put(t, op, src, first + i, want);
         if (memcmp(buf + i * es, want, es) != 0)
-            gs_test_fail_here(__FILE__, __LINE__, "%s: element %zu (of rank %d's) differs", what, first + i, src);
+            gs_test_fail_here(__FILE__, __LINE__, "%s: element %zu (of rank %d's) differs", what, first + i,
+                              src);
     }
 }
 
-static void reduce_case(gs_comm *comm, bufs *b, int root, gs_dtype t, gs_redop op, size_t count, bool in_place)
+static void reduce_case(gs_comm *comm, bufs *b, int root, gs_dtype t, gs_redop op, size_t count,
+                        bool in_place)
 {
     int rank = gs_comm_rank(comm), n = gs_comm_size(comm);
     size_t bytes = count * gs_dtype_size(t);
     char what[128];
-    snprintf(what, sizeof(what), "rank %d reduce to %d count %zu %s", rank, root, count, in_place ? "in place" : "");
+    snprintf(what, sizeof(what), "rank %d reduce to %d count %zu %s", rank, root, count,
+             in_place ? "in place" : "");
     reset(b);
     cc_fill(t, op, rank, b->in, count);
     bool mine = rank == root;
@@ -63,7 +66,8 @@ static void gather_case(gs_comm *comm, bufs *b, int root, gs_dtype t, size_t cou
     int rank = gs_comm_rank(comm), n = gs_comm_size(comm);
     size_t es = gs_dtype_size(t), bytes = count * es;
     char what[128];
-    snprintf(what, sizeof(what), "rank %d gather to %d count %zu %s", rank, root, count, in_place ? "in place" : "");
+    snprintf(what, sizeof(what), "rank %d gather to %d count %zu %s", rank, root, count,
+             in_place ? "in place" : "");
     reset(b);
     bool mine = rank == root;
     uint8_t *src = mine && in_place ? b->out + (size_t)rank * bytes : b->in;
@@ -81,7 +85,8 @@ static void scatter_case(gs_comm *comm, bufs *b, int root, gs_dtype t, size_t co
     int rank = gs_comm_rank(comm), n = gs_comm_size(comm);
     size_t es = gs_dtype_size(t), bytes = count * es;
     char what[128];
-    snprintf(what, sizeof(what), "rank %d scatter from %d count %zu %s", rank, root, count, in_place ? "in place" : "");
+    snprintf(what, sizeof(what), "rank %d scatter from %d count %zu %s", rank, root, count,
+             in_place ? "in place" : "");
     reset(b);
     bool mine = rank == root;
     if (mine) /* block q: root + 100's values from q * count */
@@ -114,8 +119,10 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
                 for (int op = 0; op < GS_REDOP_COUNT; op++)
                     if (gs_red_valid(t, (gs_redop)op) && (root == 0 || op % n == root % 3))
                         reduce_case(comm, &b, root, t, (gs_redop)op, counts[c], (op + root) % 2);
-                gather_case(comm, &b, root, types[(c + (size_t)root + 1) % NTYPES], counts[c], (c + root) % 2);
-                scatter_case(comm, &b, root, types[(c + (size_t)root + 2) % NTYPES], counts[c], (c + root + 1) % 2);
+                gather_case(comm, &b, root, types[(c + (size_t)root + 1) % NTYPES], counts[c],
+                            (c + root) % 2);
+                scatter_case(comm, &b, root, types[(c + (size_t)root + 2) % NTYPES], counts[c],
+                             (c + root + 1) % 2);
             }
         }
     }
