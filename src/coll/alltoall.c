@@ -1,7 +1,7 @@
 /*
  * alltoall over the shared-memory boxes: direct's two steps per chunk
  * column. Every rank posts chunk k of each of its n blocks (a piece per
- * rank, its own included), then copies piece r of rank q's post to block q
+ * rank; its own piece's place stays empty), then copies piece r of rank q's post to block q
  * of its result (its own block straight from its input). In place works:
  * a column's chunks are all in the box before any of them is overwritten.
  */
@@ -16,6 +16,7 @@ void gs_alltoall_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_p
                        .local = gs_coll_at(op->send, first * es),
                        .bytes = bytes,
                        .stride = block,
+                       .pieces = true, /* my own piece stays out: I copy it from my input */
                        .root = -1,
                        .out_slot = -1};
         return;

@@ -221,9 +221,10 @@ gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
     uint8_t *dst = gs_box_next_payload(c);
-    if (p->stride) { /* a piece for every rank, mine included */
+    if (p->stride) { /* a piece for every rank, mine included unless I read it from my input (pieces) */
         for (int q = 0; q < c->size && p->bytes; q++)
-            memcpy(dst + (size_t)q * p->bytes, p->local + (size_t)q * p->stride, p->bytes);
+            if (!p->pieces || q != c->rank)
+                memcpy(dst + (size_t)q * p->bytes, p->local + (size_t)q * p->stride, p->bytes);
     } else if (p->bytes) {
         memcpy(dst, p->local, p->bytes);
     }

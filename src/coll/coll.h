@@ -111,7 +111,8 @@ typedef struct gs_prim {
                                * receives (bytes, into out or reduced with local) */
     const uint8_t *send_data; /* split: what it sends */
     size_t send_bytes;
-    bool pieces;  /* RECV_ALL over the boxes: a post holds a piece of bytes per rank; this rank's is read */
+    bool pieces;  /* RECV_ALL over the boxes: a post holds a piece of bytes per rank; this rank's is read
+                   * (SEND_ALL with stride: this rank's own piece is left out of its post) */
     bool to_root; /* RECV_ALL: root's post is empty, every other one carries bytes (gather, reduce) */
     /* progress of a step that had to stop half way */
     bool sent;     /* PAIR: send_local posted */
@@ -606,6 +607,14 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);
 /* The same when `pieces` segment chunks travel in one slot. */
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces);
+/* The same with columns of at most chunk bytes (at most the slot's). */
+void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t chunk);
+/* Over the boxes, reduce, gather, scatter and alltoall cut a call into
+ * about this many columns (from GS_BOX_PIPE_MIN_BYTES each up to a slot),
+ * so that a sender's copy into its box overlaps the reader's work on the
+ * column before (rooted.c). */
+#define GS_BOX_PIPE_COLUMNS   16
+#define GS_BOX_PIPE_MIN_BYTES (8u << 10)
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

@@ -36,7 +36,15 @@ static void direct_start(gs_coll_op *op)
     bool per_rank =
         op->kind == GS_COLL_REDUCE_SCATTER || op->kind == GS_COLL_SCATTER || op->kind == GS_COLL_ALLTOALL;
     size_t pieces = op->box && per_rank ? (size_t)op->comm->size : 1;
-    gs_coll_layout_pieces(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, pieces);
+    bool pipe = gs_block_kind(op->kind) ||
+                (op->box && (op->kind == GS_COLL_BROADCAST || op->kind == GS_COLL_ALLGATHER));
+    if (pipe) { /* pipelined columns (coll.h) */
+        size_t col = op->count * op->es * pieces / GS_BOX_PIPE_COLUMNS;
+        col = col < GS_BOX_PIPE_MIN_BYTES ? GS_BOX_PIPE_MIN_BYTES : col;
+        gs_coll_layout_cap(op, op->count, pieces, col < op->comm->box_chunk ? col : op->comm->box_chunk);
+    } else {
+        gs_coll_layout_pieces(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, pieces);
+    }
     op->nsteps = 2; /* send, receive */
 }
 

@@ -57,10 +57,11 @@ void gs_rooted_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_pri
         p->stride = step == 0 ? 0 : block;
         break;
     default: /* scatter: the root's piece for rank q is chunk k of block q */
-        *p = step == 0 ? post(root ? in : NULL, root ? bytes : 0, root ? block : 0)
-                       : read_all(GS_PRIM_BCAST,
-                                  root ? gs_coll_at(op->send, (size_t)op->root * block + first * es) : NULL,
-                                  out, bytes, op->root);
+        *p = step == 0
+                 ? post(root ? in : NULL, root ? bytes : 0, root ? block : 0) /* my piece: from my input */
+                 : read_all(GS_PRIM_BCAST,
+                            root ? gs_coll_at(op->send, (size_t)op->root * block + first * es) : NULL, out,
+                            bytes, op->root);
         p->pieces = true;
         break;
     }

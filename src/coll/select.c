@@ -96,6 +96,10 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
             return want;
         if (want)
             return &gs_ring_algo;
+        /* 2 ranks over the boxes: one copy into shared memory, pipelined columns (measured faster
+         * than the ring from 1 MiB, docs/collectives.md) */
+        if (comm->box && n == 2 && kind != GS_COLL_REDUCE_SCATTER)
+            return &gs_direct_algo;
         return bytes <= SMALL_TOTAL_BYTES && n <= 2 * DIRECT_MAX_RANKS ? &gs_direct_algo : &gs_ring_algo;
     }
 }

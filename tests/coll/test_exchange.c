@@ -64,7 +64,8 @@ static void alltoall_case(gs_comm *comm, bufs *b, gs_dtype t, size_t count, bool
         for (size_t i = 0; i < count; i++)
             put(t, rank, q, i, b->in + ((size_t)q * count + i) * es);
     uint8_t *dst = in_place ? b->in : b->out;
-    finish(nb ? gs_ialltoall(comm, b->in, dst, count, t, &req) : gs_alltoall(comm, b->in, dst, count, t), &req);
+    finish(nb ? gs_ialltoall(comm, b->in, dst, count, t, &req) : gs_alltoall(comm, b->in, dst, count, t),
+           &req);
     for (int q = 0; q < n; q++)
         check_from(what, t, q, rank, dst + (size_t)q * bytes, count);
     cc_check_guard(dst, (size_t)n * bytes, what);
@@ -116,7 +117,8 @@ static uint64_t allgatherv_case(gs_comm *comm, bufs *b, gs_dtype t, size_t base,
     uint8_t *src = in_place ? b->out + rd[rank] * es : b->in;
     for (size_t i = 0; i < rc[rank]; i++)
         put(t, rank, 0, i, src + i * es);
-    finish(nb ? gs_iallgatherv(comm, src, b->out, rc, rd, t, &req) : gs_allgatherv(comm, src, b->out, rc, rd, t),
+    finish(nb ? gs_iallgatherv(comm, src, b->out, rc, rd, t, &req)
+              : gs_allgatherv(comm, src, b->out, rc, rd, t),
            &req);
     for (int q = 0; q < n; q++)
         check_from(what, t, q, 0, b->out + rd[q] * es, rc[q]);
@@ -131,7 +133,8 @@ static void reduce_scatter_v_case(gs_comm *comm, bufs *b, gs_dtype t, gs_redop o
     size_t es = gs_dtype_size(t), rc[MAX_RANKS], total = 0, mine = 0;
     char what[128];
     gs_req *req = NULL;
-    snprintf(what, sizeof(what), "rank %d reduce_scatter_v base %zu %s", rank, base, in_place ? "in place" : "");
+    snprintf(what, sizeof(what), "rank %d reduce_scatter_v base %zu %s", rank, base,
+             in_place ? "in place" : "");
     reset(b);
     for (int q = 0; q < n; q++) {
         rc[q] = vcount(base, 0, q);
