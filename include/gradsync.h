@@ -253,7 +253,7 @@ typedef enum gs_dtype {
     GS_U8, /* PyTorch's byte-like types: uint8, int8, int16 */
     GS_I8,
     GS_I16,
-    GS_BOOL, /* one byte, 0 false, anything else true (results are 0 or 1) */
+    GS_BOOL, /* one byte, 0 false, anything else true (reductions give 0 or 1) */
     GS_DTYPE_COUNT
 } gs_dtype;
 

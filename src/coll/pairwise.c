@@ -113,7 +113,8 @@ static bool pairwise_next(gs_coll_op *op, gs_prim *p)
     if (op->step < 0) { /* my own block */
         size_t from, to, len;
         gs_block_self(op, &from, &to, &len);
-        *p = gs_prim_pair(-1, -1, GS_PRIM_COPY, gs_coll_at(op->send, from * op->es),
+        bool alone = gs_block_reduces(op->kind) && op->comm->size == 1; /* a reduction of one rank's data */
+        *p = gs_prim_pair(-1, -1, alone ? GS_PRIM_REDUCE : GS_PRIM_COPY, gs_coll_at(op->send, from * op->es),
                           gs_coll_at(op->recv, to * op->es), len * op->es);
         next_step(op);
         return true;

@@ -108,6 +108,8 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
     if (!rx) {
         if (p->out && p->local && p->out != p->local && p->bytes)
             gs_coll_copy_out(op, p->out, p->local, p->bytes);
+        if (p->mode == GS_PRIM_REDUCE && op->dtype == GS_BOOL && p->out) /* one rank's bools: 0 or 1 */
+            gs_red_apply(GS_BOOL, GS_BOR, p->out, p->out, p->out, p->bytes);
         return GS_OK;
     }
     /* 2. the message, and room at the next peer if the result goes on */

@@ -23,7 +23,9 @@ static bool local_next(gs_coll_op *op, gs_prim *p)
 {
     if (op->col++ > 0)
         return false;
-    *p = gs_prim_pair(-1, -1, GS_PRIM_COPY, op->send, op->recv,
+    bool reduction = op->kind == GS_COLL_ALLREDUCE || op->kind == GS_COLL_ALLREDUCE_MULTI ||
+                     op->kind == GS_COLL_REDUCE_SCATTER;
+    *p = gs_prim_pair(-1, -1, reduction ? GS_PRIM_REDUCE : GS_PRIM_COPY, op->send, op->recv,
                       op->kind == GS_COLL_BARRIER ? 0 : op->count * op->es);
     return true;
 }
