@@ -609,12 +609,14 @@ void gs_coll_layout(gs_coll_op *op, size_t max_seg);
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces);
 /* The same with columns of at most chunk bytes (at most the slot's). */
 void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t chunk);
-/* Over the boxes, reduce, gather, scatter and alltoall cut a call into
- * about this many columns (from GS_BOX_PIPE_MIN_BYTES each up to a slot),
- * so that a sender's copy into its box overlaps the reader's work on the
- * column before (rooted.c). */
+/* Over the boxes, reduce, gather, scatter, alltoall (and 2-rank broadcast
+ * and allgather) cut a call into about this many columns (at least
+ * GS_BOX_PIPE_MIN_BYTES per rank's piece, at most a slot), so that a
+ * sender's copy into its box overlaps the reader's work on the column
+ * before; smaller pieces cost more in posts than they gain (measured at
+ * 64 KiB and 1 MiB, docs/collectives.md). */
 #define GS_BOX_PIPE_COLUMNS   16
-#define GS_BOX_PIPE_MIN_BYTES (8u << 10)
+#define GS_BOX_PIPE_MIN_BYTES (16u << 10)
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

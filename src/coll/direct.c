@@ -40,7 +40,7 @@ static void direct_start(gs_coll_op *op)
                 (op->box && (op->kind == GS_COLL_BROADCAST || op->kind == GS_COLL_ALLGATHER));
     if (pipe) { /* pipelined columns (coll.h) */
         size_t col = op->count * op->es * pieces / GS_BOX_PIPE_COLUMNS;
-        col = col < GS_BOX_PIPE_MIN_BYTES ? GS_BOX_PIPE_MIN_BYTES : col;
+        col = col < GS_BOX_PIPE_MIN_BYTES * pieces ? GS_BOX_PIPE_MIN_BYTES * pieces : col;
         gs_coll_layout_cap(op, op->count, pieces, col < op->comm->box_chunk ? col : op->comm->box_chunk);
     } else {
         gs_coll_layout_pieces(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, pieces);
