@@ -313,10 +313,31 @@ typedef enum gs_dtype {
     GS_BF16, /* accumulated in f32 */
     GS_I32,
     GS_I64,
+    GS_U8, /* PyTorch's byte-like types: uint8, int8, int16 */
+    GS_I8,
+    GS_I16,
+    GS_BOOL, /* one byte, 0 false, anything else true (reductions give 0 or 1) */
     GS_DTYPE_COUNT
 } gs_dtype;
 
-typedef enum gs_redop { GS_SUM = 0, GS_AVG, GS_MIN, GS_MAX, GS_PROD, GS_REDOP_COUNT } gs_redop;
+/*
+ * Integer sums and products wrap; min and max compare u8 unsigned, the other
+ * integers signed. GS_BAND, GS_BOR, GS_BXOR: bitwise and, or, xor of the
+ * integer types; on bool logical and, or, xor. On bool, as in PyTorch, sum
+ * and max are or, prod and min are and (avg is not defined). A bitwise
+ * operator on a floating type, or avg on bool, is GS_ERR_INVALID.
+ */
+typedef enum gs_redop {
+    GS_SUM = 0,
+    GS_AVG,
+    GS_MIN,
+    GS_MAX,
+    GS_PROD,
+    GS_BAND,
+    GS_BOR,
+    GS_BXOR,
+    GS_REDOP_COUNT
+} gs_redop;
 
 GS_API size_t gs_dtype_size(gs_dtype dtype);
 GS_API const char *gs_dtype_name(gs_dtype dtype);
@@ -427,6 +448,48 @@ GS_API gs_status gs_allreduce_multi(gs_comm *comm, const gs_tensor *tensors, siz
                                     gs_redop op);
 
 /*
+ * Rooted, all-to-all and uneven collectives. Buffers a rank does not use
+ * may be NULL (recvbuf of reduce and gather, sendbuf of scatter, except on
+ * the root). Count and displacement arrays are in elements and hold one
+ * entry per rank; they are read during the call (non-blocking: until it
+ * completes, like the buffers). Every rank passes the same root and the
+ * same per-rank counts (alltoallv: what rank a sends b is what b expects
+ * from a); a rank that differs gets GS_ERR_MISMATCH, and so does every
+ * rank it exchanges with (the communicator fails on all).
+ */
+/* root's recvbuf[i] = sendbuf[i] reduced over the ranks (count elements).
+ * In place on root: recvbuf == sendbuf. */
+GS_API gs_status gs_reduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                           gs_redop op, int root);
+/* root's recvbuf (size * sendcount elements) receives every rank's sendbuf
+ * in rank order. In place on root: sendbuf == recvbuf + root * sendcount. */
+GS_API gs_status gs_gather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                           gs_dtype dtype, int root);
+/* Rank r's recvbuf receives block r (recvcount elements) of root's sendbuf
+ * (size * recvcount). In place on root: recvbuf == sendbuf + root * recvcount. */
+GS_API gs_status gs_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                            gs_dtype dtype, int root);
+/* Block q (count elements) of rank r's sendbuf goes to block r of rank q's
+ * recvbuf (both size * count elements). In place: recvbuf == sendbuf. */
+GS_API gs_status gs_alltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype);
+/* sendcounts[q] elements from sendbuf + sdispls[q] go to rank q, which puts
+ * them at its recvbuf + rdispls[r] (recvcounts[r] elements: must match).
+ * No in-place form: the buffers must not overlap. */
+GS_API gs_status gs_alltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                              const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                              const size_t *rdispls, gs_dtype dtype);
+/* Rank q's sendbuf (recvcounts[q] elements) lands at recvbuf + displs[q] on
+ * every rank. In place: sendbuf == recvbuf + displs[r]. */
+GS_API gs_status gs_allgatherv(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                               const size_t *displs, gs_dtype dtype);
+/* sendbuf holds recvcounts[0] + ... + recvcounts[size-1] elements, block q
+ * after the blocks before it; rank r receives block r of the reduction
+ * (recvcounts[r] elements). In place: recvbuf == sendbuf + the elements of
+ * the blocks before r. */
+GS_API gs_status gs_reduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf,
+                                     const size_t *recvcounts, gs_dtype dtype, gs_redop op);
+
+/*
  * Non-blocking forms: start the collective and return a request at once.
  * Buffers (and the tensor list) must stay untouched until it completes.
  * Requests complete in the order they were started. Progress happens inside
@@ -444,6 +507,21 @@ GS_API gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf
 GS_API gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p);
 GS_API gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype,
                                      gs_redop op, gs_req **req_p);
+GS_API gs_status gs_ireduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                            gs_redop op, int root, gs_req **req_p);
+GS_API gs_status gs_igather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount,
+                            gs_dtype dtype, int root, gs_req **req_p);
+GS_API gs_status gs_iscatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                             gs_dtype dtype, int root, gs_req **req_p);
+GS_API gs_status gs_ialltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                              gs_req **req_p);
+GS_API gs_status gs_ialltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, gs_dtype dtype, gs_req **req_p);
+GS_API gs_status gs_iallgatherv(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                const size_t *displs, gs_dtype dtype, gs_req **req_p);
+GS_API gs_status gs_ireduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf,
+                                      const size_t *recvcounts, gs_dtype dtype, gs_redop op, gs_req **req_p);
 /* Advances the communicator; GS_INPROGRESS while the request runs, else its
  * final status, after which req is released and must not be used again
  * (collective and point-to-point requests alike). */

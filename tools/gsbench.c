@@ -2,8 +2,9 @@
  * gsbench: collective latency and bandwidth, like nccl-tests, over any
  * gradsync transport.
  *
- *   gsrun -n N gsbench [-c allreduce|reduce_scatter|allgather|broadcast|sendrecv]
- *                      [-t f32|f64|f16|bf16|i32|i64] [-o sum|avg|min|max|prod]
+ *   gsrun -n N gsbench [-c allreduce|reduce_scatter|allgather|broadcast|reduce|gather|scatter|
+ *                          alltoall|alltoallv|allgatherv|reduce_scatter_v|sendrecv]
+ *                      [-t f32|f64|f16|bf16|i32|i64|u8|i8|i16|bool] [-o sum|avg|...|band|bor|bxor]
  *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
  *                      [--warmup N] [--scale S] [--transport T] [--root R]
  *                      [--inplace] [--offset B] [--no-pin] [--json]
@@ -16,14 +17,15 @@
  * iterations. Iterations per size: 2^28 / bytes (about 256 MiB moved) times
  * --scale, between 20 and 1000 x scale, like the baseline.
  *
- * size is what nccl-tests calls size: the vector of allreduce and broadcast,
- * the whole (n x block) buffer of reduce_scatter and allgather. algbw =
- * size / time; busbw = algbw x 2(n-1)/n for allreduce, x (n-1)/n for
- * reduce_scatter and allgather, x 1 for broadcast. sendrecv: ranks 0 and 1
- * ping-pong (gs_send, then gs_recv of the answer; the others idle), the time
- * is half the round trip and busbw = algbw, as nccl-tests' sendrecv and
- * ../shared/bench's mpi_coll sendrecv count it (that one exchanges both ways
- * at once with MPI_Sendrecv: also one message's time per iteration).
+ * size is what nccl-tests calls size: the vector of allreduce, broadcast and
+ * reduce, the whole (n x block) buffer of reduce_scatter, allgather,
+ * alltoall(v), gather and scatter (the root's), allgatherv and
+ * reduce_scatter_v (their blocks uneven: weights 1..n). algbw = size / time;
+ * busbw = algbw x 2(n-1)/n for allreduce, x 1 for broadcast and reduce,
+ * x (n-1)/n for the rest (../shared/bench/src/mpi_coll.c, nccl-tests).
+ * sendrecv: ranks 0 and 1 ping-pong (gs_send, then gs_recv of the answer;
+ * the others idle), the time is half the round trip and busbw = algbw, as
+ * nccl-tests' sendrecv and mpi_coll's sendrecv count it.
  *
  * #wrong: the inputs hold values whose reduction is exact; after the timed
  * calls every element of the last result is compared with the value
@@ -45,9 +47,24 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_SENDRECV, C_COUNT } coll_kind;
-static const char *const coll_names[C_COUNT] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                                "sendrecv"};
+typedef enum {
+    C_ALLREDUCE,
+    C_REDUCE_SCATTER,
+    C_ALLGATHER,
+    C_BROADCAST,
+    C_REDUCE,
+    C_GATHER,
+    C_SCATTER,
+    C_ALLTOALL,
+    C_ALLTOALLV,
+    C_ALLGATHERV,
+    C_REDUCE_SCATTER_V,
+    C_SENDRECV,
+    C_COUNT
+} coll_kind;
+static const char *const coll_names[C_COUNT] = {
+    "allreduce", "reduce_scatter", "allgather", "broadcast",  "reduce",           "gather",
+    "scatter",   "alltoall",       "alltoallv", "allgatherv", "reduce_scatter_v", "sendrecv"};
 
 typedef struct bench_opts {
     coll_kind coll;
@@ -83,6 +100,7 @@ typedef struct bench {
     uint8_t *send_at, *recv_at; /* the pages */
     size_t cap;                 /* bytes of each buffer, from its pages */
     double *times, *tmax;
+    size_t *counts, *displs; /* the v-variants: per rank, in elements */
 } bench;
 
 /* ---- options ----------------------------------------------------------------- */
@@ -91,10 +109,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: gsrun -n N gsbench [options]\n"
-            "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast,\n"
+            "  -c, --coll C      allreduce (default), reduce_scatter, allgather, broadcast, reduce, gather,\n"
+            "                    scatter, alltoall, alltoallv, allgatherv, reduce_scatter_v,\n"
             "                    sendrecv (ranks 0 and 1 ping-pong; time: half the round trip)\n"
-            "  -t, --type T      f32 (default), f64, f16, bf16, i32, i64\n"
-            "  -o, --op OP       sum (default), avg, min, max, prod\n"
+            "  -t, --type T      f32 (default), f64, f16, bf16, i32, i64, u8, i8, i16, bool\n"
+            "  -o, --op OP       sum (default), avg, min, max, prod, band, bor, bxor\n"
             "  -b, --min B       smallest size (default 8; K, M, G suffixes)\n"
             "  -e, --max B       largest size (default 64M)\n"
             "  -f, --factor F    size step factor (default 2)\n"
@@ -103,7 +122,7 @@ static void usage(FILE *f)
             "      --warmup N    warm-up calls per size (default iters/10, at least 5)\n"
             "      --scale S     iteration scale (e.g. 0.25 when ranks outnumber cores)\n"
             "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
-            "      --root R      broadcast root (default 0)\n"
+            "      --root R      broadcast, reduce, gather, scatter root (default 0)\n"
             "      --inplace     in place (recvbuf == sendbuf or its block)\n"
             "      --offset B    buffers start B bytes past a page boundary (default 0; a multiple of 8\n"
             "                    below 4096: malloc gives 16, many tensor allocators 64)\n"
@@ -156,8 +175,8 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    static const char *const types[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
-    static const char *const ops[] = {"sum", "avg", "min", "max", "prod"};
+    static const char *const types[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8", "i16", "bool"};
+    static const char *const ops[] = {"sum", "avg", "min", "max", "prod", "band", "bor", "bxor"};
     int c;
     *o = (bench_opts){.min_bytes = 8, .max_bytes = 64u << 20, .factor = 2, .scale = 1};
     while ((c = getopt_long(argc, argv, "c:t:o:b:e:f:h", longs, NULL)) != -1) {
@@ -227,15 +246,68 @@ static void store(gs_dtype t, double v, void *p)
     case GS_BF16: *(uint16_t *)p = gs_red_f32_to_bf16((float)v); break;
     case GS_I32: *(int32_t *)p = (int32_t)v; break;
     case GS_I64: *(int64_t *)p = (int64_t)v; break;
+    case GS_I16: *(int16_t *)p = (int16_t)v; break;
+    case GS_I8: *(int8_t *)p = (int8_t)v; break;
+    case GS_U8: *(uint8_t *)p = (uint8_t)(int64_t)v; break;
+    case GS_BOOL: *(uint8_t *)p = v != 0; break;
     default: break;
     }
+}
+
+static bool is_integer(gs_dtype t)
+{
+    return t == GS_I32 || t == GS_I64 || t == GS_U8 || t == GS_I8 || t == GS_I16 || t == GS_BOOL;
+}
+
+/* The integer (or bool) stored at p, as the kernels read it. */
+static int64_t load_int(gs_dtype t, const uint8_t *p)
+{
+    int64_t v = 0;
+    switch (t) {
+    case GS_I32: return *(const int32_t *)p;
+    case GS_I16: return *(const int16_t *)p;
+    case GS_I8: return *(const int8_t *)p;
+    case GS_U8:
+    case GS_BOOL: return *p;
+    default: memcpy(&v, p, 8); return v;
+    }
+}
+
+/* Element i of an integer or bool reduction: wrapping, bitwise, logical. */
+static void expected_int(const bench *b, size_t i, void *p)
+{
+    gs_dtype t = b->o.dtype;
+    gs_redop op = b->o.op;
+    uint8_t tmp[8];
+    uint64_t acc = 0;
+    for (int r = 0; r < b->n; r++) {
+        store(t, value(op, true, r, i), tmp);
+        int64_t v = load_int(t, tmp);
+        uint64_t u = (uint64_t)v;
+        bool bl = t == GS_BOOL, mn = op == GS_MIN || (bl && (op == GS_PROD || op == GS_BAND));
+        bool mx = op == GS_MAX || (bl && (op == GS_SUM || op == GS_BOR));
+        acc = r == 0          ? u
+              : mn            ? ((int64_t)u < (int64_t)acc ? u : acc)
+              : mx            ? ((int64_t)u > (int64_t)acc ? u : acc)
+              : op == GS_PROD ? acc * u
+              : op == GS_BAND ? acc & u
+              : op == GS_BOR  ? acc | u
+              : op == GS_BXOR ? (bl ? (uint64_t)((acc != 0) != (u != 0)) : acc ^ u)
+                              : acc + u;
+    }
+    int64_t res = op == GS_AVG ? load_int(t, (const uint8_t *)&acc) / b->n : (int64_t)acc;
+    memcpy(p, &res, gs_dtype_size(t)); /* little-endian: the low bytes are the wrap */
 }
 
 /* Element i of the reduction over n ranks. */
 static void expected(const bench *b, size_t i, void *p)
 {
     gs_redop op = b->o.op;
-    bool integer = b->o.dtype == GS_I32 || b->o.dtype == GS_I64;
+    bool integer = is_integer(b->o.dtype);
+    if (integer) {
+        expected_int(b, i, p);
+        return;
+    }
     double acc = value(op, integer, 0, i);
     for (int r = 1; r < b->n; r++) {
         double v = value(op, integer, r, i);
@@ -245,9 +317,7 @@ static void expected(const bench *b, size_t i, void *p)
                              : acc + v;
     }
     if (op == GS_AVG) {
-        if (integer)
-            acc = (double)((long long)acc / b->n);
-        else if (b->o.dtype == GS_F64)
+        if (b->o.dtype == GS_F64)
             acc /= b->n;
         else
             acc = (double)((float)acc / (float)b->n);
@@ -257,19 +327,151 @@ static void expected(const bench *b, size_t i, void *p)
 
 /* ---- one size ------------------------------------------------------------------ */
 
-/* Elements per rank's block (reduce_scatter, allgather) or of the vector. */
+/* Elements of the vector (allreduce, broadcast, reduce, sendrecv) or per rank's block. */
 static size_t block_count(const bench *b, size_t bytes)
 {
     size_t es = gs_dtype_size(b->o.dtype);
-    if (b->o.coll == C_REDUCE_SCATTER || b->o.coll == C_ALLGATHER)
-        return bytes / es / (size_t)b->n;
-    return bytes / es;
+    if (b->o.coll == C_ALLREDUCE || b->o.coll == C_BROADCAST || b->o.coll == C_REDUCE ||
+        b->o.coll == C_SENDRECV)
+        return bytes / es;
+    return bytes / es / (size_t)b->n; /* a block: of the n x block buffer */
+}
+
+/* ---- the newer collectives --------------------------------------------------------- */
+
+/* What rank src sends rank dst at element i (exact in every type, bool:
+ * 0 or 1): a misplaced block shows. */
+static double tag(const bench *b, int src, int dst, size_t i)
+{
+    long v = (src * 7 + dst * 3 + (long)(i % 61)) % 61;
+    return b->o.dtype == GS_BOOL ? (double)(v & 1) : (double)v;
+}
+
+/* allgatherv, reduce_scatter_v: uneven counts (weights 1 .. n) over n blocks;
+ * alltoallv: blocks of count. */
+static void set_counts(bench *b, size_t count)
+{
+    size_t total = count * (size_t)b->n, used = 0, w = (size_t)b->n * (size_t)(b->n + 1) / 2;
+    for (int q = 0; q < b->n; q++) {
+        b->counts[q] = b->o.coll == C_ALLTOALLV ? count
+                       : q == b->n - 1          ? total - used
+                                                : total * (size_t)(q + 1) / w;
+        b->displs[q] = used;
+        used += b->counts[q];
+    }
+}
+
+/* The block this rank passes as its input and result (in place: inside the other). */
+static uint8_t *more_send(const bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype), me = (size_t)b->rank;
+    bool root = b->rank == b->o.root, ip = b->o.inplace;
+    switch (b->o.coll) {
+    case C_REDUCE:
+    case C_ALLTOALL: return ip ? b->recv : b->send;
+    case C_GATHER: return ip && root ? b->recv + me * count * es : b->send;
+    case C_ALLGATHERV: return ip ? b->recv + b->displs[me] * es : b->send;
+    default: return b->send;
+    }
+}
+
+static uint8_t *more_recv(const bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype), me = (size_t)b->rank;
+    bool root = b->rank == b->o.root, ip = b->o.inplace;
+    switch (b->o.coll) {
+    case C_SCATTER: return ip && root ? b->send + me * count * es : b->recv;
+    case C_REDUCE_SCATTER_V: return ip ? b->send + b->displs[me] * es : b->recv;
+    default: return b->recv;
+    }
+}
+
+static void more_fill(bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype), n = (size_t)b->n;
+    uint8_t *src = more_send(b, count);
+    set_counts(b, count);
+    switch (b->o.coll) {
+    case C_REDUCE:
+    case C_REDUCE_SCATTER_V:
+        for (size_t i = 0; i < count * (b->o.coll == C_REDUCE ? 1 : n); i++)
+            store(b->o.dtype, value(b->o.op, is_integer(b->o.dtype), b->rank, i), src + i * es);
+        break;
+    case C_GATHER:
+    case C_ALLGATHERV: {
+        size_t k = b->o.coll == C_GATHER ? count : b->counts[b->rank];
+        for (size_t i = 0; i < k; i++)
+            store(b->o.dtype, tag(b, b->rank, 0, i), src + i * es);
+        break;
+    }
+    default: /* scatter (the root), alltoall(v): block q for rank q */
+        for (size_t q = 0; q < n && (b->o.coll != C_SCATTER || b->rank == b->o.root); q++)
+            for (size_t i = 0; i < count; i++)
+                store(b->o.dtype, tag(b, b->rank, (int)q, i), src + (q * count + i) * es);
+        break;
+    }
+}
+
+static gs_status more_call(bench *b, size_t count)
+{
+    gs_dtype t = b->o.dtype;
+    uint8_t *s = more_send(b, count), *r = more_recv(b, count);
+    switch (b->o.coll) {
+    case C_REDUCE: return gs_reduce(b->comm, s, r, count, t, b->o.op, b->o.root);
+    case C_GATHER: return gs_gather(b->comm, s, r, count, t, b->o.root);
+    case C_SCATTER: return gs_scatter(b->comm, s, r, count, t, b->o.root);
+    case C_ALLTOALL: return gs_alltoall(b->comm, s, r, count, t);
+    case C_ALLTOALLV: return gs_alltoallv(b->comm, s, b->counts, b->displs, r, b->counts, b->displs, t);
+    case C_ALLGATHERV: return gs_allgatherv(b->comm, s, r, b->counts, b->displs, t);
+    case C_REDUCE_SCATTER_V: return gs_reduce_scatter_v(b->comm, s, r, b->counts, t, b->o.op);
+    default: return GS_ERR_INVALID;
+    }
+}
+
+/* Wrong elements of n blocks of k elements at out + q * stride: block q from rank q (or from root to me). */
+static uint64_t more_wrong(bench *b, size_t count)
+{
+    size_t es = gs_dtype_size(b->o.dtype), n = (size_t)b->n;
+    const uint8_t *out = more_recv(b, count);
+    uint8_t want[8];
+    uint64_t wrong = 0;
+    bool root = b->rank == b->o.root;
+    switch (b->o.coll) {
+    case C_REDUCE:
+    case C_REDUCE_SCATTER_V: {
+        size_t first = b->o.coll == C_REDUCE ? 0 : b->displs[b->rank];
+        size_t k = b->o.coll == C_REDUCE ? (root ? count : 0) : b->counts[b->rank];
+        for (size_t i = 0; i < k; i++) {
+            expected(b, first + i, want);
+            wrong += memcmp(out + i * es, want, es) != 0;
+        }
+        break;
+    }
+    case C_SCATTER:
+        for (size_t i = 0; i < count; i++) {
+            store(b->o.dtype, tag(b, b->o.root, b->rank, i), want);
+            wrong += memcmp(out + i * es, want, es) != 0;
+        }
+        break;
+    default: /* gather (the root), allgatherv, alltoall(v): block q from rank q */
+        for (size_t q = 0; q < n && (b->o.coll != C_GATHER || root); q++) {
+            bool v = b->o.coll == C_ALLGATHERV;
+            size_t k = v ? b->counts[q] : count, at = v ? b->displs[q] : q * count;
+            int dst = b->o.coll == C_ALLTOALL || b->o.coll == C_ALLTOALLV ? b->rank : 0;
+            for (size_t i = 0; i < k; i++) {
+                store(b->o.dtype, tag(b, (int)q, dst, i), want);
+                wrong += memcmp(out + (at + i) * es, want, es) != 0;
+            }
+        }
+        break;
+    }
+    return wrong;
 }
 
 static void fill_inputs(bench *b, size_t count)
 {
     size_t es = gs_dtype_size(b->o.dtype), n = (size_t)b->n;
-    bool integer = b->o.dtype == GS_I32 || b->o.dtype == GS_I64;
+    bool integer = is_integer(b->o.dtype);
     switch (b->o.coll) {
     case C_ALLREDUCE: {
         uint8_t *src = b->o.inplace ? b->recv : b->send; /* in place: the call's input is recv */
@@ -295,7 +497,7 @@ static void fill_inputs(bench *b, size_t count)
         for (size_t i = 0; i < count; i++)
             store(b->o.dtype, (double)b->rank * 1000 + (double)(i % 1000), b->send + i * es);
         break;
-    default: break;
+    default: more_fill(b, count); break;
     }
 }
 
@@ -322,7 +524,7 @@ static gs_status call(bench *b, size_t count)
             st = gs_send(b->comm, send, count, b->o.dtype, 0, 7);
         return st;
     }
-    default: return GS_ERR_INVALID;
+    default: return more_call(b, count);
     }
 }
 
@@ -366,7 +568,7 @@ static uint64_t count_wrong(bench *b, size_t count)
             wrong += memcmp(b->recv + i * es, want, es) != 0;
         }
         break;
-    default: break;
+    default: wrong = more_wrong(b, count); break;
     }
     return wrong;
 }
@@ -399,7 +601,7 @@ static void measure(bench *b, size_t bytes, bench_row *row)
     size_t count = block_count(b, bytes);
     long iters = iterations(b, bytes);
     long warm = b->o.warmup > 0 ? b->o.warmup : (iters / 10 < 5 ? 5 : iters / 10);
-    size_t total = b->o.coll == C_REDUCE_SCATTER || b->o.coll == C_ALLGATHER ? count * (size_t)b->n : count;
+    size_t total = count == bytes / gs_dtype_size(b->o.dtype) ? count : count * (size_t)b->n;
     gs_status st;
     fill_inputs(b, count);
     for (long i = 0; i < warm; i++)
@@ -427,9 +629,11 @@ static void measure(bench *b, size_t bytes, bench_row *row)
         (st = gs_allreduce(b->comm, &wrong, &wrong_all, 1, GS_I64, GS_SUM)) != GS_OK)
         fail("gathering the times", st);
     qsort(b->tmax, (size_t)iters, sizeof(double), cmp_double);
-    double factor = b->o.coll == C_ALLREDUCE                              ? 2.0 * (b->n - 1) / b->n
-                    : b->o.coll == C_BROADCAST || b->o.coll == C_SENDRECV ? 1.0
-                                                                          : (double)(b->n - 1) / b->n;
+    /* nccl-tests' factors: allreduce 2(n-1)/n; broadcast, reduce and sendrecv 1; the rest (n-1)/n */
+    double factor = b->o.coll == C_ALLREDUCE ? 2.0 * (b->n - 1) / b->n
+                    : b->o.coll == C_BROADCAST || b->o.coll == C_REDUCE || b->o.coll == C_SENDRECV
+                        ? 1.0
+                        : (double)(b->n - 1) / b->n;
     size_t real_bytes = total * gs_dtype_size(b->o.dtype);
     *row = (bench_row){
         .bytes = real_bytes,
@@ -465,7 +669,9 @@ static void print_header(const bench *b)
 
 static void print_row(const bench *b, const bench_row *r)
 {
-    const char *op = b->o.coll == C_ALLREDUCE || b->o.coll == C_REDUCE_SCATTER ? gs_redop_name(b->o.op) : "-";
+    bool red = b->o.coll == C_ALLREDUCE || b->o.coll == C_REDUCE_SCATTER || b->o.coll == C_REDUCE ||
+               b->o.coll == C_REDUCE_SCATTER_V;
+    const char *op = red ? gs_redop_name(b->o.op) : "-";
     printf("%12zu %12zu %6s %6s %11.2f %11.2f %11.2f %10.3f %10.3f %8llu %6ld\n", r->bytes, r->count,
            gs_dtype_name(b->o.dtype), op, r->med_us, r->min_us, r->max_us, r->algbw, r->busbw,
            (unsigned long long)r->wrong, r->iters);
@@ -506,6 +712,8 @@ static int bench_kernels(const bench_opts *o)
            gs_redop_name(o->op));
     printf("%6s %12s %12s %12s\n", "type", "64KiB", "1MiB", "64MiB");
     for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+        if (!gs_red_valid((gs_dtype)t, o->op))
+            continue;
         printf("%6s", gs_dtype_name((gs_dtype)t));
         for (size_t i = 0; i < 3; i++) {
             size_t n = sizes[i] / gs_dtype_size((gs_dtype)t);
@@ -582,9 +790,11 @@ static void setup(bench *b)
         fail("allocating buffers", GS_ERR_NOMEM);
     b->send = b->send_at + b->o.offset;
     b->recv = b->recv_at + b->o.offset;
+    b->counts = calloc((size_t)b->n, sizeof(size_t));
+    b->displs = calloc((size_t)b->n, sizeof(size_t));
     b->times = calloc((size_t)maxit, sizeof(double));
     b->tmax = calloc((size_t)maxit, sizeof(double));
-    if (!b->times || !b->tmax)
+    if (!b->times || !b->tmax || !b->counts || !b->displs)
         fail("allocating buffers", GS_ERR_NOMEM);
 }
 
@@ -626,6 +836,8 @@ int main(int argc, char **argv)
     gs_pages_free(b.recv_at, b.cap);
     free(b.times);
     free(b.tmax);
+    free(b.counts);
+    free(b.displs);
     if (gs_comm_destroy(b.comm) != GS_OK || gs_tp_close(b.tp) != GS_OK || gs_ctx_destroy(b.ctx) != GS_OK)
         fprintf(stderr, "gsbench: teardown: %s\n", gs_last_error());
     return wrong ? 1 : 0;

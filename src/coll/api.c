@@ -24,11 +24,19 @@ typedef struct gs_call {
     int root;
     const gs_tensor *tensors;
     size_t ntensors;
+    const size_t *scounts, *sdispls, *rcounts, *rdispls; /* the v-variants */
 } gs_call;
 
 static bool is_reduction(gs_coll_kind kind)
 {
-    return kind == GS_COLL_ALLREDUCE || kind == GS_COLL_REDUCE_SCATTER || kind == GS_COLL_ALLREDUCE_MULTI;
+    return kind == GS_COLL_ALLREDUCE || kind == GS_COLL_REDUCE_SCATTER || kind == GS_COLL_ALLREDUCE_MULTI ||
+           kind == GS_COLL_REDUCE || kind == GS_COLL_REDUCE_SCATTER_V;
+}
+
+static bool is_rooted(gs_coll_kind kind)
+{
+    return kind == GS_COLL_BROADCAST || kind == GS_COLL_REDUCE || kind == GS_COLL_GATHER ||
+           kind == GS_COLL_SCATTER;
 }
 
 /* Whether [a, a+alen) and [b, b+blen) overlap. */
@@ -76,7 +84,97 @@ static gs_status check_buffers(const gs_comm *comm, const gs_call *c, size_t es)
     return GS_OK;
 }
 
-static gs_status check_call(const gs_comm *comm, const gs_call *c)
+/* ---- the newer collectives' buffers ------------------------------------------ */
+
+/* The elements of the send and receive buffers the call touches on this
+ * rank, and where the receive buffer must start relative to the send
+ * buffer (in elements, *in_place_p; SIZE_MAX: no in-place form) for the
+ * call to be in place. */
+typedef struct span {
+    size_t send, recv;
+    bool recv_at_send; /* in place: recv == send + at (else send == recv + at) */
+    size_t at;
+} span;
+
+static size_t end_of(const size_t *counts, const size_t *displs, int n)
+{
+    size_t end = 0;
+    for (int q = 0; q < n; q++)
+        if (counts[q] && displs[q] + counts[q] > end)
+            end = displs[q] + counts[q];
+    return end;
+}
+
+static size_t prefix_sum(const size_t *counts, int q)
+{
+    size_t sum = 0;
+    for (int i = 0; i < q; i++)
+        sum += counts[i];
+    return sum;
+}
+
+static span span_of(const gs_comm *comm, const gs_call *c)
+{
+    int n = comm->size, r = comm->rank;
+    bool root = r == c->root;
+    size_t k = c->count, all = k * (size_t)n;
+    switch (c->kind) {
+    case GS_COLL_REDUCE: return (span){.send = k, .recv = root ? k : 0, .at = 0};
+    case GS_COLL_GATHER: return (span){.send = k, .recv = root ? all : 0, .at = (size_t)r * k};
+    case GS_COLL_SCATTER:
+        return (span){.send = root ? all : 0, .recv = k, .recv_at_send = true, .at = (size_t)r * k};
+    case GS_COLL_ALLTOALL: return (span){.send = all, .recv = all, .at = 0};
+    case GS_COLL_ALLTOALLV:
+        return (span){.send = end_of(c->scounts, c->sdispls, n),
+                      .recv = end_of(c->rcounts, c->rdispls, n),
+                      .at = SIZE_MAX};
+    case GS_COLL_ALLGATHERV:
+        return (span){.send = c->rcounts[r], .recv = end_of(c->rcounts, c->rdispls, n), .at = c->rdispls[r]};
+    default: /* reduce_scatter_v */
+        return (span){
+            .send = c->count, .recv = c->rcounts[r], .recv_at_send = true, .at = prefix_sum(c->rcounts, r)};
+    }
+}
+
+/* The count arrays: present, and their sums and ends within size_t. */
+static gs_status check_vectors(const gs_comm *comm, gs_call *c, size_t es)
+{
+    bool all4 = c->kind == GS_COLL_ALLTOALLV, displs = all4 || c->kind == GS_COLL_ALLGATHERV;
+    size_t limit = SIZE_MAX / es, total = 0;
+    if (!c->rcounts || (displs && !c->rdispls) || (all4 && (!c->scounts || !c->sdispls)))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: a count or displacement array is NULL", c->fn);
+    for (int q = 0; q < comm->size; q++) {
+        bool bad = c->rcounts[q] > limit - total || (displs && c->rdispls[q] > limit - c->rcounts[q]) ||
+                   (all4 && (c->scounts[q] > limit || c->sdispls[q] > limit - c->scounts[q]));
+        if (bad)
+            return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: the counts for rank %d are too large", c->fn,
+                           q);
+        total += c->rcounts[q];
+    }
+    if (c->kind != GS_COLL_ALLTOALLV)
+        c->count = total; /* the descriptor's count: every rank's sum */
+    return GS_OK;
+}
+
+static gs_status check_blocks(const gs_comm *comm, const gs_call *c, size_t es)
+{
+    span sp = span_of(comm, c);
+    const uint8_t *s = c->send, *r = c->recv;
+    if ((sp.send && !s) || (sp.recv && !r))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: NULL %s buffer with %zu elements to %s", c->fn,
+                       sp.send && !s ? "send" : "receive", sp.send && !s ? sp.send : sp.recv,
+                       sp.send && !s ? "send" : "receive");
+    bool in_place = sp.at != SIZE_MAX && (sp.recv_at_send ? r == s + sp.at * es : s == r + sp.at * es);
+    if (!in_place && overlap(s, sp.send * es, r, sp.recv * es))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID,
+                       sp.at == SIZE_MAX ? "%s: send and receive buffers overlap (there is no in-place form)"
+                                         : "%s: send and receive buffers overlap without being in place (see "
+                                           "gradsync.h)",
+                       c->fn);
+    return GS_OK;
+}
+
+static gs_status check_call(const gs_comm *comm, gs_call *c)
 {
     if (!comm)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: the communicator is NULL", c->fn);
@@ -84,16 +182,21 @@ static gs_status check_call(const gs_comm *comm, const gs_call *c)
         return GS_OK;
     if ((unsigned)c->dtype >= GS_DTYPE_COUNT)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown data type %d", c->fn, (int)c->dtype);
-    if (is_reduction(c->kind) && (unsigned)c->redop >= GS_REDOP_COUNT)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown reduction operator %d", c->fn,
-                       (int)c->redop);
-    if (c->kind == GS_COLL_BROADCAST && (c->root < 0 || c->root >= comm->size))
+    if (is_reduction(c->kind) && !gs_red_valid(c->dtype, c->redop))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: %s %s: %s", c->fn, gs_redop_name(c->redop),
+                       gs_dtype_name(c->dtype), gs_red_invalid_why(c->dtype, c->redop));
+    if (is_rooted(c->kind) && (c->root < 0 || c->root >= comm->size))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: root %d is not a rank (0..%d)", c->fn, c->root,
                        comm->size - 1);
     size_t es = gs_dtype_size(c->dtype), total;
-    if (__builtin_mul_overflow(c->count, es * (size_t)comm->size, &total))
+    bool vector =
+        c->kind == GS_COLL_ALLTOALLV || c->kind == GS_COLL_ALLGATHERV || c->kind == GS_COLL_REDUCE_SCATTER_V;
+    gs_status st = vector ? check_vectors(comm, c, es) : GS_OK;
+    if (st != GS_OK)
+        return st;
+    if (!vector && __builtin_mul_overflow(c->count, es * (size_t)comm->size, &total))
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: count %zu is too large", c->fn, c->count);
-    return check_buffers(comm, c, es);
+    return gs_block_kind(c->kind) ? check_blocks(comm, c, es) : check_buffers(comm, c, es);
 }
 
 /* ---- fusion ---------------------------------------------------------------- */
@@ -116,6 +219,9 @@ static gs_status check_tensors(const gs_comm *comm, gs_call *c)
     if ((unsigned)c->dtype >= GS_DTYPE_COUNT || (unsigned)c->redop >= GS_REDOP_COUNT)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: unknown data type %d or operator %d", c->fn,
                        (int)c->dtype, (int)c->redop);
+    if (!gs_red_valid(c->dtype, c->redop))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: %s %s: %s", c->fn, gs_redop_name(c->redop),
+                       gs_dtype_name(c->dtype), gs_red_invalid_why(c->dtype, c->redop));
     es = gs_dtype_size(c->dtype);
     for (size_t i = 0; i < c->ntensors; i++) {
         const gs_tensor *t = &c->tensors[i];
@@ -155,9 +261,23 @@ static gs_status pack(gs_req *req, const gs_call *c, size_t es)
 
 /* ---- starting calls -------------------------------------------------------- */
 
+/* FNV-1a of a count array: ranks with different arrays disagree. */
+static int32_t counts_hash(const size_t *counts, int n)
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++)
+            h = (h ^ (uint8_t)((uint64_t)counts[i] >> (8 * b))) * 16777619u;
+    return (int32_t)(h & 0x7fffffff);
+}
+
 static size_t call_bytes(const gs_comm *comm, const gs_call *c, size_t es)
 {
     size_t bytes = c->count * es;
+    if (gs_block_kind(c->kind)) {
+        span sp = span_of(comm, c);
+        return (sp.send > sp.recv ? sp.send : sp.recv) * es;
+    }
     if (c->kind == GS_COLL_REDUCE_SCATTER || c->kind == GS_COLL_ALLGATHER)
         bytes *= (size_t)comm->size;
     return c->kind == GS_COLL_BARRIER ? 0 : bytes;
@@ -173,8 +293,14 @@ static gs_status prepare(gs_comm *comm, gs_req *req, const gs_call *c)
     op->kind = c->kind;
     op->dtype = c->kind == GS_COLL_BARRIER ? GS_F32 : c->dtype;
     op->redop = is_reduction(c->kind) ? c->redop : GS_SUM;
-    op->root = c->kind == GS_COLL_BROADCAST || c->kind == GS_COLL_ALLREDUCE_MULTI ? c->root : -1;
-    op->count = c->kind == GS_COLL_BARRIER ? 0 : c->count;
+    op->root = is_rooted(c->kind) || c->kind == GS_COLL_ALLREDUCE_MULTI ? c->root : -1;
+    if (c->kind == GS_COLL_ALLGATHERV || c->kind == GS_COLL_REDUCE_SCATTER_V)
+        op->root = counts_hash(c->rcounts, comm->size);
+    op->count = c->kind == GS_COLL_BARRIER || c->kind == GS_COLL_ALLTOALLV ? 0 : c->count;
+    op->scounts = c->scounts;
+    op->sdispls = c->sdispls;
+    op->rcounts = c->rcounts;
+    op->rdispls = c->rdispls;
     op->es = es;
     op->send = c->send;
     op->recv = c->recv;
@@ -188,7 +314,9 @@ static gs_status prepare(gs_comm *comm, gs_req *req, const gs_call *c)
         op->ntensors = c->ntensors;
     }
     /* a result larger than the caches is streamed to memory */
-    size_t out_bytes = c->kind == GS_COLL_ALLGATHER ? call_bytes(comm, c, es) : op->count * es;
+    size_t out_bytes = c->kind == GS_COLL_ALLGATHER ? call_bytes(comm, c, es)
+                       : gs_block_kind(c->kind)     ? span_of(comm, c).recv * es
+                                                    : op->count * es;
     op->nt = out_bytes >= comm->nt_bytes;
     op->algo = gs_coll_select(comm, c->kind, call_bytes(comm, c, es));
     op->zc_bytes = call_bytes(comm, c, es); /* the send mode is chosen when the call starts */
@@ -240,6 +368,8 @@ static gs_status tiny_resume(gs_comm *comm, gs_call *c)
     comm->tiny_resumed++;
     return st == GS_OK ? gs_engine_resume(comm, &comm->sync_req) : st;
 }
+
+static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p);
 
 static gs_status run_blocking(gs_comm *comm, gs_call *c)
 {
@@ -396,6 +526,142 @@ gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n,
                  .dtype = dtype,
                  .redop = op};
     return run_nonblocking(comm, &c, req_p);
+}
+
+/* ---- reduce, gather, scatter, alltoall(v), allgatherv, reduce_scatter_v -------- */
+
+/* The blocking form when req_p is NULL, else the non-blocking one. */
+static gs_status run(gs_comm *comm, gs_call *c, gs_req **req_p, bool blocking)
+{
+    return blocking ? run_blocking(comm, c) : run_nonblocking(comm, c, req_p);
+}
+
+#define ROOTED_CALL(name, k, cnt, o)                                                                         \
+    {                                                                                                        \
+        .fn = name, .kind = k, .send = sendbuf, .recv = recvbuf, .count = cnt, .dtype = dtype, .redop = o,   \
+        .root = root                                                                                         \
+    }
+
+gs_status gs_reduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                    gs_redop op, int root)
+{
+    gs_call c = ROOTED_CALL("gs_reduce", GS_COLL_REDUCE, count, op);
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_ireduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                     gs_redop op, int root, gs_req **req_p)
+{
+    gs_call c = ROOTED_CALL("gs_ireduce", GS_COLL_REDUCE, count, op);
+    return run(comm, &c, req_p, false);
+}
+
+gs_status gs_gather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
+                    int root)
+{
+    gs_call c = ROOTED_CALL("gs_gather", GS_COLL_GATHER, sendcount, GS_SUM);
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_igather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
+                     int root, gs_req **req_p)
+{
+    gs_call c = ROOTED_CALL("gs_igather", GS_COLL_GATHER, sendcount, GS_SUM);
+    return run(comm, &c, req_p, false);
+}
+
+gs_status gs_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
+                     int root)
+{
+    gs_call c = ROOTED_CALL("gs_scatter", GS_COLL_SCATTER, recvcount, GS_SUM);
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_iscatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
+                      int root, gs_req **req_p)
+{
+    gs_call c = ROOTED_CALL("gs_iscatter", GS_COLL_SCATTER, recvcount, GS_SUM);
+    return run(comm, &c, req_p, false);
+}
+
+#define ALLTOALL_CALL(name)                                                                                  \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_ALLTOALL, .send = sendbuf, .recv = recvbuf, .count = count,              \
+        .dtype = dtype, .root = -1                                                                           \
+    }
+
+gs_status gs_alltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype)
+{
+    gs_call c = ALLTOALL_CALL("gs_alltoall");
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_ialltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
+                       gs_req **req_p)
+{
+    gs_call c = ALLTOALL_CALL("gs_ialltoall");
+    return run(comm, &c, req_p, false);
+}
+
+#define ALLTOALLV_CALL(name)                                                                                 \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_ALLTOALLV, .send = sendbuf, .recv = recvbuf, .dtype = dtype, .root = -1, \
+        .scounts = sendcounts, .sdispls = sdispls, .rcounts = recvcounts, .rdispls = rdispls                 \
+    }
+
+gs_status gs_alltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                       void *recvbuf, const size_t *recvcounts, const size_t *rdispls, gs_dtype dtype)
+{
+    gs_call c = ALLTOALLV_CALL("gs_alltoallv");
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_ialltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                        void *recvbuf, const size_t *recvcounts, const size_t *rdispls, gs_dtype dtype,
+                        gs_req **req_p)
+{
+    gs_call c = ALLTOALLV_CALL("gs_ialltoallv");
+    return run(comm, &c, req_p, false);
+}
+
+#define ALLGATHERV_CALL(name)                                                                                \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_ALLGATHERV, .send = sendbuf, .recv = recvbuf, .dtype = dtype,            \
+        .root = -1, .rcounts = recvcounts, .rdispls = displs                                                 \
+    }
+
+gs_status gs_allgatherv(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                        const size_t *displs, gs_dtype dtype)
+{
+    gs_call c = ALLGATHERV_CALL("gs_allgatherv");
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_iallgatherv(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                         const size_t *displs, gs_dtype dtype, gs_req **req_p)
+{
+    gs_call c = ALLGATHERV_CALL("gs_iallgatherv");
+    return run(comm, &c, req_p, false);
+}
+
+#define REDUCE_SCATTER_V_CALL(name)                                                                          \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_REDUCE_SCATTER_V, .send = sendbuf, .recv = recvbuf, .dtype = dtype,      \
+        .redop = op, .root = -1, .rcounts = recvcounts                                                       \
+    }
+
+gs_status gs_reduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                              gs_dtype dtype, gs_redop op)
+{
+    gs_call c = REDUCE_SCATTER_V_CALL("gs_reduce_scatter_v");
+    return run(comm, &c, NULL, true);
+}
+
+gs_status gs_ireduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                               gs_dtype dtype, gs_redop op, gs_req **req_p)
+{
+    gs_call c = REDUCE_SCATTER_V_CALL("gs_ireduce_scatter_v");
+    return run(comm, &c, req_p, false);
 }
 
 /* ---- requests ---------------------------------------------------------------- */

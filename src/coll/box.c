@@ -221,9 +221,10 @@ gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
     uint8_t *dst = gs_box_next_payload(c);
-    if (p->stride) { /* a piece for every rank, mine included */
+    if (p->stride) { /* a piece for every rank, mine included unless I read it from my input (pieces) */
         for (int q = 0; q < c->size && p->bytes; q++)
-            memcpy(dst + (size_t)q * p->bytes, p->local + (size_t)q * p->stride, p->bytes);
+            if (!p->pieces || q != c->rank)
+                memcpy(dst + (size_t)q * p->bytes, p->local + (size_t)q * p->stride, p->bytes);
     } else if (p->bytes) {
         memcpy(dst, p->local, p->bytes);
     }
@@ -278,9 +279,10 @@ static const uint8_t *operand(const gs_coll_op *op, const gs_prim *p, int q)
 {
     const gs_comm *c = op->comm;
     gs_box_head *head = gs_box_slot(c->box, q, op->box_post);
-    /* reduce_scatter posts a piece per rank (stride set on its reduce step);
-     * a gather's stride spaces its output instead */
-    size_t piece = p->mode == GS_PRIM_REDUCE && p->stride ? (size_t)c->rank * p->bytes : 0;
+    /* reduce_scatter posts a piece per rank (stride set on its reduce step),
+     * so do scatter's root and alltoall (pieces); a gather's stride spaces
+     * its output instead */
+    size_t piece = (p->mode == GS_PRIM_REDUCE && p->stride) || p->pieces ? (size_t)c->rank * p->bytes : 0;
     if (q == c->rank && p->local)
         return p->local;
     return gs_box_payload(head) + piece;
@@ -288,13 +290,14 @@ static const uint8_t *operand(const gs_coll_op *op, const gs_prim *p, int q)
 
 /* out = x_0 op x_1 op ... op x_{n-1}, in rank order. No operand aliases out
  * (mine is the copy in my box unless local was given, and then out is not
- * local), so partial results may go straight to out, except when they must
- * stay in cache (streamed results, avg's division): then in the scratch. */
+ * local, but for a reduce in place at its root), so partial results may go
+ * straight to out, except when they must stay in cache (streamed results,
+ * avg's division) or out is an operand: then in the scratch. */
 static void reduce_all(gs_coll_op *op, const gs_prim *p, size_t n)
 {
     gs_comm *c = op->comm;
     int last = c->size - 1;
-    bool staged = p->finish || (op->nt && c->size > 2);
+    bool staged = p->finish || (op->nt && c->size > 2) || (c->size > 2 && p->local && p->local == p->out);
     uint8_t *acc = staged ? c->scratch : p->out;
     if (c->size == 2 && !staged) {
         gs_coll_reduce_out(op, p->out, operand(op, p, 0), operand(op, p, 1), n);
@@ -326,8 +329,8 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank)
             continue;
-        size_t bytes = p->mode == GS_PRIM_BCAST && q != p->root ? 0 : p->bytes;
-        st = gs_desc_check(c, op, &gs_box_slot(c->box, q, op->box_post)->hdr, q, p->recv_unit, bytes);
+        st = gs_desc_check(c, op, &gs_box_slot(c->box, q, op->box_post)->hdr, q, p->recv_unit,
+                           gs_prim_peer_bytes(p, q));
         if (st != GS_OK)
             return st;
     }

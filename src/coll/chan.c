@@ -95,6 +95,7 @@ gs_status gs_chan_post(gs_comm *comm, gs_chan *ch, uint8_t *slot, gs_mr *lmr, si
     uint64_t off = ch->remote_off + (ch->tx_sent % GS_COLL_SLOTS) * comm->slot_stride;
     uint32_t imm = GS_COLL_IMM(GS_COLL_IMM_DATA, unit, ch->rx_released);
     gs_desc_fill(op, gs_coll_hdr_of(slot), unit, bytes);
+    gs_desc_fill_peer(op, gs_coll_hdr_of(slot), ch->peer);
     gs_status st = gs_ep_write_imm(gs_tp_ep(comm->tp, ch->peer), slot, lmr, GS_COLL_HDR_BYTES + bytes,
                                    &comm->peer_inbox[ch->peer], off, imm, wr_id,
                                    (signaled ? GS_OP_SIGNALED : 0) | (op->zcopy ? GS_OP_ZCOPY : 0));
@@ -117,6 +118,7 @@ gs_status gs_chan_post_apart(gs_comm *comm, gs_chan *ch, uint8_t *hdr_slot, gs_m
     gs_coll_hdr *h = gs_coll_hdr_of(hdr_slot);
     gs_status st;
     gs_desc_fill(op, h, unit, bytes);
+    gs_desc_fill_peer(op, h, ch->peer);
     h->flags = GS_COLL_HDR_APART;
     /* the payload first; if the header cannot follow now, both go again
      * later (the same bytes to the same place) */

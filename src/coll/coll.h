@@ -13,6 +13,10 @@
  *   ring.c      pipelined ring (reduce-scatter + all-gather, chains)
  *   rd.c        recursive doubling (butterfly, any rank count)
  *   direct.c    every rank to every rank in one step (small messages)
+ *   rooted.c    reduce, gather, scatter over the boxes (direct's steps for them)
+ *   alltoall.c  alltoall over the boxes (direct's steps for it)
+ *   pairwise.c  every newer collective over messages: per peer, a block each way
+ *   blocks.c    what each newer collective sends to and receives from each peer
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
@@ -105,6 +109,14 @@ typedef struct gs_prim {
     size_t stride;        /* SEND_ALL: bytes between peers' data (0: the same to all); GATHER: out stride */
     const uint8_t *local; /* this rank's operand / data to send (NULL on RECV_ALL: the last SEND_ALL copy) */
     uint8_t *out;         /* where the result goes in user memory (NULL: nowhere) */
+    /* the newer collectives (pairwise.c, rooted.c, alltoall.c) */
+    bool split;               /* PAIR with send_local: sends send_bytes from send_data, apart from what it
+                               * receives (bytes, into out or reduced with local) */
+    const uint8_t *send_data; /* split: what it sends */
+    size_t send_bytes;
+    bool pieces;  /* RECV_ALL over the boxes: a post holds a piece of bytes per rank; this rank's is read
+                   * (SEND_ALL with stride: this rank's own piece is left out of its post) */
+    bool to_root; /* RECV_ALL: root's post is empty, every other one carries bytes (gather, reduce) */
     /* progress of a step that had to stop half way */
     bool sent;     /* PAIR: send_local posted */
     bool combined; /* PAIR: result computed (forward still to post) */
@@ -129,6 +141,7 @@ extern const gs_coll_algo gs_ring_algo;
 extern const gs_coll_algo gs_rd_algo;
 extern const gs_coll_algo gs_direct_algo;
 extern const gs_coll_algo gs_local_algo;
+extern const gs_coll_algo gs_pairwise_algo;
 
 /* One call: its descriptor, buffers and the schedule's cursor. */
 struct gs_coll_op {
@@ -169,6 +182,9 @@ struct gs_coll_op {
     /* allreduce_multi */
     const gs_tensor *tensors;
     size_t ntensors;
+    /* the v-variants, in elements (the caller's arrays, untouched until the call ends): alltoallv all
+     * four; allgatherv rcounts and rdispls; reduce_scatter_v rcounts */
+    const size_t *scounts, *sdispls, *rcounts, *rdispls;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -196,7 +212,7 @@ struct gs_req {
  * size class, the faster is used and the other tried again now and then. */
 #define GS_ZC_MIN_BYTES     (4u << 20) /* smaller calls copy (references cost more there, measured) */
 #define GS_ZC_CLASSES       8          /* size classes 4 MiB, 8 MiB, ... 512 MiB and more */
-#define GS_ZC_KINDS         (GS_COLL_ALLREDUCE_MULTI + 1)
+#define GS_ZC_KINDS         GS_COLL_KIND_END
 #define GS_ZC_EXPLORE       8  /* the other mode is tried every 8th call, */
 #define GS_ZC_SETTLE        64 /* for the first 64 calls of a class, */
 #define GS_ZC_EXPLORE_LATER 32 /* then every 32nd */
@@ -449,6 +465,9 @@ gs_status gs_chan_check_queued(gs_comm *comm, const gs_coll_op *op);
 /* ---- desc.c */
 /* Writes op's descriptor into a header. */
 void gs_desc_fill(const gs_coll_op *op, gs_coll_hdr *hdr, uint32_t unit, size_t bytes);
+/* The part of a message's descriptor that depends on its receiver (alltoallv:
+ * the count is what this rank sends peer). */
+void gs_desc_fill_peer(const gs_coll_op *op, gs_coll_hdr *hdr, int peer);
 /* Whether hdr describes the same call as op. */
 bool gs_desc_same(const gs_coll_op *op, const gs_coll_hdr *hdr);
 /* "allreduce #3 (count 10, f32, sum) [ring]" */
@@ -460,6 +479,37 @@ gs_status gs_desc_mismatch(gs_comm *comm, const gs_coll_op *op, const gs_coll_hd
 /* Checks a message about to be consumed by a step of op. */
 gs_status gs_desc_check(gs_comm *comm, const gs_coll_op *op, const gs_coll_hdr *hdr, int peer, uint32_t unit,
                         size_t bytes);
+
+/* The payload bytes a RECV_ALL step expects in peer q's message or post. */
+static inline size_t gs_prim_peer_bytes(const gs_prim *p, int q)
+{
+    if (p->mode == GS_PRIM_BCAST)
+        return q == p->root ? p->bytes : 0;
+    if (p->to_root)
+        return q == p->root ? 0 : p->bytes;
+    return p->bytes;
+}
+
+/* ---- blocks.c */
+/* The newer collectives (reduce, gather, scatter, alltoall(v), allgatherv,
+ * reduce_scatter_v) as blocks: what this rank sends to peer q (from
+ * op->send), receives from q (into op->recv, reduced there for the
+ * reductions) and, for q == rank, copies from its input to its result; in
+ * elements. A block of length 0 still travels as one empty message. */
+void gs_block_send(const gs_coll_op *op, int q, size_t *off_p, size_t *len_p);
+void gs_block_recv(const gs_coll_op *op, int q, size_t *off_p, size_t *len_p);
+void gs_block_self(const gs_coll_op *op, size_t *from_p, size_t *to_p, size_t *len_p);
+/* Whether the kind's received blocks are reduced into the result. */
+bool gs_block_reduces(gs_coll_kind kind);
+/* Whether the kind is one of the newer collectives. */
+static inline bool gs_block_kind(gs_coll_kind kind)
+{
+    return kind >= GS_COLL_REDUCE && kind < GS_COLL_KIND_END;
+}
+
+/* ---- rooted.c, alltoall.c: direct's steps over the boxes */
+void gs_rooted_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p);
+void gs_alltoall_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p);
 
 /* ---- prim.c */
 /* Runs one step as far as it can: GS_OK done, GS_INPROGRESS waiting (call
@@ -583,6 +633,16 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
 void gs_coll_layout(gs_coll_op *op, size_t max_seg);
 /* The same when `pieces` segment chunks travel in one slot. */
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces);
+/* The same with columns of at most chunk bytes (at most the slot's). */
+void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t chunk);
+/* Over the boxes, reduce, gather, scatter, alltoall (and 2-rank broadcast
+ * and allgather) cut a call into about this many columns (at least
+ * GS_BOX_PIPE_MIN_BYTES per rank's piece, at most a slot), so that a
+ * sender's copy into its box overlaps the reader's work on the column
+ * before; smaller pieces cost more in posts than they gain (measured at
+ * 64 KiB and 1 MiB, docs/collectives.md). */
+#define GS_BOX_PIPE_COLUMNS   16
+#define GS_BOX_PIPE_MIN_BYTES (16u << 10)
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

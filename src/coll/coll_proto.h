@@ -41,6 +41,14 @@ typedef enum gs_coll_kind {
     GS_COLL_BROADCAST,
     GS_COLL_BARRIER,
     GS_COLL_ALLREDUCE_MULTI,
+    GS_COLL_REDUCE,
+    GS_COLL_GATHER,
+    GS_COLL_SCATTER,
+    GS_COLL_ALLTOALL,
+    GS_COLL_ALLTOALLV,
+    GS_COLL_ALLGATHERV,
+    GS_COLL_REDUCE_SCATTER_V,
+    GS_COLL_KIND_END /* one past the last */
 } gs_coll_kind;
 
 /* The algorithms, as carried in headers (0 = none: one rank, no messages). */
@@ -49,6 +57,7 @@ typedef enum gs_coll_algo_id {
     GS_COLL_ALGO_RING,
     GS_COLL_ALGO_RD,
     GS_COLL_ALGO_DIRECT,
+    GS_COLL_ALGO_PAIRWISE,
 } gs_coll_algo_id;
 
 typedef struct gs_coll_hdr {
@@ -59,13 +68,16 @@ typedef struct gs_coll_hdr {
     uint8_t algo;    /* gs_coll_algo_id */
     uint8_t flags;   /* GS_COLL_HDR_* */
     uint8_t pad[2];
-    int32_t root;    /* broadcast root; allreduce_multi: hash of the tensor list; else -1 */
+    int32_t root;    /* broadcast, reduce, gather, scatter: the root; allreduce_multi: hash of the
+                      * tensor list; allgatherv, reduce_scatter_v: hash of the counts; else -1 */
     uint32_t sender; /* rank */
     uint64_t seq;    /* the call's number on the communicator, from 1 */
-    uint64_t count;  /* the call's count argument (allreduce_multi: total elements) */
+    uint64_t count;  /* the call's count argument (allreduce_multi, allgatherv, reduce_scatter_v: total
+                      * elements; alltoallv: the elements the sender sends the receiver) */
     uint32_t unit;   /* the algorithm's step id, checked by the receiver */
     uint32_t bytes;  /* payload bytes that follow */
-    /* 0; in a box post by parts of 2 ranks, when it was posted (CLOCK_MONOTONIC ns, box.c) */
+    /* 0; in a box post by parts of 2 ranks, when it was posted (CLOCK_MONOTONIC ns, box.c); alltoallv:
+     * the elements the sender expects from the receiver */
     uint64_t reserved;
 } gs_coll_hdr;
 

@@ -12,6 +12,8 @@
  *   broadcast       root sends its data, the others an empty message (their
  *                   agreement); later columns: root to all
  *   barrier         empty messages to all, from all
+ *   reduce, gather, scatter, alltoall: over the boxes only (rooted.c,
+ *                   alltoall.c); over messages they run pairwise (pairwise.c)
  *
  * On one host over shm the sends and receives go through shared-memory
  * boxes instead of messages (box.c): a post instead of n-1 writes, and the
@@ -31,8 +33,18 @@ static void direct_start(gs_coll_op *op)
         return;
     }
     /* through the boxes, a reduce_scatter column holds a piece for every rank */
-    size_t pieces = op->box && op->kind == GS_COLL_REDUCE_SCATTER ? (size_t)op->comm->size : 1;
-    gs_coll_layout_pieces(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, pieces);
+    bool per_rank =
+        op->kind == GS_COLL_REDUCE_SCATTER || op->kind == GS_COLL_SCATTER || op->kind == GS_COLL_ALLTOALL;
+    size_t pieces = op->box && per_rank ? (size_t)op->comm->size : 1;
+    bool pipe = gs_block_kind(op->kind) ||
+                (op->box && (op->kind == GS_COLL_BROADCAST || op->kind == GS_COLL_ALLGATHER));
+    if (pipe) { /* pipelined columns (coll.h) */
+        size_t col = op->count * op->es * pieces / GS_BOX_PIPE_COLUMNS;
+        col = col < GS_BOX_PIPE_MIN_BYTES * pieces ? GS_BOX_PIPE_MIN_BYTES * pieces : col;
+        gs_coll_layout_cap(op, op->count, pieces, col < op->comm->box_chunk ? col : op->comm->box_chunk);
+    } else {
+        gs_coll_layout_pieces(op, op->kind == GS_COLL_BARRIER ? 0 : op->count, pieces);
+    }
     op->nsteps = 2; /* send, receive */
 }
 
@@ -117,6 +129,10 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
     case GS_COLL_BARRIER:
         *p = step == 0 ? send_all(NULL, 0, 0) : recv_all(GS_PRIM_GATHER, NULL, NULL, 0);
         break;
+    case GS_COLL_REDUCE: /* over the boxes only (select.c) */
+    case GS_COLL_GATHER:
+    case GS_COLL_SCATTER: gs_rooted_fill(op, step, first, bytes, p); break;
+    case GS_COLL_ALLTOALL: gs_alltoall_fill(op, step, first, bytes, p); break;
     default: /* allreduce: my operand is the copy the send step made */
         *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, 0)
                        : recv_all(GS_PRIM_REDUCE, NULL, gs_coll_at(op->recv, first * es), bytes);

@@ -13,7 +13,11 @@ void gs_coll_layout(gs_coll_op *op, size_t max_seg)
 
 void gs_coll_layout_pieces(gs_coll_op *op, size_t max_seg, size_t pieces)
 {
-    size_t chunk = op->box ? op->comm->box_chunk : op->comm->chunk;
+    gs_coll_layout_cap(op, max_seg, pieces, op->box ? op->comm->box_chunk : op->comm->chunk);
+}
+
+void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t chunk)
+{
     size_t unit = op->es * pieces, fit = unit ? chunk / unit : chunk; /* elements one column holds */
     if (fit == 0)
         fit = 1;

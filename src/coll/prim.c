@@ -6,7 +6,8 @@
  *
  *   PAIR      send local to one peer, and/or receive from one peer: the
  *             result (what arrived, or what arrived op local) goes to out
- *             and/or is forwarded from the slot it arrived in
+ *             and/or is forwarded from the slot it arrived in; split: what
+ *             it sends is a block of its own (send_data), not local
  *   SEND_ALL  local (or local + q * stride) to every peer q
  *   RECV_ALL  one message from every peer, combined in rank order
  */
@@ -98,7 +99,8 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
 
     /* 1. this rank's own data leaves first: the result may overwrite it */
     if (tx && p->send_local && !p->sent) {
-        st = send_copy(op, tx, p->local, p->bytes, p->send_unit, p->from_user);
+        st = send_copy(op, tx, p->split ? p->send_data : p->local, p->split ? p->send_bytes : p->bytes,
+                       p->send_unit, p->from_user);
         if (st != GS_OK)
             return st;
         p->sent = true;
@@ -106,6 +108,8 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
     if (!rx) {
         if (p->out && p->local && p->out != p->local && p->bytes)
             gs_coll_copy_out(op, p->out, p->local, p->bytes);
+        if (p->mode == GS_PRIM_REDUCE && op->dtype == GS_BOOL && p->out) /* one rank's bools: 0 or 1 */
+            gs_red_apply(GS_BOOL, GS_BOR, p->out, p->out, p->out, p->bytes);
         return GS_OK;
     }
     /* 2. the message, and room at the next peer if the result goes on */
@@ -232,8 +236,8 @@ static gs_status run_recv_all(gs_coll_op *op, gs_prim *p)
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank)
             continue;
-        size_t bytes = p->mode == GS_PRIM_BCAST && q != p->root ? 0 : p->bytes;
-        st = gs_desc_check(c, op, gs_coll_hdr_of(gs_chan_head(c, &c->chans[q])), q, p->recv_unit, bytes);
+        st = gs_desc_check(c, op, gs_coll_hdr_of(gs_chan_head(c, &c->chans[q])), q, p->recv_unit,
+                           gs_prim_peer_bytes(p, q));
         if (st != GS_OK)
             return st;
     }

@@ -121,6 +121,41 @@ GS_RED_TYPE(f64, double, double, double, LOAD_ID, STORE_ID, OP_FMIN, OP_FMAX)
 GS_RED_TYPE(i32, int32_t, uint32_t, int32_t, LOAD_ID, STORE_ID, OP_MIN, OP_MAX)
 GS_RED_TYPE(i64, int64_t, uint64_t, int64_t, LOAD_ID, STORE_ID, OP_MIN, OP_MAX)
 
+/* Bitwise operators of the integer types (on the unsigned storage type). */
+#define OP_BAND(x, y) ((x) & (y))
+#define OP_BOR(x, y)  ((x) | (y))
+#define OP_BXOR(x, y) ((x) ^ (y))
+#define GS_RED_BITS(tn, TW)                                                                                  \
+    GS_RED_DEFINE(red_##tn##_band, TW, TW, LOAD_ID, STORE_ID, OP_BAND)                                       \
+    GS_RED_DEFINE(red_##tn##_bor, TW, TW, LOAD_ID, STORE_ID, OP_BOR)                                         \
+    GS_RED_DEFINE(red_##tn##_bxor, TW, TW, LOAD_ID, STORE_ID, OP_BXOR)
+
+GS_RED_BITS(i32, uint32_t)
+GS_RED_BITS(i64, uint64_t)
+
+/* The byte-like integers: sums and products in uint32_t (the promotion to
+ * int would overflow a 16-bit product), truncated when stored, which is
+ * the wrap modulo 2^8 / 2^16; min and max compare in the type. */
+#define GS_RED_SMALL(tn, T, TW)                                                                              \
+    GS_RED_DEFINE(red_##tn##_sum, TW, uint32_t, LOAD_ID, (TW), OP_SUM)                                       \
+    GS_RED_DEFINE(red_##tn##_prod, TW, uint32_t, LOAD_ID, (TW), OP_PROD)                                     \
+    GS_RED_DEFINE(red_##tn##_min, T, T, LOAD_ID, STORE_ID, OP_MIN)                                           \
+    GS_RED_DEFINE(red_##tn##_max, T, T, LOAD_ID, STORE_ID, OP_MAX)                                           \
+    GS_RED_BITS(tn, TW)
+
+GS_RED_SMALL(u8, uint8_t, uint8_t)
+GS_RED_SMALL(i8, int8_t, uint8_t)
+GS_RED_SMALL(i16, int16_t, uint16_t)
+
+/* bool: any nonzero byte is true, results are 0 or 1 (as PyTorch's sum on
+ * bool: or; prod and min: and; max: or). */
+#define OP_LAND(x, y) ((uint8_t)(((x) != 0) & ((y) != 0)))
+#define OP_LOR(x, y)  ((uint8_t)(((x) | (y)) != 0))
+#define OP_LXOR(x, y) ((uint8_t)(((x) != 0) ^ ((y) != 0)))
+GS_RED_DEFINE(red_bool_and, uint8_t, uint8_t, LOAD_ID, STORE_ID, OP_LAND)
+GS_RED_DEFINE(red_bool_or, uint8_t, uint8_t, LOAD_ID, STORE_ID, OP_LOR)
+GS_RED_DEFINE(red_bool_xor, uint8_t, uint8_t, LOAD_ID, STORE_ID, OP_LXOR)
+
 /* 16-bit float min/max compare in f32 and return one operand's bits
  * unchanged (exact, and NaN keeps its payload): x is kept when it is NaN or
  * wins the compare. */
@@ -196,21 +231,48 @@ GS_RED_F16C(red_f16_fast_prod, _mm256_mul_ps, red_f16_prod)
     {                                                                                                        \
         red_##tn##_sum, red_##tn##_sum, red_##tn##_min, red_##tn##_max, red_##tn##_prod                      \
     }
+#define GS_RED_INT_ROW(tn)                                                                                   \
+    {                                                                                                        \
+        red_##tn##_sum, red_##tn##_sum, red_##tn##_min, red_##tn##_max, red_##tn##_prod, red_##tn##_band,    \
+            red_##tn##_bor, red_##tn##_bxor                                                                  \
+    }
 
+/* NULL: the operator is not defined on the type (bitwise on floating
+ * types, avg on bool). */
 static const gs_red_fn red_table[GS_DTYPE_COUNT][GS_REDOP_COUNT] = {
     [GS_F32] = GS_RED_ROW(f32),
     [GS_F64] = GS_RED_ROW(f64),
     [GS_F16] = {GS_RED_F16_SUM, GS_RED_F16_SUM, red_f16_min, red_f16_max, GS_RED_F16_PROD},
     [GS_BF16] = GS_RED_ROW(bf16),
-    [GS_I32] = GS_RED_ROW(i32),
-    [GS_I64] = GS_RED_ROW(i64),
+    [GS_I32] = GS_RED_INT_ROW(i32),
+    [GS_I64] = GS_RED_INT_ROW(i64),
+    [GS_U8] = GS_RED_INT_ROW(u8),
+    [GS_I8] = GS_RED_INT_ROW(i8),
+    [GS_I16] = GS_RED_INT_ROW(i16),
+    [GS_BOOL] = {red_bool_or, NULL, red_bool_and, red_bool_or, red_bool_and, red_bool_and, red_bool_or,
+                 red_bool_xor},
 };
-_Static_assert(GS_SUM == 0 && GS_AVG == 1 && GS_MIN == 2 && GS_MAX == 3 && GS_PROD == 4,
+_Static_assert(GS_SUM == 0 && GS_AVG == 1 && GS_MIN == 2 && GS_MAX == 3 && GS_PROD == 4 && GS_BAND == 5 &&
+                   GS_BOR == 6 && GS_BXOR == 7,
                "red_table rows follow gs_redop");
 
 bool gs_red_valid(gs_dtype dtype, gs_redop op)
 {
-    return (unsigned)dtype < GS_DTYPE_COUNT && (unsigned)op < GS_REDOP_COUNT;
+    return (unsigned)dtype < GS_DTYPE_COUNT && (unsigned)op < GS_REDOP_COUNT && red_table[dtype][op];
+}
+
+const char *gs_red_invalid_why(gs_dtype dtype, gs_redop op)
+{
+    if ((unsigned)dtype >= GS_DTYPE_COUNT)
+        return "unknown data type";
+    if ((unsigned)op >= GS_REDOP_COUNT)
+        return "unknown reduction operator";
+    if (red_table[dtype][op])
+        return NULL;
+    if (op >= GS_BAND)
+        return "bitwise operators (band, bor, bxor) need an integer or bool type";
+    return dtype == GS_BOOL && op == GS_AVG ? "avg is not defined on bool"
+                                            : "operator not defined on the type";
 }
 
 gs_red_fn gs_red_kernel(gs_dtype dtype, gs_redop op)
@@ -239,6 +301,9 @@ GS_RED_DIV(div_f16, uint16_t, float, LOAD_F16, STORE_F16)
 GS_RED_DIV(div_bf16, uint16_t, float, LOAD_BF16, STORE_BF16)
 GS_RED_DIV(div_i32, int32_t, int32_t, LOAD_ID, STORE_ID)
 GS_RED_DIV(div_i64, int64_t, int64_t, LOAD_ID, STORE_ID)
+GS_RED_DIV(div_u8, uint8_t, uint32_t, LOAD_ID, STORE_ID)
+GS_RED_DIV(div_i8, int8_t, int32_t, LOAD_ID, STORE_ID)
+GS_RED_DIV(div_i16, int16_t, int32_t, LOAD_ID, STORE_ID)
 
 #ifdef GS_RED_HAVE_F16C_PATH
 __attribute__((target("avx,f16c"))) static void div_f16_f16c(uint16_t *buf, size_t n, float divisor)
@@ -275,6 +340,9 @@ void gs_red_avg_finish(gs_dtype dtype, void *buf, size_t count, int divisor)
     case GS_BF16: div_bf16(buf, count, (float)divisor); break;
     case GS_I32: div_i32(buf, count, (int32_t)divisor); break;
     case GS_I64: div_i64(buf, count, (int64_t)divisor); break;
+    case GS_U8: div_u8(buf, count, (uint32_t)divisor); break;
+    case GS_I8: div_i8(buf, count, (int32_t)divisor); break;
+    case GS_I16: div_i16(buf, count, (int32_t)divisor); break;
     default: break;
     }
 }

@@ -10,8 +10,11 @@
  *  - f16, bf16: each step converts both operands to f32, applies the operator
  *    in f32 and rounds back to nearest, ties to even. A reduction over N
  *    ranks therefore rounds once per step, in the algorithm's fixed order.
- *  - i32, i64: sum and prod wrap modulo 2^32 / 2^64 (two's complement, no
- *    undefined behaviour); min and max are signed.
+ *  - i32, i64, i16, i8, u8: sum and prod wrap modulo 2^bits (two's
+ *    complement, no undefined behaviour); min and max are signed (u8:
+ *    unsigned); band, bor, bxor are bitwise.
+ *  - bool (one byte, nonzero is true, results 0 or 1): sum, max and bor are
+ *    or; prod, min and band are and; bxor is xor; avg is not defined.
  *  - min, max (floating): a NaN operand gives NaN (it propagates, as in
  *    torch.minimum); +0 and -0 compare equal and either may be returned.
  *  - avg: the kernels compute the sum; after the last step the owner of each
@@ -50,8 +53,10 @@ void gs_red_copy_nt(void *dst, const void *src, size_t len);
 /* Tests: true restricts f16 to the portable integer conversion (instead of
  * the F16C instructions), so both paths can be checked. */
 void gs_red_force_portable(bool on);
-/* Whether dtype and op are valid. */
+/* Whether dtype and op are valid (known, and the operator defined on the type). */
 bool gs_red_valid(gs_dtype dtype, gs_redop op);
+/* Why not, in a few words (NULL when valid). */
+const char *gs_red_invalid_why(gs_dtype dtype, gs_redop op);
 
 static inline uint32_t gs_red_f32_bits(float f)
 {

@@ -202,6 +202,7 @@ static void ring_start(gs_coll_op *op)
         gs_coll_layout(op, op->count);
         op->nsteps = 1;
         break;
+    default: break; /* the newer collectives run pairwise (select.c) */
     }
 }
 

@@ -77,7 +77,7 @@ static uint64_t root_sender_word(int sender)
     return (uint64_t)UINT32_MAX | (uint64_t)(uint32_t)sender << 32;
 }
 
-/* bytes (at most GS_TINY_MAX_BYTES, a multiple of 2) from src to dst. */
+/* bytes (at most GS_TINY_MAX_BYTES) from src to dst. */
 static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
 {
     if (bytes == 8) {
@@ -89,6 +89,8 @@ static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
             memcpy(dst, src, 4);
         if (bytes & 2)
             memcpy(dst + (bytes & 4), src + (bytes & 4), 2);
+        if (bytes & 1) /* the byte-like types */
+            dst[bytes - 1] = src[bytes - 1];
     }
 }
 
@@ -214,7 +216,7 @@ gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t 
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     uint64_t desc = desc_word(GS_COLL_ALLREDUCE, dtype, op);
     /* too large, or an argument the usual checks report */
-    if (!es || count > GS_TINY_MAX_BYTES || bytes > GS_TINY_MAX_BYTES || (unsigned)op >= GS_REDOP_COUNT ||
+    if (!es || count > GS_TINY_MAX_BYTES || bytes > GS_TINY_MAX_BYTES || !gs_red_valid(dtype, op) ||
         (count && (!send || !recv)) || (s != r && s < r + bytes && r < s + bytes))
         return GS_ERR_AGAIN;
     tiny_post(comm, desc, count, bytes, send);

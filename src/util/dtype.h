@@ -9,7 +9,8 @@
 static inline size_t gs_dtype_bytes(gs_dtype dtype)
 {
     static const unsigned char sizes[GS_DTYPE_COUNT] = {
-        [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4, [GS_I64] = 8,
+        [GS_F32] = 4, [GS_F64] = 8, [GS_F16] = 2, [GS_BF16] = 2, [GS_I32] = 4,
+        [GS_I64] = 8, [GS_U8] = 1,  [GS_I8] = 1,  [GS_I16] = 2,  [GS_BOOL] = 1,
     };
     return (unsigned)dtype < GS_DTYPE_COUNT ? sizes[dtype] : 0;
 }

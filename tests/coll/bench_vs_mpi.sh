@@ -1,12 +1,15 @@
 #!/bin/bash
-# gsbench allreduce against Open MPI's MPI_Allreduce (../shared/bench), run
-# interleaved in one session: REPS rounds of [probe, gsbench, probe, MPI],
+# gsbench allreduce (or COLL) against Open MPI's MPI_Allreduce (or the same
+# collective through ../shared/bench's mpi_coll), run interleaved in one session: REPS rounds of [probe, gsbench, probe, MPI],
 # every run by the same method (barrier, max over ranks, median over
 # iterations), f32 sum, sizes 8 B .. 64 MiB. Prints each size's median over
 # rounds and the ratio MPI/gradsync of the per-round medians.
 #
 #   tests/coll/bench_vs_mpi.sh BUILD_DIR [RANKS] [REPS] [extra gsbench args...]
 #   TRANSPORT=tcp tests/coll/bench_vs_mpi.sh ...   # gradsync over tcp, Open MPI over its tcp btl
+#   COLL=reduce tests/coll/bench_vs_mpi.sh ...     # any collective bin/mpi_coll runs (reduce broadcast
+#       # allgather reduce_scatter alltoall gather scatter): gsbench -c COLL beside mpi_coll COLL, the
+#       # same sizes (the larger buffer of a rank, nccl-tests' way) and busbw factors
 #   BASELINE=gloo TRANSPORT=tcp tests/coll/bench_vs_mpi.sh ...
 #       # PyTorch gloo (../shared/bench/py/gloo_allreduce.py, Debian python3-torch) instead of MPI
 #
@@ -32,6 +35,7 @@ scale=1
 oversub=
 if [ "$ranks" -gt "$(nproc)" ]; then scale=0.25; oversub=--oversubscribe; fi
 transport=${TRANSPORT:-shm}
+coll=${COLL:-allreduce}
 baseline=${BASELINE:-mpi}
 gloo_py=${GLOO_PY:-$(dirname "$0")/../../../shared/bench/py/gloo_allreduce.py}
 [ -f "$gloo_py" ] || gloo_py=$bench/py/gloo_allreduce.py
@@ -47,24 +51,27 @@ if [ "$transport" = tcp ] && [ "$ranks" = 2 ] && [ "${RAW:-1}" != 0 ]; then
 fi
 for r in $(seq "$reps"); do
     p1=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
-    "$build/tools/gsrun" -n "$ranks" --transport "$transport" "$build/tools/gsbench" --sizes "$sizes" --scale "$scale" \
-        --json "$@" | sed 's/^\[0\] //' > "$out/gs.$r.json"
+    "$build/tools/gsrun" -n "$ranks" --transport "$transport" "$build/tools/gsbench" -c "$coll" --sizes "$sizes" \
+        --scale "$scale" --json "$@" | sed 's/^\[0\] //' > "$out/gs.$r.json"
     p2=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
     if [ "$baseline" = gloo ]; then
         GLOO_SOCKET_IFNAME=lo timeout 600 /usr/bin/python3 "$gloo_py" "$ranks" $((29600 + r)) "$scale" \
             > "$out/mpi.$r.txt" 2>/dev/null
-    else
+    elif [ "$coll" = allreduce ]; then
         timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_allreduce" "$scale" \
             > "$out/mpi.$r.txt" 2>/dev/null
+    else
+        timeout 600 mpirun --allow-run-as-root -np "$ranks" $oversub "${mpi_net[@]}" "$bench/bin/mpi_coll" "$coll" \
+            "$scale" > "$out/mpi.$r.txt" 2>/dev/null
     fi
     [ -z "$raw" ] || timeout 300 "$raw" 1M,16M,64M 20 > "$out/raw.$r.txt"
     p3=$("$bench/bin/shm_pingpong" spin 500 100 | cut -d' ' -f2)
     echo "round $r: probe before gsbench ${p1} ns, before $baseline ${p2} ns, after it${raw:+ and the floor} ${p3} ns" >&2
     echo "$p1 $p2 $p3" > "$out/probe.$r.txt"
 done
-python3 - "$out" "$reps" "$baseline" <<'EOF'
+python3 - "$out" "$reps" "$baseline" "$coll" <<'EOF'
 import json, statistics, sys
-out, reps, base = sys.argv[1], int(sys.argv[2]), sys.argv[3].replace("mpi", "MPI")
+out, reps, base, coll = sys.argv[1], int(sys.argv[2]), sys.argv[3].replace("mpi", "MPI"), sys.argv[4]
 gs, mpi, raw = {}, {}, {}
 for r in range(1, reps + 1):
     try:
@@ -78,7 +85,7 @@ for r in range(1, reps + 1):
         gs.setdefault(row["bytes"], []).append((row["time_us"], row["busbw_GBps"], row["wrong"]))
     for line in open(f"{out}/mpi.{r}.txt"):
         f = line.split()
-        if f and f[0] == "allreduce":
+        if f and f[0] == coll:
             mpi.setdefault(int(f[1]), []).append((float(f[2]), float(f[6])))
 # placement of each round from its three probes (about 50 ns: cores sharing
 # a cache; about 200 ns: not): rounds that moved in between are "mixed"
@@ -92,7 +99,7 @@ def table(title, keep):
     rounds = [i for i in range(reps) if keep(place[i])]
     if not rounds:
         return
-    print(f"{title} ({len(rounds)} of {reps} rounds)")
+    print(f"{coll}: {title} ({len(rounds)} of {reps} rounds)")
     floor = " floor us | floor/gradsync |" if raw else ""
     print(f"| size | gradsync us | {base} us | {base}/gradsync time (per-round median, min..max) | gradsync busbw GB/s | {base} busbw GB/s | #wrong |{floor}")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if raw else ""))

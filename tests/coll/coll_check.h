@@ -135,16 +135,29 @@ static inline double cc_value(gs_dtype t, gs_redop op, int rank, size_t i)
     static const double prod_f[] = {1, -1, 2, 0.5, -0.5};
     switch (op) {
     case GS_PROD:
-        return t == GS_I32 || t == GS_I64 ? (double)((long)((rank + i) % 5) - 2) : prod_f[(rank + i) % 5];
+        return t == GS_I32 || t == GS_I64 || t == GS_U8 || t == GS_I8 || t == GS_I16
+                   ? (double)((long)((rank + i) % 5) - 2)
+                   : prod_f[(rank + i) % 5];
     case GS_MIN:
     case GS_MAX: return (double)((long)((rank * 31 + i * 17) % 101) - 50);
     default: return (double)((long)((rank * 7 + i * 13) % 17) - 8);
     }
 }
 
+static inline bool cc_is_int(gs_dtype t)
+{
+    return t == GS_I32 || t == GS_I64 || t == GS_U8 || t == GS_I8 || t == GS_I16;
+}
+
 static inline bool cc_huge(gs_dtype t, gs_redop op, size_t i)
 {
-    return (t == GS_I32 || t == GS_I64) && (op == GS_SUM || op == GS_AVG) && i % 7 == 3;
+    return cc_is_int(t) && (op == GS_SUM || op == GS_AVG) && i % 7 == 3;
+}
+
+/* Bitwise operators: any bits; bool: a true byte now and then not 1. */
+static inline int64_t cc_bits(int rank, size_t i)
+{
+    return (int64_t)((((uint64_t)rank + 1) * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull));
 }
 
 /* Stores rank's element i into p. */
@@ -158,7 +171,25 @@ static inline void cc_put(gs_dtype t, gs_redop op, int rank, size_t i, void *p)
     case GS_BF16: *(uint16_t *)p = gs_red_f32_to_bf16((float)v); break;
     case GS_I32: *(int32_t *)p = cc_huge(t, op, i) ? INT32_MAX - rank : (int32_t)v; break;
     case GS_I64: *(int64_t *)p = cc_huge(t, op, i) ? INT64_MAX - rank : (int64_t)v; break;
+    case GS_I16: *(int16_t *)p = cc_huge(t, op, i) ? (int16_t)(INT16_MAX - rank) : (int16_t)v; break;
+    case GS_I8: *(int8_t *)p = cc_huge(t, op, i) ? (int8_t)(INT8_MAX - rank) : (int8_t)v; break;
+    case GS_U8: *(uint8_t *)p = cc_huge(t, op, i) ? (uint8_t)(UINT8_MAX - rank) : (uint8_t)(int64_t)v; break;
+    case GS_BOOL: *(uint8_t *)p = (uint8_t)((rank * 5 + i * 3) % 7 < 3 ? 0 : 1 + (rank + i) % 3); break;
     default: break;
+    }
+    if (op >= GS_BAND && cc_is_int(t)) /* every bit pattern */
+        memcpy(p, &(int64_t){cc_bits(rank, i)}, gs_dtype_size(t));
+}
+
+/* The integer stored at p, as the kernels read it (u8 unsigned). */
+static inline int64_t cc_load_int(gs_dtype t, const void *p)
+{
+    switch (t) {
+    case GS_I32: return *(const int32_t *)p;
+    case GS_I16: return *(const int16_t *)p;
+    case GS_I8: return *(const int8_t *)p;
+    case GS_U8: return *(const uint8_t *)p;
+    default: return *(const int64_t *)p;
     }
 }
 
@@ -172,34 +203,48 @@ static inline void cc_fill(gs_dtype t, gs_redop op, int rank, void *buf, size_t 
 /* The expected element i of the reduction over n ranks, into p. */
 static inline void cc_expect(gs_dtype t, gs_redop op, int n, size_t i, void *p)
 {
-    if (t == GS_I32 || t == GS_I64) {
+    if (t == GS_BOOL) { /* sum, max, bor: or; prod, min, band: and; bxor */
+        bool acc = false;
+        for (int r = 0; r < n; r++) {
+            uint8_t v;
+            cc_put(t, op, r, i, &v);
+            bool b = v != 0;
+            acc = r == 0                                         ? b
+                  : op == GS_BXOR                                ? acc != b
+                  : op == GS_SUM || op == GS_MAX || op == GS_BOR ? acc || b
+                                                                 : acc && b;
+        }
+        *(uint8_t *)p = acc;
+        return;
+    }
+    if (cc_is_int(t)) {
         uint64_t acc = 0; /* wraps like the kernels */
         int64_t mm = 0;
+        size_t es = gs_dtype_size(t);
         for (int r = 0; r < n; r++) {
-            int64_t v;
             uint8_t tmp[8];
             cc_put(t, op, r, i, tmp);
-            v = t == GS_I32 ? *(int32_t *)tmp : *(int64_t *)tmp;
+            int64_t v = cc_load_int(t, tmp);
             if (r == 0) {
                 acc = (uint64_t)v;
                 mm = v;
                 continue;
             }
-            if (op == GS_PROD)
-                acc *= (uint64_t)v;
-            else
-                acc += (uint64_t)v;
+            switch (op) {
+            case GS_PROD: acc *= (uint64_t)v; break;
+            case GS_BAND: acc &= (uint64_t)v; break;
+            case GS_BOR: acc |= (uint64_t)v; break;
+            case GS_BXOR: acc ^= (uint64_t)v; break;
+            default: acc += (uint64_t)v; break;
+            }
             mm = op == GS_MIN ? (v < mm ? v : mm) : (v > mm ? v : mm);
         }
-        int64_t res = op == GS_MIN || op == GS_MAX ? mm
-                      : t == GS_I32                ? (int64_t)(int32_t)(uint32_t)acc
-                                                   : (int64_t)acc;
+        uint8_t wrapped[8];
+        memcpy(wrapped, &acc, 8); /* little-endian: the low bytes are the type's wrap */
+        int64_t res = op == GS_MIN || op == GS_MAX ? mm : cc_load_int(t, wrapped);
         if (op == GS_AVG)
             res = res / n;
-        if (t == GS_I32)
-            *(int32_t *)p = (int32_t)res;
-        else
-            *(int64_t *)p = res;
+        memcpy(p, &res, es);
         return;
     }
     double acc = cc_value(t, op, 0, i);

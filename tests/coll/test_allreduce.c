@@ -51,8 +51,13 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
         cc_set_algo(ctx, cc_algos[a]);
         for (int t = 0; t < GS_DTYPE_COUNT; t++) {
             for (int op = 0; op < GS_REDOP_COUNT; op++) {
+                if (!gs_red_valid((gs_dtype)t, (gs_redop)op))
+                    continue;
                 for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
                     size_t count = counts[c];
+                    /* the byte-like types and bitwise operators: two counts, one algorithm each, for time */
+                    if ((t >= GS_U8 || op >= GS_BAND) && (c < 4 || (size_t)(t + op) % 3 != a))
+                        continue;
                     bool in_place = (c + (size_t)op) % 2 == 0;
                     snprintf(what, sizeof(what), "rank %d %s count %zu %s", rank, cc_algo_names[cc_algos[a]],
                              count, in_place ? "in place" : "out of place");
@@ -160,8 +165,8 @@ static void from_user_body(gs_ctx *ctx, int rank, void *argp)
     if (arg->param)
         comm->nt_bytes = 0;
     cc_set_algo(ctx, GS_ALGO_RING);
-    for (int t = 0; t < GS_DTYPE_COUNT; t++) {
-        for (int op = 0; op < GS_REDOP_COUNT; op++) {
+    for (int t = 0; t < GS_U8; t++) { /* the byte-like types run the same code */
+        for (int op = 0; op < GS_BAND; op++) {
             for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
                 for (int round = 0; round < 2; round++) {
                     size_t count = counts[c];

@@ -112,7 +112,8 @@ static void matrix_body(gs_ctx *ctx, int rank, void *argp)
             size_t count = counts[c];
             for (int op = 0; op < GS_REDOP_COUNT; op++)
                 for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
-                    reduce_scatter_case(comm, &b, rank, n, types[t], (gs_redop)op, count, (op + c) % 2);
+                    if (gs_red_valid(types[t], (gs_redop)op))
+                        reduce_scatter_case(comm, &b, rank, n, types[t], (gs_redop)op, count, (op + c) % 2);
             for (int t = 0; t < GS_DTYPE_COUNT; t++)
                 h = allgather_case(comm, &b, rank, n, (gs_dtype)t, count, (t + c) % 2, h);
             for (int root = 0; root < n; root++)

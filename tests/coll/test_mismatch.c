@@ -24,6 +24,14 @@ typedef enum mm_kind {
     MM_ALGO,
     MM_BCAST_COUNT,
     MM_COUNT_HUGE,
+    MM_REDUCE_ROOT,
+    MM_REDUCE_VS_ALLREDUCE,
+    MM_GATHER_VS_SCATTER,
+    MM_SCATTER_COUNT,
+    MM_ALLTOALL_COUNT,
+    MM_ALLGATHERV_COUNTS,
+    MM_REDUCE_SCATTER_V_COUNTS,
+    MM_ALLTOALLV_COUNTS, /* only the two ranks of the pair need see it in the call itself */
     MM_KINDS
 } mm_kind;
 
@@ -33,6 +41,38 @@ typedef struct mm_arg {
     int algo;
     const char *want[2]; /* both must appear in every rank's message */
 } mm_arg;
+
+/* The newer collectives: rank `odd` deviates as arg->kind says. */
+static gs_status newer_call(gs_comm *comm, const mm_arg *a, bool odd, float *buf)
+{
+    size_t counts[8] = {3, 3, 3, 3, 3, 3, 3, 3}, displs[8], sends[8];
+    int n = gs_comm_size(comm), r = gs_comm_rank(comm);
+    for (int q = 0; q < 8; q++)
+        displs[q] = (size_t)q * 10;
+    switch (a->kind) {
+    case MM_REDUCE_ROOT: return gs_reduce(comm, buf, buf, 40, GS_F32, GS_SUM, odd ? 1 : 0);
+    case MM_REDUCE_VS_ALLREDUCE:
+        return odd ? gs_allreduce(comm, buf, buf, 40, GS_F32, GS_SUM)
+                   : gs_reduce(comm, buf, buf, 40, GS_F32, GS_SUM, 0);
+    case MM_GATHER_VS_SCATTER:
+        return odd ? gs_gather(comm, buf, buf + 1000, 4, GS_F32, 0)
+                   : gs_scatter(comm, buf + 1000, buf, 4, GS_F32, 0);
+    case MM_SCATTER_COUNT: return gs_scatter(comm, buf + 1000, buf, odd ? 7 : 4, GS_F32, 0);
+    case MM_ALLTOALL_COUNT: return gs_alltoall(comm, buf, buf + 1000, odd ? 5 : 4, GS_F32);
+    case MM_ALLGATHERV_COUNTS:
+        counts[0] = odd ? 4 : 3;
+        return gs_allgatherv(comm, buf + 1000 + displs[r], buf + 1000, counts, displs, GS_F32);
+    case MM_REDUCE_SCATTER_V_COUNTS:
+        counts[n - 1] = odd ? 5 : 3;
+        return gs_reduce_scatter_v(comm, buf, buf + 1000, counts, GS_F32, GS_SUM);
+    case MM_ALLTOALLV_COUNTS: /* the odd rank sends rank 0 one more than rank 0 expects */
+        memcpy(sends, counts, sizeof(sends));
+        if (odd)
+            sends[0] = 4;
+        return gs_alltoallv(comm, buf, sends, displs, buf + 1000, counts, displs, GS_F32);
+    default: return GS_ERR_INVALID;
+    }
+}
 
 /* Rank `odd` (the last) deviates as arg->kind says. */
 static gs_status mismatched_call(gs_comm *comm, const mm_arg *a, bool odd, float *buf)
@@ -56,7 +96,7 @@ static gs_status mismatched_call(gs_comm *comm, const mm_arg *a, bool odd, float
     case MM_BCAST_COUNT: return gs_broadcast(comm, buf, buf, odd ? 3000 : count, GS_F32, 0);
     case MM_COUNT_HUGE: /* auto picks different algorithms for the two sizes */
         return gs_allreduce(comm, buf, buf, odd ? 300000 : count, GS_F32, GS_SUM);
-    default: return GS_ERR_INVALID;
+    default: return newer_call(comm, a, odd, buf);
     }
 }
 
@@ -73,7 +113,15 @@ static void mismatch_body(gs_ctx *ctx, int rank, void *argp)
     if (a->kind == MM_ALGO && odd)
         cc_set_algo(ctx, a->algo == GS_ALGO_RING ? GS_ALGO_RD : GS_ALGO_RING);
     uint64_t t0 = gs_now_ns();
-    GS_ASSERT_STATUS(mismatched_call(comm, a, odd, buf), GS_ERR_MISMATCH);
+    gs_status st = mismatched_call(comm, a, odd, buf);
+    if (a->kind == MM_ALLTOALLV_COUNTS && st == GS_OK && rank != 0 && !odd) {
+        /* not in the pair: its own exchanges agreed; the failure reaches it by the next call */
+        GS_ASSERT_STATUS(gs_allreduce(comm, buf, buf, 7, GS_F32, GS_SUM), GS_ERR_MISMATCH);
+        cc_close(comm, tp);
+        free(buf);
+        return;
+    }
+    GS_ASSERT_STATUS(st, GS_ERR_MISMATCH);
     GS_ASSERT_LT((gs_now_ns() - t0) / 1000000u, FAST_MS);
     GS_ASSERT_CONTAINS(gs_last_error(), "mismatched collective calls");
     for (int i = 0; i < 2; i++)
@@ -145,6 +193,38 @@ CC_TEST(mismatch_algorithm)
 CC_TEST(mismatch_broadcast_count)
 {
     run_mismatch(transport, MM_BCAST_COUNT, "count 40", "count 3000");
+}
+CC_TEST(mismatch_reduce_root)
+{
+    run_mismatch(transport, MM_REDUCE_ROOT, "reduce #2 (count 40, f32, sum, root 0)", "root 1)");
+}
+CC_TEST(mismatch_reduce_vs_allreduce)
+{
+    run_mismatch(transport, MM_REDUCE_VS_ALLREDUCE, "root 0", "allreduce #2");
+}
+CC_TEST(mismatch_gather_vs_scatter)
+{
+    run_mismatch(transport, MM_GATHER_VS_SCATTER, "gather #2", "scatter #2");
+}
+CC_TEST(mismatch_scatter_count)
+{
+    run_mismatch(transport, MM_SCATTER_COUNT, "count 4,", "count 7,");
+}
+CC_TEST(mismatch_alltoall_count)
+{
+    run_mismatch(transport, MM_ALLTOALL_COUNT, "count 4 per rank", "count 5 per rank");
+}
+CC_TEST(mismatch_allgatherv_counts)
+{
+    run_mismatch(transport, MM_ALLGATHERV_COUNTS, "allgatherv #2 (total count", "counts 0x");
+}
+CC_TEST(mismatch_reduce_scatter_v_counts)
+{
+    run_mismatch(transport, MM_REDUCE_SCATTER_V_COUNTS, "reduce_scatter_v #2", "counts 0x");
+}
+CC_TEST(mismatch_alltoallv_counts)
+{
+    run_mismatch(transport, MM_ALLTOALLV_COUNTS, "alltoallv #2 (f32)", "elements and receiving 3 from it");
 }
 
 /* ---- a rank that does not come, a rank that dies ---------------------------------- */

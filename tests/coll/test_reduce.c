@@ -1,8 +1,8 @@
 /*
  * Reduction kernels against a scalar reference written independently here:
- * every type x operator, lengths 0, 1, 7, 33, 1003, pointers off vector
- * alignment, out of place and in place on either operand; the f16 and bf16
- * conversions exhaustively (f16) or over edge cases and random patterns.
+ * every type x operator (bitwise ones on the integer types and bool), lengths 0, 1, 7, 33, 1003, pointers off
+ * vector alignment, out of place and in place on either operand; the f16 and bf16 conversions exhaustively
+ * (f16) or over edge cases and random patterns.
  */
 #include "coll/reduce.h"
 #include "gs_test.h"
@@ -122,6 +122,14 @@ static void random_value(gs_dtype t, gs_redop op, void *out)
         memcpy(out, &i, 8);
         break;
     }
+    case GS_I16: {
+        uint16_t i = (uint16_t)(r >> 30);
+        memcpy(out, &i, 2);
+        break;
+    }
+    case GS_U8:
+    case GS_I8: *(uint8_t *)out = (uint8_t)(r >> 40); break;
+    case GS_BOOL: *(uint8_t *)out = (r >> 40) & 1 ? (uint8_t)(r >> 48) : 0; break; /* any nonzero is true */
     default: break;
     }
 }
@@ -159,9 +167,30 @@ static int64_t ref_iop(gs_redop op, int64_t x, int64_t y, int bits)
     case GS_PROD: wide = (unsigned __int128)(__int128)x * (unsigned __int128)(__int128)y; break;
     case GS_MIN: return x < y ? x : y;
     case GS_MAX: return x > y ? x : y;
+    case GS_BAND: wide = (unsigned __int128)(__int128)(x & y); break;
+    case GS_BOR: wide = (unsigned __int128)(__int128)(x | y); break;
+    case GS_BXOR: wide = (unsigned __int128)(__int128)(x ^ y); break;
     default: return 0;
     }
-    return bits == 32 ? (int64_t)(int32_t)(uint32_t)wide : (int64_t)(uint64_t)wide;
+    switch (bits) {
+    case 8: return (int64_t)(int8_t)(uint8_t)wide;
+    case 16: return (int64_t)(int16_t)(uint16_t)wide;
+    case 32: return (int64_t)(int32_t)(uint32_t)wide;
+    default: return (int64_t)(uint64_t)wide;
+    }
+}
+
+/* bool as PyTorch reduces it: sum, max, bor are or; prod, min, band are and. */
+static uint8_t ref_bop(gs_redop op, uint8_t x, uint8_t y)
+{
+    bool a = x != 0, b = y != 0;
+    switch (op) {
+    case GS_SUM:
+    case GS_MAX:
+    case GS_BOR: return a || b;
+    case GS_BXOR: return a != b;
+    default: return a && b;
+    }
 }
 
 /* out = x op y for one element of type t. */
@@ -207,6 +236,18 @@ static void ref_apply(gs_dtype t, gs_redop op, const void *xp, const void *yp, v
         memcpy(out, &r, 8);
         break;
     }
+    case GS_I16: {
+        int16_t x, y, r;
+        memcpy(&x, xp, 2), memcpy(&y, yp, 2);
+        r = (int16_t)ref_iop(op, x, y, 16);
+        memcpy(out, &r, 2);
+        break;
+    }
+    case GS_I8: *(int8_t *)out = (int8_t)ref_iop(op, *(const int8_t *)xp, *(const int8_t *)yp, 8); break;
+    case GS_U8: /* compares unsigned */
+        *(uint8_t *)out = (uint8_t)ref_iop(op, *(const uint8_t *)xp, *(const uint8_t *)yp, 8);
+        break;
+    case GS_BOOL: *(uint8_t *)out = ref_bop(op, *(const uint8_t *)xp, *(const uint8_t *)yp); break;
     default: break;
     }
 }
@@ -295,7 +336,7 @@ static void check_type(gs_dtype t)
 {
     static const size_t offsets[][3] = {{0, 0, 0}, {1, 1, 1}, {1, 2, 3}, {3, 0, 5}, {7, 1, 0}};
     for (int op = 0; op < GS_REDOP_COUNT; op++)
-        for (size_t li = 0; li < sizeof(lengths) / sizeof(lengths[0]); li++)
+        for (size_t li = 0; gs_red_valid(t, (gs_redop)op) && li < sizeof(lengths) / sizeof(lengths[0]); li++)
             for (size_t oi = 0; oi < sizeof(offsets) / sizeof(offsets[0]); oi++)
                 for (int m = OUT_OF_PLACE; m <= ALL_SAME; m++)
                     check_case(t, (gs_redop)op, lengths[li], offsets[oi][0], offsets[oi][1], offsets[oi][2],
@@ -336,6 +377,58 @@ GS_TEST(reduce_i32_matches_reference)
 GS_TEST(reduce_i64_matches_reference)
 {
     check_type(GS_I64);
+}
+
+GS_TEST(reduce_i16_matches_reference)
+{
+    check_type(GS_I16);
+}
+
+GS_TEST(reduce_i8_matches_reference)
+{
+    check_type(GS_I8);
+}
+
+GS_TEST(reduce_u8_matches_reference)
+{
+    check_type(GS_U8);
+}
+
+GS_TEST(reduce_bool_matches_reference)
+{
+    check_type(GS_BOOL);
+}
+
+/* Which (type, operator) pairs exist: bitwise on integers and bool only,
+ * avg everywhere but bool. */
+GS_TEST(bitwise_operators_need_integer_types)
+{
+    for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+        bool floating = is_float_type((gs_dtype)t);
+        for (int op = GS_BAND; op <= GS_BXOR; op++) {
+            GS_ASSERT_EQ(gs_red_valid((gs_dtype)t, (gs_redop)op), !floating);
+            GS_ASSERT_EQ(gs_red_invalid_why((gs_dtype)t, (gs_redop)op) == NULL, !floating);
+        }
+        GS_ASSERT_EQ(gs_red_valid((gs_dtype)t, GS_AVG), t != GS_BOOL);
+    }
+    GS_ASSERT_CONTAINS(gs_red_invalid_why(GS_F32, GS_BXOR), "integer or bool");
+    GS_ASSERT_CONTAINS(gs_red_invalid_why(GS_BOOL, GS_AVG), "bool");
+    GS_ASSERT_EQ(gs_dtype_size(GS_U8), 1u);
+    GS_ASSERT_EQ(gs_dtype_size(GS_I16), 2u);
+    GS_ASSERT_EQ(gs_dtype_size(GS_BOOL), 1u);
+    GS_ASSERT_STR_EQ(gs_dtype_name(GS_BOOL), "bool");
+    GS_ASSERT_STR_EQ(gs_redop_name(GS_BXOR), "bxor");
+    /* bool results are 0 or 1 whatever true byte came in */
+    uint8_t a[4] = {0, 7, 0, 200}, b[4] = {0, 0, 3, 9}, d[4];
+    gs_red_apply(GS_BOOL, GS_SUM, d, a, b, 4);
+    GS_ASSERT(d[0] == 0 && d[1] == 1 && d[2] == 1 && d[3] == 1);
+    gs_red_apply(GS_BOOL, GS_BXOR, d, a, b, 4);
+    GS_ASSERT(d[0] == 0 && d[1] == 1 && d[2] == 1 && d[3] == 0);
+    int16_t x[2] = {INT16_MAX, -3}, y[2] = {2, 5}, z[2];
+    gs_red_apply(GS_I16, GS_SUM, z, x, y, 2);
+    GS_ASSERT(z[0] == INT16_MIN + 1 && z[1] == 2);
+    gs_red_apply(GS_I16, GS_PROD, z, x, x, 2); /* wraps without undefined behaviour */
+    GS_ASSERT(z[0] == 1 && z[1] == 9);
 }
 
 /* ---- conversions ----------------------------------------------------------- */
@@ -463,6 +556,14 @@ GS_TEST(avg_finish_divides_once)
     GS_ASSERT_EQ(i64[0], INT64_MIN / 4);
     GS_ASSERT_EQ(i64[1], -2);
     GS_ASSERT_EQ(i64[2], 2);
+    uint8_t u8[2] = {255, 7};
+    int8_t i8[2] = {-7, 127};
+    int16_t i16[2] = {-9, INT16_MIN};
+    gs_red_avg_finish(GS_U8, u8, 2, 2);
+    gs_red_avg_finish(GS_I8, i8, 2, 2);
+    gs_red_avg_finish(GS_I16, i16, 2, 4);
+    GS_ASSERT(u8[0] == 127 && u8[1] == 3 && i8[0] == -3 && i8[1] == 63);
+    GS_ASSERT(i16[0] == -2 && i16[1] == INT16_MIN / 4);
     gs_red_avg_finish(GS_F32, f, 33, 1); /* one rank: unchanged */
     GS_ASSERT(f[5] == 5.0f);
 }
@@ -527,6 +628,8 @@ GS_TEST(streamed_results_match)
             gs_red_copy_nt(d2 + off, a + off, len);
             GS_ASSERT(memcmp(d1, d2, sizeof(d1)) == 0);
             for (int t = 0; t < GS_DTYPE_COUNT; t++) {
+                if (!gs_red_valid((gs_dtype)t, GS_SUM))
+                    continue;
                 size_t es = gs_dtype_size((gs_dtype)t), n = len < 9000 ? len : 8999;
                 uint8_t *dd1 = d1 + off * es, *dd2 = d2 + off * es;
                 memset(d1, 0x55, sizeof(d1));

@@ -67,7 +67,8 @@ static void random_fill(gs_dtype t, uint64_t *s, void *buf, size_t count)
         case GS_BF16: ((uint16_t *)buf)[i] = r % 3 == 0 ? (uint16_t)r : gs_red_f32_to_bf16(f); break;
         case GS_I32: ((int32_t *)buf)[i] = (int32_t)(uint32_t)(r * 2654435761u); break;
         case GS_I64: ((int64_t *)buf)[i] = (int64_t)(r * 0x9e3779b97f4a7c15ull); break;
-        default: break;
+        case GS_I16: ((uint16_t *)buf)[i] = (uint16_t)(r >> 17); break;
+        default: ((uint8_t *)buf)[i] = (uint8_t)(r >> 23); break; /* u8, i8, bool (any byte) */
         }
     }
 }
@@ -82,6 +83,8 @@ static void same_bits_body(gs_ctx *ctx, int rank, void *argp)
         for (int t = 0; t < GS_DTYPE_COUNT; t++) {
             size_t es = gs_dtype_size((gs_dtype)t);
             for (int op = 0; op < GS_REDOP_COUNT; op++) {
+                if (!gs_red_valid((gs_dtype)t, (gs_redop)op))
+                    continue;
                 static const size_t counts[] = {0,  1,  2,  3,  4,  5,  7,  8,   9,
                                                 15, 16, 17, 31, 32, 33, 64, 127, 128};
                 for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
@@ -117,6 +120,8 @@ static void same_bits_body(gs_ctx *ctx, int rank, void *argp)
     /* the exact values too, as test_allreduce checks them */
     for (int t = 0; t < GS_DTYPE_COUNT; t++)
         for (int op = 0; op < GS_REDOP_COUNT; op++) {
+            if (!gs_red_valid((gs_dtype)t, (gs_redop)op))
+                continue;
             size_t count = GS_TINY_MAX_BYTES / gs_dtype_size((gs_dtype)t);
             uint8_t in[GS_TINY_MAX_BYTES], out[GS_TINY_MAX_BYTES];
             cc_fill((gs_dtype)t, (gs_redop)op, rank, in, count);

@@ -101,8 +101,9 @@ GS_TEST(tcp_zcopy_writes_go_by_reference_and_land_exactly)
 }
 
 /* Two connections: the higher rank moves to its own connection for a large
- * frame and back after small ones with nothing queued; the lower rank reads
- * wherever the SWITCH frames say, so order and bytes hold throughout. */
+ * frame and back after small ones with nothing queued, each time once the
+ * peer has served its earlier requests; the lower rank reads wherever the
+ * SWITCH frames say, so order and bytes hold throughout. */
 GS_TEST(tcp_two_connections_switch_and_keep_order)
 {
     tcp_pair p;
@@ -120,9 +121,11 @@ GS_TEST(tcp_two_connections_switch_and_keep_order)
     GS_ASSERT(hi->switcher && !lo->switcher);
     for (int round = 0; round < 3; round++) {
         fill(s, 2 * big, (unsigned)round + 1);
-        /* small: the shared connection */
-        GS_ASSERT_OK(gs_tcp_write(&hi->base, s, src, 8, &rdst, 0, 0, 0));
+        /* small: the shared connection; served before the large one is posted (a SWITCH waits
+         * until the peer has served every earlier request) */
+        GS_ASSERT_OK(gs_tcp_write(&hi->base, s, src, 8, &rdst, 0, 0, GS_OP_SIGNALED));
         GS_ASSERT(hi->tx_fd == hi->fd);
+        TCP_EXPECT_WC(&p, 1, wc, GS_WC_WRITE, GS_OK);
         /* large: a SWITCH, then the rest on rank 1's own connection (by copy and by reference) */
         GS_ASSERT_OK(gs_tcp_write(&hi->base, s + 8, src, big, &rdst, 8, 0, round == 1 ? GS_OP_ZCOPY : 0));
         GS_ASSERT_OK(gs_tcp_write_imm(&hi->base, s + 8 + big, src, 100, &rdst, 8 + big,

@@ -208,9 +208,17 @@ static bool tx_splice(gs_tcp_ep *ep, gs_tcp_tx *t)
 void gs_tcp_tx_route(gs_tcp_ep *ep, uint64_t len)
 {
     bool big = len >= GS_TCP_SIDE_MIN;
+    /* only once the peer has served every earlier request (the one being
+     * posted has next_seq - 1): each SWITCH is followed by a request on the
+     * new connection, so the peer has then read past every earlier SWITCH.
+     * Else frames written on a connection after switching back to it could
+     * reach a peer that has not yet read the SWITCH that left it, and it
+     * would find bytes after that SWITCH (seen with 3-rank alltoall-like
+     * traffic, large and small frames to each peer in turn) */
+    bool drained = ep->acked + 1 >= ep->next_seq;
     if (!ep->switcher)
         return;
-    if (big ? !ep->tx_side : ep->tx_side && ep->tx_last_small && ep->tx_count == 0) {
+    if (drained && (big ? !ep->tx_side : ep->tx_side && ep->tx_last_small && ep->tx_count == 0)) {
         gs_tcp_hdr sw = {.version = GS_TCP_PROTO_VERSION, .op = GS_TCP_OP_SWITCH};
         if (gs_tcp_tx_push(ep, &sw, NULL, false))
             ep->tx_side = !ep->tx_side;
