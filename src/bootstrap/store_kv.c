@@ -30,7 +30,7 @@ gs_status gs_boot_kv_put(gs_ctx *ctx, const char *key, const void *value, size_t
     if (!root->has_ext)
         return gs_boot_client_request(root->store, &req, NULL);
     pthread_mutex_lock(&root->ext_lock);
-    st = root->ext.set(root->ext.arg, key, value, len);
+    st = root->ext.set(root->ext.arg, key, value ? value : "", len); /* never NULL for the caller's code */
     pthread_mutex_unlock(&root->ext_lock);
     if (st != GS_OK)
         return gs_fail(GS_SUBSYS_BOOT, st, "rank %d: setting '%s' (%zu bytes) in the external store failed",
@@ -44,6 +44,7 @@ gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, si
     gs_store_request req = {.type = GS_STORE_GET, .key = key, .arg = (uint32_t)timeout_ms};
     gs_store_reply reply = {.buf = buf, .cap = buf ? cap : 0};
     size_t len = 0;
+    char none[1];
     gs_status st;
     if (!root->has_ext) {
         st = gs_boot_client_request(root->store, &req, &reply);
@@ -52,7 +53,7 @@ gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, si
         return st;
     }
     pthread_mutex_lock(&root->ext_lock);
-    st = root->ext.get(root->ext.arg, key, buf, cap, &len, timeout_ms);
+    st = root->ext.get(root->ext.arg, key, buf ? buf : none, buf ? cap : 0, &len, timeout_ms);
     pthread_mutex_unlock(&root->ext_lock);
     if (st == GS_ERR_TIMEOUT)
         return gs_fail(GS_SUBSYS_BOOT, st, "rank %d: '%s' did not appear in the external store within %d ms",

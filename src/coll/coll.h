@@ -262,7 +262,7 @@ struct gs_comm {
     uint64_t seq_done;   /* calls finished */
     gs_req *head, *tail; /* started, not finished, in order */
     gs_req *free_reqs;
-    gs_req *all_reqs; /* every pooled request, wherever it is (queue, free list, the caller's hands) */
+    gs_req *all_reqs;        /* every pooled request, wherever it is (queue, free list, the caller's hands) */
     gs_req sync_req;         /* the blocking calls' request */
     uint64_t progress_count; /* bumped whenever anything moves */
     uint64_t progress_seen;  /* its value when progress_ns was taken */

@@ -58,7 +58,8 @@ static gs_status toy_set(void *arg, const char *key, const void *value, size_t l
         if (!e)
             e = &t->entries[t->count++];
         snprintf(e->key, sizeof(e->key), "%s", key);
-        memcpy(e->value, value, len);
+        if (len)
+            memcpy(e->value, value, len);
         e->len = len;
     } else {
         st = GS_ERR_NOMEM;
@@ -76,7 +77,8 @@ static gs_status toy_get(void *arg, const char *key, void *buf, size_t cap, size
         t->gets++;
         toy_entry *e = toy_find(key);
         if (e) {
-            memcpy(buf, e->value, e->len < cap ? e->len : cap);
+            if (cap && e->len)
+                memcpy(buf, e->value, e->len < cap ? e->len : cap);
             *len_p = e->len;
             pthread_mutex_unlock(&t->lock);
             return GS_OK;
