@@ -1,0 +1,369 @@
+// The "gradsync" c10d backend (see process_group.hpp).
+#include "process_group.hpp"
+
+#include <ATen/ATen.h>
+#include <Python.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace gradsync {
+
+// ---- errors, types, operators ----------------------------------------------
+
+// A gradsync error as the RuntimeError Python sees, with gradsync's sentence.
+[[noreturn]] static void fail(const char *what, gs_status st) {
+  throw std::runtime_error(std::string("gradsync ") + what + " failed: " + gs_status_name(st) + ": " +
+                           gs_last_error());
+}
+
+static void check(const char *what, gs_status st) {
+  if (st != GS_OK)
+    fail(what, st);
+}
+
+static gs_dtype dtype_of(const at::Tensor &t) {
+  switch (t.scalar_type()) {
+  case at::kFloat: return GS_F32;
+  case at::kDouble: return GS_F64;
+  case at::kHalf: return GS_F16;
+  case at::kBFloat16: return GS_BF16;
+  case at::kInt: return GS_I32;
+  case at::kLong: return GS_I64;
+  case at::kByte: return GS_U8;
+  case at::kChar: return GS_I8;
+  case at::kShort: return GS_I16;
+  case at::kBool: return GS_BOOL;
+  default:
+    throw std::invalid_argument(std::string("gradsync: tensors of type ") + c10::toString(t.scalar_type()) +
+                                " are not supported (f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool)");
+  }
+}
+
+static gs_redop redop_of(const c10d::ReduceOp &op) {
+  switch (op.op_) {
+  case c10d::ReduceOp::SUM: return GS_SUM;
+  case c10d::ReduceOp::AVG: return GS_AVG;
+  case c10d::ReduceOp::PRODUCT: return GS_PROD;
+  case c10d::ReduceOp::MIN: return GS_MIN;
+  case c10d::ReduceOp::MAX: return GS_MAX;
+  case c10d::ReduceOp::BAND: return GS_BAND;
+  case c10d::ReduceOp::BOR: return GS_BOR;
+  case c10d::ReduceOp::BXOR: return GS_BXOR;
+  default:
+    throw std::invalid_argument("gradsync: this ReduceOp is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)");
+  }
+}
+
+static void check_cpu(const at::Tensor &t) {
+  if (!t.device().is_cpu())
+    throw std::invalid_argument("gradsync: only CPU tensors are supported");
+}
+
+// The tensor's data as one contiguous block: the tensor itself, or a
+// contiguous copy that `back` writes into it afterwards.
+struct Dense {
+  explicit Dense(const at::Tensor &t) : orig(t), dense(t.contiguous()) { check_cpu(t); }
+  void back() {
+    if (!dense.is_same(orig))
+      orig.copy_(dense);
+  }
+  void *ptr() { return dense.data_ptr(); }
+  size_t count() const { return (size_t)dense.numel(); }
+  at::Tensor orig, dense;
+};
+
+// ---- the store bridge ---------------------------------------------------------
+
+static gs_status kv_set(void *arg, const char *key, const void *value, size_t len) {
+  auto *store = static_cast<c10d::Store *>(arg);
+  try {
+    const uint8_t *p = static_cast<const uint8_t *>(value);
+    store->set(key, std::vector<uint8_t>(p, p + len));
+    return GS_OK;
+  } catch (const std::exception &) {
+    return GS_ERR_IO;
+  }
+}
+
+static gs_status kv_get(void *arg, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms) {
+  auto *store = static_cast<c10d::Store *>(arg);
+  try {
+    store->wait({key}, std::chrono::milliseconds(timeout_ms < 1 ? 1 : timeout_ms));
+  } catch (const std::exception &) {
+    return GS_ERR_TIMEOUT;
+  }
+  try {
+    std::vector<uint8_t> v = store->get(key);
+    if (buf && cap)
+      std::memcpy(buf, v.data(), v.size() < cap ? v.size() : cap);
+    *len_p = v.size();
+    return GS_OK;
+  } catch (const std::exception &) {
+    return GS_ERR_IO;
+  }
+}
+
+static gs_status kv_add(void *arg, const char *key, int64_t delta, int64_t *value_p) {
+  try {
+    *value_p = static_cast<c10d::Store *>(arg)->add(key, delta);
+    return GS_OK;
+  } catch (const std::exception &) {
+    return GS_ERR_IO;
+  }
+}
+
+// ---- Work -----------------------------------------------------------------------
+
+Work::Work(std::vector<at::Tensor> outputs, c10d::OpType type, int rank)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool Work::isCompleted() { return future_->completed(); }
+bool Work::isSuccess() const { return future_->completed() && !future_->hasError(); }
+std::exception_ptr Work::exception() const { return future_->hasError() ? future_->exception_ptr() : nullptr; }
+std::vector<at::Tensor> Work::result() { return outputs_; }
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture() { return future_; }
+
+bool Work::wait(std::chrono::milliseconds /* gradsync's own deadline bounds it */) {
+  future_->wait();
+  if (future_->hasError())
+    std::rethrow_exception(future_->exception_ptr());
+  return true;
+}
+
+void Work::complete(std::exception_ptr error) {
+  if (error) {
+    finish(error);
+    future_->setError(error);
+  } else {
+    finish();
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+// ---- the process group ------------------------------------------------------------
+
+ProcessGroupGradsync::ProcessGroupGradsync(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                                           std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), store_(store), timeout_(timeout) {
+  gs_ctx_params p;
+  gs_ctx_params_init(&p);
+  kv_ = gs_kv_store{store_.get(), kv_set, kv_get, kv_add};
+  p.rank = rank;
+  p.world_size = size;
+  p.store = &kv_;
+  p.timeout_ms = timeout.count() > 0 && timeout.count() < INT32_MAX ? (int)timeout.count() : -1;
+  p.route_hint = std::getenv("MASTER_ADDR"); // the interface that reaches the job's master
+  const char *local = std::getenv("LOCAL_RANK"), *local_size = std::getenv("LOCAL_WORLD_SIZE");
+  if (local && local_size) {
+    p.local_rank = std::atoi(local);
+    p.local_size = std::atoi(local_size);
+  }
+  check("init (context)", gs_ctx_create_with(&p, &ctx_));
+  gs_status st = gs_comm_create(ctx_, nullptr, &comm_);
+  if (st != GS_OK) {
+    gs_ctx_destroy(ctx_);
+    fail("init (communicator)", st);
+  }
+  worker_ = std::thread([this] { run(); });
+}
+
+ProcessGroupGradsync::~ProcessGroupGradsync() {
+  {
+    std::lock_guard<std::mutex> g(lock_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  // Python drops the last reference holding the GIL; the worker may need it
+  // to finish (a future's Python callbacks run as it completes): let it go.
+  PyThreadState *saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  worker_.join();
+  close();
+  if (saved)
+    PyEval_RestoreThread(saved);
+}
+
+// Python drops a group's last reference on each rank at its own time (at
+// destroy_process_group, at exit, or never), so the collective
+// gs_comm_destroy would wait GS_TIMEOUT_MS for a rank that never comes. The
+// ranks count themselves in through the store for a short while: when all
+// came, the communicator closes collectively (no peer still writes into
+// it); otherwise it is torn down locally (gs_comm_abort).
+void ProcessGroupGradsync::close() {
+  const std::string key = "gs.closing";
+  bool all = getSize() == 1;
+  try {
+    int64_t n = store_->add(key, 1);
+    for (int i = 0; !all && i < 200; i++) { // 2 s
+      all = n >= getSize();
+      if (!all) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        n = store_->add(key, 0);
+      }
+    }
+  } catch (const std::exception &) {
+    all = false; // the store is gone (the job is ending)
+  }
+  if (all)
+    gs_comm_destroy(comm_);
+  else
+    gs_comm_abort(comm_);
+  gs_ctx_destroy(ctx_);
+}
+
+void ProcessGroupGradsync::run() {
+  for (;;) {
+    std::unique_lock<std::mutex> g(lock_);
+    cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty())
+      return; // stopped, nothing left
+    auto item = std::move(queue_.front());
+    queue_.pop_front();
+    g.unlock();
+    std::exception_ptr error;
+    try {
+      item.second();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    item.first->complete(error);
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                                             std::function<void()> body) {
+  auto work = c10::make_intrusive<Work>(std::move(outputs), type, getRank());
+  {
+    std::lock_guard<std::mutex> g(lock_);
+    queue_.emplace_back(work, std::move(body));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::Tensor> &tensors,
+                                                               const c10d::BroadcastOptions &opts) {
+  int root = (int)opts.rootRank;
+  return enqueue(c10d::OpType::BROADCAST, tensors, [this, tensors, root] {
+    for (const auto &t : tensors) {
+      Dense d(t);
+      check("broadcast", gs_broadcast(comm_, d.ptr(), d.ptr(), d.count(), dtype_of(t), root));
+      d.back();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(std::vector<at::Tensor> &tensors,
+                                                               const c10d::AllreduceOptions &opts) {
+  gs_redop op = redop_of(opts.reduceOp);
+  return enqueue(c10d::OpType::ALLREDUCE, tensors, [this, tensors, op] {
+    for (const auto &t : tensors) {
+      Dense d(t);
+      check("allreduce", gs_allreduce(comm_, d.ptr(), d.ptr(), d.count(), dtype_of(t), op));
+      d.back();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupGradsync::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                          const c10d::AllreduceCoalescedOptions &opts) {
+  gs_redop op = redop_of(opts.reduceOp);
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [this, tensors, op] {
+    std::vector<Dense> dense;
+    std::vector<gs_tensor> list;
+    for (const auto &t : tensors) {
+      if (t.scalar_type() != tensors[0].scalar_type())
+        throw std::invalid_argument("gradsync: allreduce_coalesced wants tensors of one type");
+      dense.emplace_back(t);
+    }
+    for (auto &d : dense)
+      list.push_back(gs_tensor{d.ptr(), d.ptr(), d.count()});
+    if (!list.empty())
+      check("allreduce_coalesced",
+            gs_allreduce_multi(comm_, list.data(), list.size(), dtype_of(tensors[0]), op));
+    for (auto &d : dense)
+      d.back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                                     const c10d::AllgatherOptions &) {
+  if (output.numel() != input.numel() * getSize() || output.scalar_type() != input.scalar_type())
+    throw std::invalid_argument("gradsync: _allgather_base wants an output of world_size times the input");
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [this, output, input] {
+    Dense in(input), out(output);
+    check("allgather", gs_allgather(comm_, in.ptr(), out.ptr(), in.count(), dtype_of(input)));
+    out.back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                               std::vector<at::Tensor> &inputs,
+                                                               const c10d::AllgatherOptions &) {
+  if (outputs.size() != inputs.size())
+    throw std::invalid_argument("gradsync: allgather wants one output list per input");
+  for (size_t i = 0; i < inputs.size(); i++)
+    if ((int)outputs[i].size() != getSize())
+      throw std::invalid_argument("gradsync: allgather wants world_size outputs per input");
+  std::vector<at::Tensor> flat_outputs;
+  for (auto &list : outputs)
+    flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
+  return enqueue(c10d::OpType::ALLGATHER, flat_outputs, [this, outputs, inputs] {
+    for (size_t i = 0; i < inputs.size(); i++) {
+      Dense in(inputs[i]);
+      at::Tensor all = at::empty({(int64_t)getSize(), (int64_t)in.count()}, inputs[i].options());
+      check("allgather", gs_allgather(comm_, in.ptr(), all.data_ptr(), in.count(), dtype_of(inputs[i])));
+      for (int r = 0; r < getSize(); r++)
+        outputs[i][r].copy_(all[r].view(outputs[i][r].sizes()));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupGradsync::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) {
+  return allgather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                                          const c10d::ReduceScatterOptions &opts) {
+  if (input.numel() != output.numel() * getSize() || output.scalar_type() != input.scalar_type())
+    throw std::invalid_argument("gradsync: _reduce_scatter_base wants an input of world_size times the output");
+  gs_redop op = redop_of(opts.reduceOp);
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [this, output, input, op] {
+    Dense in(input), out(output);
+    check("reduce_scatter", gs_reduce_scatter(comm_, in.ptr(), out.ptr(), out.count(), dtype_of(input), op));
+    out.back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                                    std::vector<std::vector<at::Tensor>> &inputs,
+                                                                    const c10d::ReduceScatterOptions &opts) {
+  if (outputs.size() != inputs.size())
+    throw std::invalid_argument("gradsync: reduce_scatter wants one input list per output");
+  gs_redop op = redop_of(opts.reduceOp);
+  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [this, outputs, inputs, op] {
+    for (size_t i = 0; i < outputs.size(); i++) {
+      if ((int)inputs[i].size() != getSize())
+        throw std::invalid_argument("gradsync: reduce_scatter wants world_size inputs per output");
+      std::vector<at::Tensor> flat;
+      for (const auto &t : inputs[i])
+        flat.push_back(t.reshape({-1}));
+      at::Tensor all = at::cat(flat);
+      Dense out(outputs[i]);
+      check("reduce_scatter",
+            gs_reduce_scatter(comm_, all.data_ptr(), out.ptr(), out.count(), dtype_of(outputs[i]), op));
+      out.back();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::BarrierOptions &) {
+  return enqueue(c10d::OpType::BARRIER, {}, [this] { check("barrier", gs_barrier(comm_)); });
+}
+
+} // namespace gradsync

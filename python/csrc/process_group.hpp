@@ -1,0 +1,83 @@
+// The "gradsync" c10d backend: a ProcessGroup over one gradsync
+// communicator. Every operation is queued on one worker thread (the same
+// order on every rank, whichever thread called: DDP calls from autograd
+// threads) and returns a Work whose future completes when the data is there.
+// The C API does the work; this layer converts tensors, types and errors.
+#pragma once
+
+#include "gradsync.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace gradsync {
+
+class Work : public c10d::Work {
+public:
+  Work(std::vector<at::Tensor> outputs, c10d::OpType type, int rank);
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  void complete(std::exception_ptr error);
+
+private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupGradsync : public c10d::ProcessGroup {
+public:
+  ProcessGroupGradsync(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                       std::chrono::milliseconds timeout);
+  ~ProcessGroupGradsync() override;
+  const std::string getBackendName() const override { return "gradsync"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                           const c10d::BroadcastOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                           const c10d::AllreduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                     const c10d::AllreduceCoalescedOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                           std::vector<at::Tensor> &inputs,
+                                           const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                 const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                     std::vector<at::Tensor> &inputs,
+                                                     const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                      const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+private:
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::function<void()> body);
+  void run();
+  void close();
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  gs_kv_store kv_;
+  gs_ctx *ctx_ = nullptr;
+  gs_comm *comm_ = nullptr;
+  std::mutex lock_;
+  std::condition_variable cv_;
+  std::deque<std::pair<c10::intrusive_ptr<Work>, std::function<void()>>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+} // namespace gradsync
