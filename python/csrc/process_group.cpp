@@ -163,11 +163,14 @@ ProcessGroupGradsync::ProcessGroupGradsync(const c10::intrusive_ptr<c10d::Store>
   }
   check("init (context)", gs_ctx_create_with(&p, &ctx_));
   gs_status st = gs_comm_create(ctx_, nullptr, &comm_);
+  if (st == GS_OK && (st = gs_comm_create(ctx_, nullptr, &p2p_comm_)) != GS_OK)
+    gs_comm_abort(comm_);
   if (st != GS_OK) {
     gs_ctx_destroy(ctx_);
     fail("init (communicator)", st);
   }
   worker_ = std::thread([this] { run(); });
+  p2p_worker_ = std::thread([this] { run_p2p(); });
 }
 
 ProcessGroupGradsync::~ProcessGroupGradsync() {
@@ -176,10 +179,12 @@ ProcessGroupGradsync::~ProcessGroupGradsync() {
     stop_ = true;
   }
   cv_.notify_all();
+  p2p_cv_.notify_all();
   // Python drops the last reference holding the GIL; the worker may need it
   // to finish (a future's Python callbacks run as it completes): let it go.
   PyThreadState *saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   worker_.join();
+  p2p_worker_.join();
   close();
   if (saved)
     PyEval_RestoreThread(saved);
@@ -206,10 +211,13 @@ void ProcessGroupGradsync::close() {
   } catch (const std::exception &) {
     all = false; // the store is gone (the job is ending)
   }
-  if (all)
+  if (all) {
+    gs_comm_destroy(p2p_comm_);
     gs_comm_destroy(comm_);
-  else
+  } else {
+    gs_comm_abort(p2p_comm_);
     gs_comm_abort(comm_);
+  }
   gs_ctx_destroy(ctx_);
 }
 
@@ -364,6 +372,227 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(std::vector<
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::BarrierOptions &) {
   return enqueue(c10d::OpType::BARRIER, {}, [this] { check("barrier", gs_barrier(comm_)); });
+}
+
+// ---- rooted and all-to-all ---------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tensor> &tensors,
+                                                            const c10d::ReduceOptions &opts) {
+  gs_redop op = redop_of(opts.reduceOp);
+  int root = (int)opts.rootRank;
+  return enqueue(c10d::OpType::REDUCE, tensors, [this, tensors, op, root] {
+    for (const auto &t : tensors) {
+      Dense d(t); // in place on the root; the others' tensors stay as they were
+      check("reduce", gs_reduce(comm_, d.ptr(), getRank() == root ? d.ptr() : nullptr, d.count(), dtype_of(t),
+                                op, root));
+      d.back();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                            std::vector<at::Tensor> &inputs,
+                                                            const c10d::GatherOptions &opts) {
+  int root = (int)opts.rootRank;
+  if (inputs.size() != 1 || (getRank() == root && (outputs.size() != 1 || (int)outputs[0].size() != getSize())))
+    throw std::invalid_argument("gradsync: gather wants one input, and on the root world_size outputs");
+  std::vector<at::Tensor> outs = getRank() == root ? outputs[0] : std::vector<at::Tensor>();
+  return enqueue(c10d::OpType::GATHER, outs, [this, outs, inputs, root] {
+    Dense in(inputs[0]);
+    at::Tensor all;
+    if (getRank() == root)
+      all = at::empty({(int64_t)getSize(), (int64_t)in.count()}, inputs[0].options());
+    check("gather", gs_gather(comm_, in.ptr(), getRank() == root ? all.data_ptr() : nullptr, in.count(),
+                              dtype_of(inputs[0]), root));
+    for (size_t r = 0; r < outs.size(); r++)
+      outs[r].copy_(all[(int64_t)r].view(outs[r].sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(std::vector<at::Tensor> &outputs,
+                                                             std::vector<std::vector<at::Tensor>> &inputs,
+                                                             const c10d::ScatterOptions &opts) {
+  int root = (int)opts.rootRank;
+  if (outputs.size() != 1 || (getRank() == root && (inputs.size() != 1 || (int)inputs[0].size() != getSize())))
+    throw std::invalid_argument("gradsync: scatter wants one output, and on the root world_size inputs");
+  std::vector<at::Tensor> ins = getRank() == root ? inputs[0] : std::vector<at::Tensor>();
+  return enqueue(c10d::OpType::SCATTER, outputs, [this, outputs, ins, root] {
+    Dense out(outputs[0]);
+    at::Tensor all;
+    if (!ins.empty()) {
+      std::vector<at::Tensor> flat;
+      for (const auto &t : ins)
+        flat.push_back(t.reshape({-1}));
+      all = at::cat(flat);
+    }
+    check("scatter", gs_scatter(comm_, ins.empty() ? nullptr : all.data_ptr(), out.ptr(), out.count(),
+                                dtype_of(outputs[0]), root));
+    out.back();
+  });
+}
+
+// Split sizes (rows of dimension 0; empty: equal parts) as element counts
+// and displacements.
+static void splits_of(const at::Tensor &t, const std::vector<int64_t> &splits, int size, std::vector<size_t> &counts,
+                      std::vector<size_t> &displs) {
+  int64_t rows = t.dim() ? t.size(0) : 1, row = rows ? t.numel() / rows : 0, at_row = 0;
+  if (!splits.empty() && (int)splits.size() != size)
+    throw std::invalid_argument("gradsync: alltoall wants world_size split sizes");
+  if (splits.empty() && rows % size != 0)
+    throw std::invalid_argument("gradsync: alltoall: dimension 0 does not split evenly over the ranks");
+  counts.resize((size_t)size);
+  displs.resize((size_t)size);
+  for (int q = 0; q < size; q++) {
+    int64_t n = splits.empty() ? rows / size : splits[(size_t)q];
+    counts[(size_t)q] = (size_t)(n * row);
+    displs[(size_t)q] = (size_t)(at_row * row);
+    at_row += n;
+  }
+  if (at_row != rows)
+    throw std::invalid_argument("gradsync: alltoall: the split sizes do not add up to dimension 0");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                                   std::vector<int64_t> &output_splits,
+                                                                   std::vector<int64_t> &input_splits,
+                                                                   const c10d::AllToAllOptions &) {
+  std::vector<size_t> sc, sd, rc, rd;
+  splits_of(input, input_splits, getSize(), sc, sd);
+  splits_of(output, output_splits, getSize(), rc, rd);
+  if (input.scalar_type() != output.scalar_type())
+    throw std::invalid_argument("gradsync: alltoall wants input and output of one type");
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [this, output, input, sc, sd, rc, rd] {
+    Dense in(input), out(output);
+    check("alltoall", gs_alltoallv(comm_, in.ptr(), sc.data(), sd.data(), out.ptr(), rc.data(), rd.data(),
+                                   dtype_of(input)));
+    out.back();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Tensor> &outputs,
+                                                              std::vector<at::Tensor> &inputs,
+                                                              const c10d::AllToAllOptions &) {
+  if ((int)outputs.size() != getSize() || (int)inputs.size() != getSize())
+    throw std::invalid_argument("gradsync: alltoall wants world_size inputs and outputs");
+  return enqueue(c10d::OpType::ALLTOALL, outputs, [this, outputs, inputs] {
+    std::vector<size_t> sc, sd, rc, rd;
+    std::vector<at::Tensor> flat;
+    size_t at_in = 0, at_out = 0;
+    for (int q = 0; q < getSize(); q++) {
+      flat.push_back(inputs[(size_t)q].reshape({-1}));
+      sc.push_back((size_t)inputs[(size_t)q].numel());
+      sd.push_back(at_in);
+      at_in += sc.back();
+      rc.push_back((size_t)outputs[(size_t)q].numel());
+      rd.push_back(at_out);
+      at_out += rc.back();
+    }
+    at::Tensor in = at::cat(flat), out = at::empty({(int64_t)at_out}, outputs[0].options());
+    check("alltoall", gs_alltoallv(comm_, in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(),
+                                   rd.data(), dtype_of(inputs[0])));
+    for (int q = 0; q < getSize(); q++)
+      outputs[(size_t)q].copy_(out.narrow(0, (int64_t)rd[(size_t)q], (int64_t)rc[(size_t)q]).view(outputs[(size_t)q].sizes()));
+  });
+}
+
+// ---- point-to-point ----------------------------------------------------------------------
+
+struct ProcessGroupGradsync::P2p {
+  c10::intrusive_ptr<Work> work;
+  bool is_send;
+  int peer, tag;
+  std::unique_ptr<Dense> data;
+  gs_req *req = nullptr;
+  gs_p2p_status status{};
+};
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue_p2p(c10d::OpType type, const at::Tensor &t, int peer,
+                                                                 int tag) {
+  auto op = std::make_shared<P2p>();
+  op->work = c10::make_intrusive<Work>(std::vector<at::Tensor>{t}, type, getRank());
+  op->is_send = type == c10d::OpType::SEND;
+  op->peer = peer;
+  op->tag = tag;
+  op->data.reset(new Dense(t));
+  dtype_of(t); // refused here, before anything is posted
+  {
+    std::lock_guard<std::mutex> g(lock_);
+    p2p_queue_.push_back(op);
+  }
+  p2p_cv_.notify_one();
+  return op->work;
+}
+
+void ProcessGroupGradsync::run_p2p() {
+  std::vector<std::shared_ptr<P2p>> active;
+  for (;;) {
+    std::deque<std::shared_ptr<P2p>> fresh;
+    {
+      std::unique_lock<std::mutex> g(lock_);
+      if (active.empty())
+        p2p_cv_.wait(g, [this] { return stop_ || !p2p_queue_.empty(); });
+      if (stop_ && active.empty() && p2p_queue_.empty())
+        return;
+      fresh.swap(p2p_queue_);
+    }
+    for (auto &op : fresh) { // posted in the caller's order
+      Dense &d = *op->data;
+      gs_status st = op->is_send ? gs_isend(p2p_comm_, d.ptr(), d.count(), dtype_of(d.dense), op->peer, op->tag, &op->req)
+                                 : gs_irecv(p2p_comm_, d.ptr(), d.count(), dtype_of(d.dense), op->peer, op->tag,
+                                            &op->status, &op->req);
+      if (st == GS_OK) {
+        active.push_back(op);
+        continue;
+      }
+      try {
+        fail(op->is_send ? "send" : "recv", st);
+      } catch (...) {
+        op->work->complete(std::current_exception());
+      }
+    }
+    bool moved = false;
+    for (size_t i = 0; i < active.size();) {
+      auto op = active[i];
+      gs_status st = gs_req_test(op->req);
+      if (st == GS_INPROGRESS) {
+        i++;
+        continue;
+      }
+      moved = true;
+      active.erase(active.begin() + (long)i);
+      std::exception_ptr error;
+      try {
+        check(op->is_send ? "send" : "recv", st);
+        if (!op->is_send) {
+          op->data->back();
+          op->work->source_ = op->status.source;
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      op->work->complete(error);
+    }
+    if (!moved && !active.empty())
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
+  if (tensors.size() != 1)
+    throw std::invalid_argument("gradsync: send wants one tensor");
+  return enqueue_p2p(c10d::OpType::SEND, tensors[0], dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::recv(std::vector<at::Tensor> &tensors, int src, int tag) {
+  if (tensors.size() != 1)
+    throw std::invalid_argument("gradsync: recv wants one tensor");
+  return enqueue_p2p(c10d::OpType::RECV, tensors[0], src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::recvAnysource(std::vector<at::Tensor> &tensors, int tag) {
+  if (tensors.size() != 1)
+    throw std::invalid_argument("gradsync: recv wants one tensor");
+  return enqueue_p2p(c10d::OpType::RECVANYSOURCE, tensors[0], GS_ANY_SOURCE, tag);
 }
 
 } // namespace gradsync

@@ -27,7 +27,9 @@ public:
   std::vector<at::Tensor> result() override;
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  int sourceRank() const override { return source_; }
   void complete(std::exception_ptr error);
+  int source_ = -1; // recvAnysource: the rank the message came from
 
 private:
   std::vector<at::Tensor> outputs_;
@@ -61,12 +63,34 @@ public:
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                       const c10d::ReduceScatterOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                         const c10d::ScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                               std::vector<int64_t> &output_splits,
+                                               std::vector<int64_t> &input_splits,
+                                               const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                          const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
 
 private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> body);
   void run();
   void close();
+  // Point-to-point runs apart: a receive must not hold up the collectives
+  // queued behind it (nor they it), so sends and receives go to a second
+  // communicator and thread, which posts them at once (gs_isend, gs_irecv)
+  // and completes them as they finish, in any order.
+  struct P2p;
+  c10::intrusive_ptr<c10d::Work> enqueue_p2p(c10d::OpType type, const at::Tensor &t, int peer, int tag);
+  void run_p2p();
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
@@ -78,6 +102,10 @@ private:
   std::deque<std::pair<c10::intrusive_ptr<Work>, std::function<void()>>> queue_;
   bool stop_ = false;
   std::thread worker_;
+  gs_comm *p2p_comm_ = nullptr;
+  std::deque<std::shared_ptr<P2p>> p2p_queue_;
+  std::condition_variable p2p_cv_;
+  std::thread p2p_worker_;
 };
 
 } // namespace gradsync

@@ -177,6 +177,75 @@ def body_mismatch(rank, world):
         raise AssertionError("a mismatched allreduce succeeded")
 
 
+def body_rooted(rank, world):
+    for root in range(world):
+        t = values(rank, 21, torch.float32)
+        dist.reduce(t, dst=root)
+        if rank == root:
+            assert torch.equal(t, sum(values(r, 21, torch.float32) for r in range(world)))
+        else:
+            assert torch.equal(t, values(rank, 21, torch.float32))  # a non-root's tensor stays
+        outs = [torch.empty(5, dtype=torch.int64) for _ in range(world)] if rank == root else None
+        dist.gather(values(rank, 5, torch.int64), gather_list=outs, dst=root)
+        if rank == root:
+            assert all(torch.equal(outs[r], values(r, 5, torch.int64)) for r in range(world))
+        out = torch.empty(4, dtype=torch.float64)
+        ins = [values(q, 4, torch.float64, 100) for q in range(world)] if rank == root else None
+        dist.scatter(out, scatter_list=ins, src=root)
+        assert torch.equal(out, values(rank, 4, torch.float64, 100))
+
+
+def body_alltoall(rank, world):
+    # equal parts: block q of rank r goes to rank q as block r
+    inp = torch.cat([values(rank * 10 + q, 3, torch.float32) for q in range(world)])
+    out = torch.empty_like(inp)
+    dist.all_to_all_single(out, inp)
+    assert torch.equal(out, torch.cat([values(r * 10 + rank, 3, torch.float32) for r in range(world)]))
+    # uneven split sizes: rank r sends q + r + 1 rows to rank q
+    send_splits = [q + rank + 1 for q in range(world)]
+    recv_splits = [rank + r + 1 for r in range(world)]
+    inp = torch.cat([torch.full((n, 2), float(rank * 100 + q)) for q, n in enumerate(send_splits)])
+    out = torch.empty(sum(recv_splits), 2)
+    dist.all_to_all_single(out, inp, output_split_sizes=recv_splits, input_split_sizes=send_splits)
+    assert torch.equal(out, torch.cat([torch.full((n, 2), float(r * 100 + rank)) for r, n in enumerate(recv_splits)]))
+    outs = [torch.empty(2, dtype=torch.int32) for _ in range(world)]
+    dist.all_to_all(outs, [values(rank * 10 + q, 2, torch.int32) for q in range(world)])
+    assert all(torch.equal(outs[r], values(r * 10 + rank, 2, torch.int32)) for r in range(world))
+
+
+def body_p2p(rank, world):
+    # a ring of sends and receives, blocking and not, then any-source receives on rank 0
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for n in (0, 1, 1000, 70001):
+        got = torch.empty(n)
+        if rank % 2 == 0:
+            dist.send(values(rank, n, torch.float32), right, tag=n % 7)
+            dist.recv(got, left, tag=n % 7)
+        else:
+            dist.recv(got, left, tag=n % 7)
+            dist.send(values(rank, n, torch.float32), right, tag=n % 7)
+        assert torch.equal(got, values(left, n, torch.float32)), n
+    reqs = [dist.isend(values(rank, 9, torch.int64, k), right, tag=k) for k in range(4)]
+    outs = [torch.empty(9, dtype=torch.int64) for _ in range(4)]
+    rreqs = [dist.irecv(outs[k], left, tag=k) for k in reversed(range(4))]
+    t = torch.ones(3)
+    dist.all_reduce(t)  # a collective while the point-to-point is in flight
+    for r in reqs + rreqs:
+        r.wait()
+    assert all(torch.equal(outs[k], values(left, 9, torch.int64, k)) for k in range(4))
+    assert torch.equal(t, torch.full((3,), float(world)))
+    if rank == 0:
+        seen = set()
+        for _ in range(world - 1):
+            got = torch.empty(2)
+            src = dist.recv(got, tag=42)  # any source
+            assert torch.equal(got, torch.full((2,), float(src)))
+            seen.add(src)
+        assert seen == set(range(1, world))
+    else:
+        dist.send(torch.full((2,), float(rank)), 0, tag=42)
+
+
 def _ddp_losses(rank, world, backend_group):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -229,6 +298,17 @@ class Backend(unittest.TestCase):
 
     def test_mismatch_is_a_runtime_error(self):
         run(2, body_mismatch)
+
+    def test_reduce_gather_scatter(self):
+        for world in (1, 3):
+            run(world, body_rooted)
+
+    def test_alltoall(self):
+        run(3, body_alltoall)
+
+    def test_send_recv(self):
+        for world in (2, 3):
+            run(world, body_p2p)
 
     def test_ddp_matches_gloo(self):
         run(2, body_ddp)
