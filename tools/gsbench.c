@@ -79,6 +79,7 @@ typedef struct bench_opts {
     const char *transport;
     int root;
     size_t offset; /* --offset: the buffers start this far past a page boundary */
+    int groups;    /* --comm-split K: K sub-communicators (rank mod K) run it at once; 0: the world */
     bool inplace, no_pin, json, kernels;
     bool pin; /* decided at setup */
 } bench_opts;
@@ -94,8 +95,10 @@ typedef struct bench {
     bench_opts o;
     gs_ctx *ctx;
     gs_tp *tp;
-    gs_comm *comm;
-    int rank, n;
+    gs_comm *comm;              /* what the calls run on: the world's, or this rank's group's */
+    gs_comm *world;             /* with --comm-split: the world's communicator */
+    int rank, n;                /* in comm */
+    bool printer;               /* world rank 0: prints the table */
     uint8_t *send, *recv;       /* offset bytes into their pages */
     uint8_t *send_at, *recv_at; /* the pages */
     size_t cap;                 /* bytes of each buffer, from its pages */
@@ -124,6 +127,8 @@ static void usage(FILE *f)
             "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
             "      --root R      broadcast, reduce, gather, scatter root (default 0)\n"
             "      --inplace     in place (recvbuf == sendbuf or its block)\n"
+            "      --comm-split K  split the ranks into K groups (rank mod K) and run on all at once;\n"
+            "                    rank 0 prints its group's figures\n"
             "      --offset B    buffers start B bytes past a page boundary (default 0; a multiple of 8\n"
             "                    below 4096: malloc gives 16, many tensor allocators 64)\n"
             "      --no-pin      do not pin ranks to cores (default: rank i on the i-th usable core when\n"
@@ -172,6 +177,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"no-pin", no_argument, NULL, 'p'},
         {"json", no_argument, NULL, 'j'},
         {"kernels", no_argument, NULL, 'k'},
+        {"comm-split", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -211,6 +217,12 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         case 'p': o->no_pin = true; break;
         case 'j': o->json = true; break;
         case 'k': o->kernels = true; break;
+        case 'K':
+            if ((o->groups = atoi(optarg)) < 1) {
+                fprintf(stderr, "gsbench: bad --comm-split '%s' (a number of groups, 1 or more)\n", optarg);
+                exit(2);
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -662,6 +674,10 @@ static void print_header(const bench *b)
            coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
            (unsigned long long)b->ctx->cfg.chunk_bytes, b->o.inplace ? "in place" : "out of place",
            b->o.offset, b->o.pin ? "pinned" : "not pinned");
+    if (b->o.groups > 1)
+        printf(
+            "# %d groups (rank mod %d) run at once, each its own communicator; these are group 0's figures\n",
+            b->o.groups, b->o.groups);
     printf("# time: median over iterations of the max over ranks (min, max alongside)\n");
     printf("%12s %12s %6s %6s %11s %11s %11s %10s %10s %8s %6s\n", "size(B)", "count", "type", "redop",
            "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
@@ -683,10 +699,11 @@ static void print_json(const bench *b, const bench_row *rows, int nrows)
     printf("{\"tool\": \"gsbench\", \"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"algo\": "
            "\"%s\", "
            "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"offset\": %zu, "
-           "\"pinned\": %s, \"rows\": [",
+           "\"pinned\": %s, \"groups\": %d, \"rows\": [",
            coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
            (unsigned long long)b->ctx->cfg.chunk_bytes, gs_dtype_name(b->o.dtype), gs_redop_name(b->o.op),
-           b->o.inplace ? "true" : "false", b->o.offset, b->o.pin ? "true" : "false");
+           b->o.inplace ? "true" : "false", b->o.offset, b->o.pin ? "true" : "false",
+           b->o.groups ? b->o.groups : 1);
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
         printf(
@@ -770,6 +787,7 @@ static void setup(bench *b)
         fail("gs_ctx_create", st);
     b->rank = gs_ctx_rank(b->ctx);
     b->n = gs_ctx_size(b->ctx);
+    b->printer = b->rank == 0;
     if (b->o.coll == C_SENDRECV && b->n < 2) {
         fprintf(stderr, "gsbench: sendrecv needs at least 2 ranks (gsrun -n 2)\n");
         exit(2);
@@ -778,6 +796,17 @@ static void setup(bench *b)
         fail("gs_tp_open", st);
     if ((st = gs_comm_create(b->ctx, b->tp, &b->comm)) != GS_OK)
         fail("gs_comm_create", st);
+    if (b->o.groups > 1) { /* the benchmark runs on this rank's group; groups run at once */
+        if (b->o.groups > b->n) {
+            fprintf(stderr, "gsbench: --comm-split %d: more groups than the %d ranks\n", b->o.groups, b->n);
+            exit(2);
+        }
+        b->world = b->comm;
+        if ((st = gs_comm_split(b->world, b->rank % b->o.groups, b->rank, &b->comm)) != GS_OK)
+            fail("gs_comm_split", st);
+        b->rank = gs_comm_rank(b->comm);
+        b->n = gs_comm_size(b->comm);
+    }
     if (!b->o.no_pin)
         b->o.pin = pin(b->ctx);
     for (int i = 0; i < b->o.nsizes; i++) {
@@ -817,17 +846,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "gsbench: --root %d is not a rank\n", b.o.root);
         return 2;
     }
-    if (b.rank == 0 && !b.o.json)
+    if (b.printer && !b.o.json)
         print_header(&b);
     for (int i = 0; i < b.o.nsizes; i++) {
         if (block_count(&b, b.o.sizes[i]) == 0)
             continue;
         measure(&b, b.o.sizes[i], &rows[nrows]);
-        if (b.rank == 0 && !b.o.json)
+        if (b.printer && !b.o.json)
             print_row(&b, &rows[nrows]);
         nrows++;
     }
-    if (b.rank == 0 && b.o.json)
+    if (b.printer && b.o.json)
         print_json(&b, rows, nrows);
     uint64_t wrong = 0;
     for (int i = 0; i < nrows; i++)
@@ -838,7 +867,8 @@ int main(int argc, char **argv)
     free(b.tmax);
     free(b.counts);
     free(b.displs);
-    if (gs_comm_destroy(b.comm) != GS_OK || gs_tp_close(b.tp) != GS_OK || gs_ctx_destroy(b.ctx) != GS_OK)
+    if ((b.world && gs_comm_destroy(b.world) != GS_OK) || gs_comm_destroy(b.comm) != GS_OK ||
+        gs_tp_close(b.tp) != GS_OK || gs_ctx_destroy(b.ctx) != GS_OK)
         fprintf(stderr, "gsbench: teardown: %s\n", gs_last_error());
     return wrong ? 1 : 0;
 }
