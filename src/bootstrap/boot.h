@@ -80,6 +80,9 @@ gs_status gs_boot_ctx_create(const gs_config *cfg, gs_getenv_fn getenv_fn, void 
  * member) and opens no connection; transports opened through it connect
  * the members only. gs_ctx_destroy frees it; the parent must outlive it. */
 gs_status gs_boot_ctx_group(gs_ctx *parent, const char *tag, const int *members, int n, gs_ctx **ctx_p);
+/* gs_store_get waiting at most timeout_ms instead of GS_TIMEOUT_MS. */
+gs_status gs_boot_store_get_ms(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p,
+                               int timeout_ms);
 /* The rank of ctx's rank r in the world (the root context): for groups. */
 int gs_boot_world_rank(const gs_ctx *ctx, int r);
 

@@ -66,6 +66,13 @@ gs_status gs_store_put(gs_ctx *ctx, const char *key, const void *value, size_t l
 
 gs_status gs_store_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p)
 {
+    uint32_t ms = timeout_arg(ctx);
+    return gs_boot_store_get_ms(ctx, key, buf, cap, len_p, ms > INT32_MAX ? INT32_MAX : (int)ms);
+}
+
+gs_status gs_boot_store_get_ms(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p,
+                               int timeout_ms)
+{
     gs_store_reply reply = {.buf = buf, .cap = buf ? cap : 0};
     gs_store_request req = {.type = GS_STORE_GET, .key = key};
     char full[GS_STORE_KEY_MAX + 1];
@@ -73,14 +80,13 @@ gs_status gs_store_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size
 
     if (status != GS_OK)
         return status;
+    if (timeout_ms < 1)
+        timeout_ms = 1;
     if (gs_boot_kv_built(ctx)) {
         status = full_key(ctx, "get", key, full, sizeof(full));
-        return status == GS_OK
-                   ? gs_boot_kv_get(ctx, full, buf, cap, len_p,
-                                    gs_deadline_left_ms(gs_deadline_after_ms(ctx->cfg.timeout_ms)))
-                   : status;
+        return status == GS_OK ? gs_boot_kv_get(ctx, full, buf, cap, len_p, timeout_ms) : status;
     }
-    req.arg = timeout_arg(ctx);
+    req.arg = (uint32_t)timeout_ms;
     status = gs_boot_client_request(ctx->store, &req, &reply);
     if (status == GS_OK && len_p)
         *len_p = reply.len;

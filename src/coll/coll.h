@@ -203,6 +203,11 @@ struct gs_req {
     gs_p2p_op p2p; /* a send or receive (p2p.kind != GS_P2P_NONE), p2p.c */
 };
 
+/* gs_comm_destroy after a failure waits this long at most for the other
+ * ranks (a live one may still finish a call before the failed one through
+ * this rank; a dead one never comes). */
+#define GS_COLL_LEAVE_FAILED_MS 3000
+
 #define GS_COLL_USER_MRS 8 /* cached registrations of callers' buffers per communicator */
 
 /* zcopy.c: over tcp, whether a large call's data posts go by reference

@@ -379,25 +379,44 @@ err_release:
     return st;
 }
 
+/* The ranks' meeting before a communicator goes: each says it leaves
+ * ("coll/<id>/gone.<rank>"), then waits for every other rank's word, at most
+ * timeout_ms in all (-1: no deadline); an aborting rank only says it. */
+static gs_status leave(gs_comm *comm, int64_t timeout_ms)
+{
+    char key[64];
+    uint64_t deadline = gs_deadline_after_ms(timeout_ms);
+    gs_status st;
+    snprintf(key, sizeof(key), "coll/%u/gone.%d", comm->id, comm->rank);
+    st = gs_store_put(comm->ctx, key, "", 0);
+    for (int r = 0; r < comm->size && st == GS_OK && timeout_ms != 0; r++) {
+        if (r == comm->rank)
+            continue;
+        snprintf(key, sizeof(key), "coll/%u/gone.%d", comm->id, r);
+        st = gs_boot_store_get_ms(comm->ctx, key, NULL, 0, NULL, gs_deadline_left_ms(deadline));
+    }
+    return st;
+}
+
 gs_status gs_comm_destroy(gs_comm *comm)
 {
     gs_status st = GS_OK;
-    char tag[64];
     if (!comm)
         return GS_OK;
     if (comm->head && comm->failed == GS_OK)
         gs_log_warn(COLL, "rank %d: destroying a communicator with requests in flight (call #%llu on)",
                     comm->rank, (unsigned long long)comm->head->op.seq);
-    /* no peer may still be writing into our inbox when it goes: wait for
-     * every rank. After a failure there is no wait (a peer may be gone, and
-     * what a live one still writes lands in memory no one reads, or fails
-     * at its end). */
-    if (comm->size > 1 && comm->failed == GS_OK) {
-        snprintf(tag, sizeof(tag), "coll/%u/destroy", comm->id);
-        st = gs_store_barrier(comm->ctx, tag);
-        if (st != GS_OK)
+    /* no peer may still be writing into our inbox, or finishing a call
+     * before a failed one through our endpoint, when it goes: wait for
+     * every rank. After a failure only briefly (a peer may be gone; a rank
+     * that aborted has said it left). */
+    if (comm->size > 1) {
+        st = leave(comm, comm->failed == GS_OK ? comm->cfg->timeout_ms : GS_COLL_LEAVE_FAILED_MS);
+        if (st != GS_OK && comm->failed == GS_OK)
             gs_log_warn(COLL, "rank %d: the other ranks did not all reach gs_comm_destroy: %s", comm->rank,
                         gs_last_error());
+        if (comm->failed != GS_OK)
+            st = GS_OK;
     }
     release(comm);
     return st;
@@ -426,6 +445,8 @@ gs_status gs_comm_abort(gs_comm *comm)
         gs_engine_fail(comm, GS_ERR_PEER_LOST, gs_engine_current_seq(comm), text, true);
         flush_notices(comm);
     }
+    if (comm->size > 1 && leave(comm, 0) != GS_OK) /* the others' destroy need not wait for it */
+        gs_log_debug(COLL, "rank %d: could not say it left: %s", comm->rank, gs_last_error());
     gs_log_info(COLL, "rank %d: communicator %u aborted", comm->rank, comm->id);
     release(comm);
     return GS_OK;
