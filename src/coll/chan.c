@@ -270,6 +270,16 @@ static gs_status endpoint_failed(gs_comm *comm, const gs_wc *wc)
     if (st == GS_OK)
         return gs_fail(GS_SUBSYS_COLL, wc->status, "rank %d: an operation with rank %d failed: %s",
                        comm->rank, wc->peer, gs_strerror(wc->status));
+    if (st == GS_ERR_REMOTE_ACCESS) {
+        /* every write of a communicator lands inside the peer's inbox, which
+         * stays registered as long as its communicator lives: a refusal
+         * means the peer is gone (rxe refuses the writes to a killed
+         * process this way before its queue pair goes) */
+        gs_log_info(COLL, "rank %d: rank %d refused a write into its inbox: %s", comm->rank, wc->peer, why);
+        gs_error_peer_lost_text(why, sizeof(why), comm->rank, wc->peer,
+                                "it refused a write into its inbox: its communicator or its process is gone");
+        st = GS_ERR_PEER_LOST;
+    }
     gs_error_restore(why);
     return st;
 }
