@@ -527,6 +527,17 @@ gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *
                      size_t bytes);
 
 /* ---- engine.c */
+/* The communicator's lock, taken only when a progress thread shares it. */
+static inline void gs_engine_lock(gs_comm *comm)
+{
+    if (comm->threaded)
+        pthread_mutex_lock(&comm->lock);
+}
+static inline void gs_engine_unlock(gs_comm *comm)
+{
+    if (comm->threaded)
+        pthread_mutex_unlock(&comm->lock);
+}
 /* Queues a started request and runs what it can without waiting. */
 gs_status gs_engine_submit(gs_comm *comm, gs_req *req);
 /* Waits for req to finish (deadline: GS_TIMEOUT_MS without progress). */

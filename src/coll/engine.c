@@ -19,18 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-static void lock(gs_comm *comm)
-{
-    if (comm->threaded)
-        pthread_mutex_lock(&comm->lock);
-}
-
-static void unlock(gs_comm *comm)
-{
-    if (comm->threaded)
-        pthread_mutex_unlock(&comm->lock);
-}
-
 /* Takes the head request off the queue with its final status. */
 static void finish_head(gs_comm *comm, gs_status status)
 {
@@ -238,12 +226,12 @@ gs_status gs_engine_block(gs_comm *comm, int timeout_ms)
 gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 {
     gs_status st;
-    lock(comm);
+    gs_engine_lock(comm);
     if (comm->failed != GS_OK && comm->seq_issued + 1 >= comm->failed_seq) {
         st = comm->failed;
         gs_engine_fail_name(comm, req->op.kind);
         gs_error_restore(comm->failed_text);
-        unlock(comm);
+        gs_engine_unlock(comm);
         return st;
     }
     req->status = GS_INPROGRESS;
@@ -260,7 +248,7 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
         run_queue(comm); /* start at once; a shared-memory post needs no poll first */
     else
         gs_engine_progress(comm); /* start at once: the first sends need no one */
-    unlock(comm);
+    gs_engine_unlock(comm);
     return GS_OK;
 }
 
@@ -338,7 +326,7 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
 {
     gs_status st;
     uint64_t idle_ns = 0;
-    lock(comm);
+    gs_engine_lock(comm);
     for (unsigned turn = 1; req->status == GS_INPROGRESS; turn++) {
         if (comm->threaded) {
             struct timespec ts;
@@ -383,14 +371,14 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
     st = req->status;
     if (st != GS_OK)
         gs_error_restore(comm->failed_text);
-    unlock(comm);
+    gs_engine_unlock(comm);
     return st;
 }
 
 gs_status gs_engine_test(gs_comm *comm, gs_req *req)
 {
     gs_status st;
-    lock(comm);
+    gs_engine_lock(comm);
     if (!comm->threaded && req->status == GS_INPROGRESS) {
         gs_engine_progress(comm);
         if (req->status == GS_INPROGRESS && overdue(comm))
@@ -399,7 +387,7 @@ gs_status gs_engine_test(gs_comm *comm, gs_req *req)
     st = req->status;
     if (st != GS_OK && st != GS_INPROGRESS)
         gs_error_restore(comm->failed_text);
-    unlock(comm);
+    gs_engine_unlock(comm);
     return st;
 }
 

@@ -91,18 +91,6 @@ struct gs_p2p {
 
 /* ---- small helpers --------------------------------------------------------- */
 
-static void lock(gs_comm *comm)
-{
-    if (comm->threaded)
-        pthread_mutex_lock(&comm->lock);
-}
-
-static void unlock(gs_comm *comm)
-{
-    if (comm->threaded)
-        pthread_mutex_unlock(&comm->lock);
-}
-
 static void list_push(gs_p2p_list *l, gs_req *req)
 {
     req->p2p.next = NULL;
@@ -834,13 +822,13 @@ gs_status gs_p2p_test(gs_req *req)
 {
     gs_comm *comm = req->comm;
     gs_status st;
-    lock(comm);
+    gs_engine_lock(comm);
     if (req->status == GS_INPROGRESS)
         advance(comm, req);
     st = req->status;
     if (st != GS_OK && st != GS_INPROGRESS)
         gs_error_restore(req->p2p.err);
-    unlock(comm);
+    gs_engine_unlock(comm);
     return st;
 }
 
@@ -848,7 +836,7 @@ gs_status gs_p2p_wait(gs_req *req)
 {
     gs_comm *comm = req->comm;
     gs_status st;
-    lock(comm);
+    gs_engine_lock(comm);
     while (req->status == GS_INPROGRESS) {
         advance(comm, req);
         if (req->status != GS_INPROGRESS)
@@ -875,7 +863,7 @@ gs_status gs_p2p_wait(gs_req *req)
     st = req->status;
     if (st != GS_OK)
         gs_error_restore(req->p2p.err);
-    unlock(comm);
+    gs_engine_unlock(comm);
     return st;
 }
 
@@ -949,7 +937,7 @@ static void start_send(gs_comm *comm, gs_req *req, const void *buf)
     gs_p2p *p = comm->p2p;
     req->p2p.sbuf = buf;
     req->p2p.state = S_QUEUED;
-    lock(comm);
+    gs_engine_lock(comm);
     if (comm->failed != GS_OK) {
         refuse(comm, req);
     } else if (req->p2p.peer == comm->rank) {
@@ -960,7 +948,7 @@ static void start_send(gs_comm *comm, gs_req *req, const void *buf)
         list_push(&p->sendq, req);
         flush_or_fail(comm);
     }
-    unlock(comm);
+    gs_engine_unlock(comm);
 }
 
 /* Starts a receive; a failure is the request's status. */
@@ -969,14 +957,14 @@ static void start_recv(gs_comm *comm, gs_req *req, void *buf, gs_p2p_status *sta
     req->p2p.rbuf = buf;
     req->p2p.status = status;
     req->p2p.state = R_POSTED;
-    lock(comm);
+    gs_engine_lock(comm);
     if (comm->failed != GS_OK)
         refuse(comm, req);
     else if (match_unexp(comm, req) == GS_ERR_AGAIN)
         list_push(&comm->p2p->posted, req);
     else
         flush_or_fail(comm); /* a FIN it owes */
-    unlock(comm);
+    gs_engine_unlock(comm);
 }
 
 gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, int peer, int tag)
