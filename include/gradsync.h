@@ -28,9 +28,9 @@ extern "C" {
 #endif
 
 #define GS_VERSION_MAJOR  0
-#define GS_VERSION_MINOR  1
+#define GS_VERSION_MINOR  2
 #define GS_VERSION_PATCH  0
-#define GS_VERSION_STRING "0.1.0"
+#define GS_VERSION_STRING "0.2.0"
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -160,6 +160,11 @@ GS_API int gs_ctx_local_rank(const gs_ctx *ctx);
 GS_API int gs_ctx_local_size(const gs_ctx *ctx);
 /* This host's id: equal exactly for ranks that can share memory. */
 GS_API const char *gs_ctx_host(const gs_ctx *ctx);
+/* The value in force of configuration parameter name ("GS_ALGO",
+ * "GS_CHUNK_BYTES", ...: gsinfo --params lists them) for this context, as
+ * gsinfo prints it (sizes in bytes, switches 0/1, choices by name; the job
+ * token only as "(set)"). GS_ERR_INVALID for a name that is no parameter. */
+GS_API gs_status gs_ctx_param(const gs_ctx *ctx, const char *name, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* Bootstrap store: small blobs between the ranks of one job                 */
@@ -205,8 +210,8 @@ typedef struct gs_rmr {
     uint8_t bytes[GS_RMR_BYTES];
 } gs_rmr;
 
-/* Operation flags. */
-enum {
+/* Operation flags (or-ed together). */
+typedef enum gs_op_flags {
     GS_OP_SIGNALED = 1u << 0, /* a completion is delivered locally when done */
     GS_OP_FENCE = 1u << 1,    /* start only after earlier READs/atomics on the ep completed */
     GS_OP_STREAM = 1u << 2,   /* hint: part of a stream too large for the cache; the destination may be
@@ -215,7 +220,7 @@ enum {
                                  so its bytes are read when the peer takes them: the source must stay
                                  unchanged until the op completes or the peer answered a later message
                                  (the rule verbs needs anyway); shm and verbs ignore it */
-};
+} gs_op_flags;
 
 typedef enum gs_wc_opcode {
     GS_WC_WRITE = 1,
@@ -253,13 +258,14 @@ GS_API const char *gs_tp_name(const gs_tp *tp);
 /* The endpoint to peer (NULL for the caller's own rank). Non-blocking. */
 GS_API gs_ep *gs_tp_ep(gs_tp *tp, int peer);
 
-/* Allocates len bytes, page-aligned, pre-touched and registered with access:
- * the seed's GradientBuffer (zero-copy for peers on shm). */
-GS_API gs_status gs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+/* Allocates len bytes, page-aligned, pre-touched and registered with access
+ * (gs_access bits or-ed): the seed's GradientBuffer (zero-copy for peers on
+ * shm). gs_mr_dereg frees it. */
+GS_API gs_status gs_mr_alloc(gs_tp *tp, size_t len, gs_access access, gs_mr **mr_p);
 /* Registers caller memory (shm: cross-memory attach where the kernel
  * permits it, else GS_ERR_UNSUPPORTED). Deregister before freeing it. */
-GS_API gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
-/* Deregisters (and frees, for gs_buf_alloc memory). */
+GS_API gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, gs_access access, gs_mr **mr_p);
+/* Deregisters (and frees, for gs_mr_alloc memory). */
 GS_API gs_status gs_mr_dereg(gs_mr *mr);
 GS_API void *gs_mr_addr(const gs_mr *mr);
 GS_API size_t gs_mr_len(const gs_mr *mr);
@@ -276,22 +282,22 @@ GS_API void gs_mr_pack(const gs_mr *mr, gs_rmr *rmr_p);
  * later. GS_ERR_AGAIN: the send queue is full; poll and retry.
  */
 GS_API gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst,
-                             uint64_t dst_off, uint64_t wr_id, unsigned flags);
+                             uint64_t dst_off, uint64_t wr_id, gs_op_flags flags);
 /* WRITE, then a GS_WC_RECV_IMM completion carrying imm at the target; when
  * the target sees it, every earlier WRITE on this endpoint is visible. */
 GS_API gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst,
-                                 uint64_t dst_off, uint32_t imm, uint64_t wr_id, unsigned flags);
+                                 uint64_t dst_off, uint32_t imm, uint64_t wr_id, gs_op_flags flags);
 GS_API gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr *src, uint64_t src_off,
-                            uint64_t wr_id, unsigned flags);
+                            uint64_t wr_id, gs_op_flags flags);
 /* 64-bit atomics on an 8-byte aligned remote word; the old value is stored
  * at result (8 bytes inside lmr) before the completion. */
 GS_API gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
-                                 uint64_t add, uint64_t wr_id, unsigned flags);
+                                 uint64_t add, uint64_t wr_id, gs_op_flags flags);
 GS_API gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
-                                uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
+                                uint64_t compare, uint64_t swap, uint64_t wr_id, gs_op_flags flags);
 /* Two-sided: len <= GS_SEND_MAX; consumes one receive posted by the peer. */
 GS_API gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id,
-                            unsigned flags);
+                            gs_op_flags flags);
 /* Posts a receive buffer for the next SEND from this endpoint's peer. */
 GS_API gs_status gs_ep_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
 
@@ -344,6 +350,30 @@ GS_API const char *gs_dtype_name(gs_dtype dtype);
 GS_API const char *gs_redop_name(gs_redop op);
 
 /* ------------------------------------------------------------------------ */
+/* Requests: one model for every non-blocking call                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A non-blocking call (a collective gs_i<name>, gs_isend/gs_irecv, a
+ * parameter-server gs_ps_i<name>) starts the operation and hands out a
+ * request. A start that returns an error hands out nothing and has no
+ * effect later. A request handed out is released by exactly one of:
+ * gs_req_test returning anything but GS_INPROGRESS, or gs_req_wait. After
+ * that it must not be used again. Buffers stay untouched (send buffers
+ * unchanged) until then. Progress happens inside test and wait (and any
+ * blocking call of the same object), or all the time with
+ * GS_PROGRESS_THREAD=1 for communicators.
+ */
+typedef struct gs_req gs_req;
+
+/* Non-blocking: GS_INPROGRESS while the request runs, else its final status
+ * (the request released). */
+GS_API gs_status gs_req_test(gs_req *req);
+/* Waits (GS_TIMEOUT_MS at most) for the request; returns its final status
+ * and releases it. */
+GS_API gs_status gs_req_wait(gs_req *req);
+
+/* ------------------------------------------------------------------------ */
 /* Collectives (src/coll)                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -375,8 +405,6 @@ GS_API const char *gs_redop_name(gs_redop op);
  * one caller thread. gs_last_error() is per thread.
  */
 typedef struct gs_comm gs_comm;
-/* A non-blocking collective in flight. */
-typedef struct gs_req gs_req;
 
 /* Collective over the context's ranks. tp: a transport opened on ctx, or
  * NULL to open the default one (GS_TRANSPORT), closed with the communicator. */
@@ -490,11 +518,10 @@ GS_API gs_status gs_reduce_scatter_v(gs_comm *comm, const void *sendbuf, void *r
                                      const size_t *recvcounts, gs_dtype dtype, gs_redop op);
 
 /*
- * Non-blocking forms: start the collective and return a request at once.
- * Buffers (and the tensor list) must stay untouched until it completes.
- * Requests complete in the order they were started. Progress happens inside
- * gs_req_test / gs_req_wait (and any blocking call), or all the time with
- * GS_PROGRESS_THREAD=1.
+ * Non-blocking forms (gs_req: see Requests above): start the collective and
+ * return a request at once. Buffers, the tensor list and the count arrays
+ * must stay untouched until it completes. A communicator's collectives
+ * complete in the order they were started.
  */
 GS_API gs_status gs_iallreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
                                gs_dtype dtype, gs_redop op, gs_req **req_p);
@@ -522,13 +549,6 @@ GS_API gs_status gs_iallgatherv(gs_comm *comm, const void *sendbuf, void *recvbu
                                 const size_t *displs, gs_dtype dtype, gs_req **req_p);
 GS_API gs_status gs_ireduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf,
                                       const size_t *recvcounts, gs_dtype dtype, gs_redop op, gs_req **req_p);
-/* Advances the communicator; GS_INPROGRESS while the request runs, else its
- * final status, after which req is released and must not be used again
- * (collective and point-to-point requests alike). */
-GS_API gs_status gs_req_test(gs_req *req);
-/* Waits (GS_TIMEOUT_MS at most) for the request; returns its status and
- * releases it. */
-GS_API gs_status gs_req_wait(gs_req *req);
 
 /* ------------------------------------------------------------------------ */
 /* Point-to-point (src/coll/p2p.c)                                           */
@@ -611,7 +631,6 @@ GS_API gs_status gs_irecv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype
  * failed call with the same arguments. See docs/ps.md.
  */
 typedef struct gs_ps gs_ps;
-typedef struct gs_ps_req gs_ps_req;
 
 typedef enum gs_ps_role { GS_PS_ROLE_AUTO = 0, GS_PS_ROLE_WORKER, GS_PS_ROLE_SERVER } gs_ps_role;
 typedef enum gs_ps_mode { GS_PS_MODE_SYNC = 0, GS_PS_MODE_ASYNC } gs_ps_mode;
@@ -682,18 +701,13 @@ GS_API gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const flo
 GS_API gs_status gs_ps_push(gs_ps *ps, uint64_t key, const float *grad);
 GS_API gs_status gs_ps_pull(gs_ps *ps, uint64_t key, float *out);
 GS_API gs_status gs_ps_push_pull(gs_ps *ps, uint64_t key, const float *grad, float *out);
-/* Non-blocking forms: start, then gs_ps_test / gs_ps_wait (which frees the
- * request). Requests of one key complete in the order they were started.
- * Each worker drives its gs_ps from one thread at a time. */
-GS_API gs_status gs_ps_push_start(gs_ps *ps, uint64_t key, const float *grad, gs_ps_req **req_p);
-GS_API gs_status gs_ps_pull_start(gs_ps *ps, uint64_t key, float *out, gs_ps_req **req_p);
-GS_API gs_status gs_ps_push_pull_start(gs_ps *ps, uint64_t key, const float *grad, float *out,
-                                       gs_ps_req **req_p);
-/* Progresses every request of ps; *done_p = 1 once req finished (then call
- * gs_ps_wait to collect its status and free it). Non-blocking. */
-GS_API gs_status gs_ps_test(gs_ps_req *req, int *done_p);
-/* Blocks until req finished (deadline GS_TIMEOUT_MS), frees it, returns its status. */
-GS_API gs_status gs_ps_wait(gs_ps_req *req);
+/* Non-blocking forms: start, then gs_req_test / gs_req_wait (see Requests;
+ * a test progresses every request of ps). Requests of one key complete in
+ * the order they were started. Each worker drives its gs_ps from one thread
+ * at a time. */
+GS_API gs_status gs_ps_ipush(gs_ps *ps, uint64_t key, const float *grad, gs_req **req_p);
+GS_API gs_status gs_ps_ipull(gs_ps *ps, uint64_t key, float *out, gs_req **req_p);
+GS_API gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, float *out, gs_req **req_p);
 
 /* Server: serves until every worker has called gs_ps_destroy (GS_OK) or a
  * worker is lost in sync mode (GS_ERR_PEER_LOST, reported to the other

@@ -33,7 +33,6 @@
  */
 #include "gradsync.h"
 
-#include "bootstrap/boot.h"
 #include "coll/reduce.h"
 #include "util/alloc.h"
 #include "util/clock.h"
@@ -662,17 +661,18 @@ static void measure(bench *b, size_t bytes, bench_row *row)
 
 /* ---- output -------------------------------------------------------------------- */
 
-static const char *algo_name(const gs_config *cfg)
+/* A parameter in force, as text ("?" if the library does not know it). */
+static const char *param(const bench *b, const char *name, char *buf, size_t cap)
 {
-    static const char *const names[] = {"auto", "ring", "rd", "direct"};
-    return cfg->algo >= 0 && cfg->algo < 4 ? names[cfg->algo] : "?";
+    return gs_ctx_param(b->ctx, name, buf, cap) == GS_OK ? buf : "?";
 }
 
 static void print_header(const bench *b)
 {
-    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %llu B, %s, buffers at page + %zu, %s\n",
-           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
-           (unsigned long long)b->ctx->cfg.chunk_bytes, b->o.inplace ? "in place" : "out of place",
+    char algo[32], chunk[32];
+    printf("# gsbench %s: %d ranks, transport %s, GS_ALGO=%s, chunk %s B, %s, buffers at page + %zu, %s\n",
+           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), param(b, "GS_ALGO", algo, sizeof(algo)),
+           param(b, "GS_CHUNK_BYTES", chunk, sizeof(chunk)), b->o.inplace ? "in place" : "out of place",
            b->o.offset, b->o.pin ? "pinned" : "not pinned");
     if (b->o.groups > 1)
         printf(
@@ -696,13 +696,14 @@ static void print_row(const bench *b, const bench_row *r)
 
 static void print_json(const bench *b, const bench_row *rows, int nrows)
 {
+    char algo[32], chunk[32];
     printf("{\"tool\": \"gsbench\", \"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"algo\": "
            "\"%s\", "
-           "\"chunk_bytes\": %llu, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"offset\": %zu, "
+           "\"chunk_bytes\": %s, \"dtype\": \"%s\", \"op\": \"%s\", \"inplace\": %s, \"offset\": %zu, "
            "\"pinned\": %s, \"groups\": %d, \"rows\": [",
-           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), algo_name(&b->ctx->cfg),
-           (unsigned long long)b->ctx->cfg.chunk_bytes, gs_dtype_name(b->o.dtype), gs_redop_name(b->o.op),
-           b->o.inplace ? "true" : "false", b->o.offset, b->o.pin ? "true" : "false",
+           coll_names[b->o.coll], b->n, gs_tp_name(b->tp), param(b, "GS_ALGO", algo, sizeof(algo)),
+           param(b, "GS_CHUNK_BYTES", chunk, sizeof(chunk)), gs_dtype_name(b->o.dtype),
+           gs_redop_name(b->o.op), b->o.inplace ? "true" : "false", b->o.offset, b->o.pin ? "true" : "false",
            b->o.groups ? b->o.groups : 1);
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
@@ -761,8 +762,8 @@ static int bench_kernels(const bench_opts *o)
 static bool pin(const gs_ctx *ctx)
 {
     cpu_set_t usable, set;
-    int local = ctx->boot.local_rank >= 0 ? ctx->boot.local_rank : ctx->rank, seen = 0;
-    if (sched_getaffinity(0, sizeof(usable), &usable) != 0 || ctx->size > CPU_COUNT(&usable))
+    int local = gs_ctx_local_rank(ctx) >= 0 ? gs_ctx_local_rank(ctx) : gs_ctx_rank(ctx), seen = 0;
+    if (sched_getaffinity(0, sizeof(usable), &usable) != 0 || gs_ctx_size(ctx) > CPU_COUNT(&usable))
         return false;
     for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
         if (!CPU_ISSET(cpu, &usable) || seen++ != local)

@@ -20,7 +20,6 @@
  */
 #include "gradsync.h"
 
-#include "bootstrap/boot.h"
 #include "util/clock.h"
 
 #include <errno.h>
@@ -665,7 +664,7 @@ static void setup(perf *p)
         max = GS_SEND_MAX;
     p->area = (max + 4095) / 4096 * 4096;
     CHECK("gs_tp_open", gs_tp_open(p->ctx, p->o.transport, &p->tp));
-    CHECK("gs_buf_alloc", gs_buf_alloc(p->tp, 2 * p->area, GS_ACCESS_ALL, &p->mr));
+    CHECK("gs_mr_alloc", gs_mr_alloc(p->tp, 2 * p->area, GS_ACCESS_ALL, &p->mr));
     p->recv_area = gs_mr_addr(p->mr);
     p->send_area = p->recv_area + p->area;
     p->ep = gs_tp_ep(p->tp, p->peer);

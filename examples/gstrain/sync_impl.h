@@ -5,6 +5,8 @@
 
 #include "sync.h"
 
+#include <stdbool.h>
+
 typedef struct gt_sync_ops {
     const char *name;
     /* After the job and the communicator exist: set up the method (collective). */
@@ -36,9 +38,10 @@ struct gt_sync {
     size_t npending;
     /* ps */
     gs_ps *ps;
-    float *params;                               /* the trainer's weights */
-    float *pulled;                               /* where pulls land until finish */
-    gs_ps_req *ps_pending[GT_SYNC_MAX_SEGMENTS]; /* per segment; NULL when none */
+    float *params;                            /* the trainer's weights */
+    float *pulled;                            /* where pulls land until finish */
+    gs_req *ps_pending[GT_SYNC_MAX_SEGMENTS]; /* per segment; NULL when none */
+    bool ps_pulled[GT_SYNC_MAX_SEGMENTS];     /* its request finished early (in a test): copy it */
 };
 
 extern const gt_sync_ops gt_sync_allreduce_ops;

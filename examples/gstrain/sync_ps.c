@@ -5,7 +5,7 @@
  * trainers pull the new weights. One key per segment (layer).
  *
  * With overlap, each announced segment starts a push-pull at once; later
- * announcements drive the requests (gs_ps_test). Pulls land in a staging
+ * announcements drive the requests (gs_req_test). Pulls land in a staging
  * vector, copied into the weights at finish: the backward pass still reads
  * a layer's weights after announcing its gradient. */
 #include "sync_impl.h"
@@ -59,23 +59,27 @@ static gs_status ps_start(gt_sync *sync, float *params)
 static gs_status push_pull(gt_sync *sync, size_t i)
 {
     const gt_segment *seg = &sync->p.segments[i];
-    gs_status st = gs_ps_push_pull_start(sync->ps, i, sync->grads + seg->offset, sync->pulled + seg->offset,
-                                         &sync->ps_pending[i]);
+    gs_status st = gs_ps_ipush_pull(sync->ps, i, sync->grads + seg->offset, sync->pulled + seg->offset,
+                                    &sync->ps_pending[i]);
     if (st != GS_OK)
         gt_fail(st, "cannot push layer %zu to the parameter server: %s", i, gt_lib_error());
     return st;
 }
 
-/* Drives every pending request without blocking (a test progresses them all). */
+/* Drives every pending request without blocking (a test progresses them
+ * all): tests the oldest; one that finished is released and marked pulled. */
 static gs_status drive(gt_sync *sync)
 {
-    int done = 0;
     for (size_t i = 0; i < sync->p.nsegments; i++) {
         if (!sync->ps_pending[i])
             continue;
-        gs_status st = gs_ps_test(sync->ps_pending[i], &done);
+        gs_status st = gs_req_test(sync->ps_pending[i]);
+        if (st == GS_INPROGRESS)
+            return GS_OK;
+        sync->ps_pending[i] = NULL;
         if (st != GS_OK)
             return gt_fail(st, "push-pull of layer %zu failed: %s", i, gt_lib_error());
+        sync->ps_pulled[i] = true;
         return GS_OK;
     }
     return GS_OK;
@@ -98,10 +102,13 @@ static gs_status wait_pending(gt_sync *sync, int keep)
     gs_status st = GS_OK;
     for (size_t i = 0; i < sync->p.nsegments; i++) {
         const gt_segment *seg = &sync->p.segments[i];
-        if (!sync->ps_pending[i])
+        gs_status one = GS_OK;
+        if (sync->ps_pending[i])
+            one = gs_req_wait(sync->ps_pending[i]);
+        else if (!sync->ps_pulled[i])
             continue;
-        gs_status one = gs_ps_wait(sync->ps_pending[i]);
         sync->ps_pending[i] = NULL;
+        sync->ps_pulled[i] = false;
         if (one != GS_OK && st == GS_OK)
             st = gt_fail(one, "push-pull of layer %zu failed: %s", i, gt_lib_error());
         if (one == GS_OK && keep)

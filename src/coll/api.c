@@ -237,7 +237,7 @@ static gs_status check_tensors(const gs_comm *comm, gs_call *c)
 }
 
 /* Copies the tensors into the request's fused buffer (grown when needed). */
-static gs_status pack(gs_req *req, const gs_call *c, size_t es)
+static gs_status pack(gs_coll_req *req, const gs_call *c, size_t es)
 {
     size_t need = c->count * es;
     if (need > req->fused_cap) {
@@ -284,7 +284,7 @@ static size_t call_bytes(const gs_comm *comm, const gs_call *c, size_t es)
 }
 
 /* Fills req's op for call c (descriptor, algorithm, its schedule). */
-static gs_status prepare(gs_comm *comm, gs_req *req, const gs_call *c)
+static gs_status prepare(gs_comm *comm, gs_coll_req *req, const gs_call *c)
 {
     gs_coll_op *op = &req->op;
     size_t es = c->kind == GS_COLL_BARRIER ? 1 : gs_dtype_size(c->dtype);
@@ -325,36 +325,37 @@ static gs_status prepare(gs_comm *comm, gs_req *req, const gs_call *c)
     return GS_OK;
 }
 
-static gs_status start(gs_comm *comm, gs_req *req, const gs_call *c)
+static gs_status start(gs_comm *comm, gs_coll_req *req, const gs_call *c)
 {
     gs_status st = prepare(comm, req, c);
     return st == GS_OK ? gs_engine_submit(comm, req) : st;
 }
 
-static gs_req *req_get(gs_comm *comm)
+static const gs_req_class coll_req_class;
+
+static gs_coll_req *req_get(gs_comm *comm)
 {
-    gs_req *req = comm->free_reqs;
+    gs_coll_req *req = comm->free_reqs;
     if (req) {
         comm->free_reqs = req->next;
         req->next = NULL;
-        return req;
-    }
-    req = gs_calloc(1, sizeof(*req));
-    if (req) {
+    } else if ((req = gs_calloc(1, sizeof(*req)))) {
         req->pooled = true;
         req->comm = comm;
         req->all_next = comm->all_reqs;
         comm->all_reqs = req;
     }
+    if (req)
+        req->base.cls = &coll_req_class;
     return req;
 }
 
-gs_req *gs_coll_req_get(gs_comm *comm)
+gs_coll_req *gs_coll_req_get(gs_comm *comm)
 {
     return req_get(comm);
 }
 
-static void req_put(gs_comm *comm, gs_req *req)
+static void req_put(gs_comm *comm, gs_coll_req *req)
 {
     req->p2p.kind = GS_P2P_NONE;
     req->next = comm->free_reqs;
@@ -387,7 +388,7 @@ static gs_status run_blocking(gs_comm *comm, gs_call *c)
 
 static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p)
 {
-    gs_req *req;
+    gs_coll_req *req;
     gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
     if (st == GS_OK && !req_p)
         st = gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "%s: req_p is NULL", c->fn);
@@ -401,7 +402,7 @@ static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p)
         req_put(comm, req);
         return st;
     }
-    *req_p = req;
+    *req_p = &req->base;
     return GS_OK;
 }
 
@@ -666,23 +667,25 @@ gs_status gs_ireduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf
 
 /* ---- requests ---------------------------------------------------------------- */
 
-gs_status gs_req_test(gs_req *req)
+static gs_status coll_req_test(gs_req *base)
 {
-    gs_status st;
-    if (!req)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_req_test: req is NULL");
-    st = req->p2p.kind != GS_P2P_NONE ? gs_p2p_test(req) : gs_engine_test(req->comm, req);
+    gs_coll_req *req = gs_coll_req_of(base);
+    gs_status st = req->p2p.kind != GS_P2P_NONE ? gs_p2p_test(req) : gs_engine_test(req->comm, req);
     if (st != GS_INPROGRESS)
         req_put(req->comm, req);
     return st;
 }
 
-gs_status gs_req_wait(gs_req *req)
+static gs_status coll_req_wait(gs_req *base)
 {
-    gs_status st;
-    if (!req)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_req_wait: req is NULL");
-    st = req->p2p.kind != GS_P2P_NONE ? gs_p2p_wait(req) : gs_engine_wait(req->comm, req);
+    gs_coll_req *req = gs_coll_req_of(base);
+    gs_status st = req->p2p.kind != GS_P2P_NONE ? gs_p2p_wait(req) : gs_engine_wait(req->comm, req);
     req_put(req->comm, req);
     return st;
 }
+
+static const gs_req_class coll_req_class = {
+    .layer = "coll",
+    .test = coll_req_test,
+    .wait = coll_req_wait,
+};

@@ -35,6 +35,7 @@
 #include "coll/reduce.h"
 #include "gradsync.h"
 #include "util/config.h"
+#include "util/req.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -43,6 +44,7 @@
 #include <string.h>
 
 typedef struct gs_coll_op gs_coll_op;
+
 typedef struct gs_box gs_box;
 
 /* ------------------------------------------------------------------------ */
@@ -191,14 +193,17 @@ struct gs_coll_op {
 /* Requests and the communicator                                             */
 /* ------------------------------------------------------------------------ */
 
-struct gs_req {
+/* A collective's or a send's/receive's request: the public gs_req is its
+ * head (base), so gs_req_test/gs_req_wait reach coll_req_class (api.c). */
+struct gs_coll_req {
+    gs_req base;
     gs_comm *comm;
     gs_coll_op op;
-    gs_status status; /* GS_INPROGRESS until done */
-    bool pooled;      /* from the pool (gs_req_test/wait release it) */
-    gs_req *next;     /* queue or free list */
-    gs_req *all_next; /* pooled: every request the communicator made (freed with it) */
-    uint8_t *fused;   /* allreduce_multi's buffer, kept for the next call */
+    gs_status status;      /* GS_INPROGRESS until done */
+    bool pooled;           /* from the pool (gs_req_test/wait release it) */
+    gs_coll_req *next;     /* queue or free list */
+    gs_coll_req *all_next; /* pooled: every request the communicator made (freed with it) */
+    uint8_t *fused;        /* allreduce_multi's buffer, kept for the next call */
     size_t fused_cap;
     gs_p2p_op p2p; /* a send or receive (p2p.kind != GS_P2P_NONE), p2p.c */
 };
@@ -263,12 +268,12 @@ struct gs_comm {
     uint32_t *out_unit;    /* [out_nslots]: and the step id it wrote */
     uint8_t *abort_src;    /* outbox area the abort notice is written from */
     /* calls */
-    uint64_t seq_issued; /* numbers given to calls so far */
-    uint64_t seq_done;   /* calls finished */
-    gs_req *head, *tail; /* started, not finished, in order */
-    gs_req *free_reqs;
-    gs_req *all_reqs;        /* every pooled request, wherever it is (queue, free list, the caller's hands) */
-    gs_req sync_req;         /* the blocking calls' request */
+    uint64_t seq_issued;      /* numbers given to calls so far */
+    uint64_t seq_done;        /* calls finished */
+    gs_coll_req *head, *tail; /* started, not finished, in order */
+    gs_coll_req *free_reqs;
+    gs_coll_req *all_reqs;   /* every pooled request, wherever it is (queue, free list, the caller's hands) */
+    gs_coll_req sync_req;    /* the blocking calls' request */
     uint64_t progress_count; /* bumped whenever anything moves */
     uint64_t progress_seen;  /* its value when progress_ns was taken */
     uint64_t progress_ns;    /* when it last changed, as far as the waiter saw (for the deadline) */
@@ -308,7 +313,12 @@ struct gs_comm {
 
 /* ---- api.c */
 /* A request from the communicator's pool (released by gs_req_test/wait). */
-gs_req *gs_coll_req_get(gs_comm *comm);
+gs_coll_req *gs_coll_req_get(gs_comm *comm);
+/* The coll request a public gs_req heads. */
+static inline gs_coll_req *gs_coll_req_of(gs_req *req)
+{
+    return (gs_coll_req *)req;
+}
 
 /* ---- comm.c */
 uint8_t *gs_coll_outbox_slot(gs_comm *comm, int i);
@@ -539,11 +549,11 @@ static inline void gs_engine_unlock(gs_comm *comm)
         pthread_mutex_unlock(&comm->lock);
 }
 /* Queues a started request and runs what it can without waiting. */
-gs_status gs_engine_submit(gs_comm *comm, gs_req *req);
+gs_status gs_engine_submit(gs_comm *comm, gs_coll_req *req);
 /* Waits for req to finish (deadline: GS_TIMEOUT_MS without progress). */
-gs_status gs_engine_wait(gs_comm *comm, gs_req *req);
+gs_status gs_engine_wait(gs_comm *comm, gs_coll_req *req);
 /* Progress without waiting; req's status (GS_INPROGRESS while it runs). */
-gs_status gs_engine_test(gs_comm *comm, gs_req *req);
+gs_status gs_engine_test(gs_comm *comm, gs_coll_req *req);
 /* Polls once and runs the queue; never blocks. Caller holds the lock. */
 gs_status gs_engine_progress(gs_comm *comm);
 /* Fails the communicator from call seq on: queued requests from seq on end
@@ -568,11 +578,11 @@ static inline bool gs_engine_quick_fits(const gs_comm *comm)
  * engine's way): posts, spins on the peer's post word, reduces, done;
  * anything unusual (a slow peer, a mismatch, a failure) continues in
  * gs_engine_wait from where it stands. */
-gs_status gs_engine_quick(gs_comm *comm, gs_req *req);
+gs_status gs_engine_quick(gs_comm *comm, gs_coll_req *req);
 /* Continues a prepared blocking call whose only box post the tiny path
  * already made (call number comm->seq_issued, the box's latest post): runs
  * its receive step in the engine (a late peer, a mismatch, a failure). */
-gs_status gs_engine_resume(gs_comm *comm, gs_req *req);
+gs_status gs_engine_resume(gs_comm *comm, gs_coll_req *req);
 /* Blocks in the transport up to timeout_ms for completions and handles
  * them (p2p.c's waits). */
 gs_status gs_engine_block(gs_comm *comm, int timeout_ms);

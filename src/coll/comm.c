@@ -172,9 +172,9 @@ static gs_status alloc_staging(gs_comm *comm)
     size_t words = gs_round_up((size_t)comm->size * sizeof(uint64_t), GS_COLL_LINE);
     size_t out_len = (size_t)comm->out_nslots * comm->slot_stride + words + GS_COLL_CTRL_BYTES;
     gs_status st =
-        gs_buf_alloc(comm->tp, in_len, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &comm->inbox);
+        gs_mr_alloc(comm->tp, in_len, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &comm->inbox);
     if (st == GS_OK)
-        st = gs_buf_alloc(comm->tp, out_len, GS_ACCESS_LOCAL_WRITE, &comm->outbox);
+        st = gs_mr_alloc(comm->tp, out_len, GS_ACCESS_LOCAL_WRITE, &comm->outbox);
     if (st != GS_OK)
         return st;
     comm->out_slots = gs_mr_addr(comm->outbox);
@@ -266,7 +266,7 @@ static gs_status exchange_descriptors(gs_comm *comm)
 static gs_status alloc_requests(gs_comm *comm)
 {
     for (int i = 0; i < GS_COLL_REQ_POOL; i++) {
-        gs_req *req = gs_calloc(1, sizeof(*req));
+        gs_coll_req *req = gs_calloc(1, sizeof(*req));
         if (!req)
             return GS_ERR_NOMEM;
         req->pooled = true;
@@ -284,7 +284,7 @@ static gs_status alloc_requests(gs_comm *comm)
  * caller's hands after a failure or an abort (gs_comm_abort frees those). */
 static void free_requests(gs_comm *comm)
 {
-    for (gs_req *req = comm->all_reqs, *next; req; req = next) {
+    for (gs_coll_req *req = comm->all_reqs, *next; req; req = next) {
         next = req->all_next;
         gs_coll_user_close(&req->op);
         gs_pages_free(req->fused, req->fused_cap);

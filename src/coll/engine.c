@@ -22,7 +22,7 @@
 /* Takes the head request off the queue with its final status. */
 static void finish_head(gs_comm *comm, gs_status status)
 {
-    gs_req *req = comm->head;
+    gs_coll_req *req = comm->head;
     comm->head = req->next;
     if (!comm->head)
         comm->tail = NULL;
@@ -223,7 +223,7 @@ gs_status gs_engine_block(gs_comm *comm, int timeout_ms)
     return dispatch(comm, n);
 }
 
-gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
+gs_status gs_engine_submit(gs_comm *comm, gs_coll_req *req)
 {
     gs_status st;
     gs_engine_lock(comm);
@@ -254,7 +254,7 @@ gs_status gs_engine_submit(gs_comm *comm, gs_req *req)
 
 /* Queues and starts req as call seq, as gs_engine_submit and run_queue
  * would; checks the messages that came for it early. */
-static gs_status quick_enter(gs_comm *comm, gs_req *req, uint64_t seq)
+static gs_status quick_enter(gs_comm *comm, gs_coll_req *req, uint64_t seq)
 {
     gs_coll_op *op = &req->op;
     req->status = GS_INPROGRESS;
@@ -270,7 +270,7 @@ static gs_status quick_enter(gs_comm *comm, gs_req *req, uint64_t seq)
  * the receive step becomes the current one and runs, in a tight spin on
  * the peer's post word first (a few microseconds at most), then in the
  * engine. */
-static gs_status quick_gather(gs_comm *comm, gs_req *req)
+static gs_status quick_gather(gs_comm *comm, gs_coll_req *req)
 {
     gs_coll_op *op = &req->op;
     gs_status st;
@@ -289,7 +289,7 @@ static gs_status quick_gather(gs_comm *comm, gs_req *req)
     return GS_OK;
 }
 
-gs_status gs_engine_quick(gs_comm *comm, gs_req *req)
+gs_status gs_engine_quick(gs_comm *comm, gs_coll_req *req)
 {
     gs_coll_op *op = &req->op;
     gs_status st;
@@ -309,7 +309,7 @@ gs_status gs_engine_quick(gs_comm *comm, gs_req *req)
     return quick_gather(comm, req);
 }
 
-gs_status gs_engine_resume(gs_comm *comm, gs_req *req)
+gs_status gs_engine_resume(gs_comm *comm, gs_coll_req *req)
 {
     gs_coll_op *op = &req->op;
     gs_status st = quick_enter(comm, req, comm->seq_issued);
@@ -322,7 +322,7 @@ gs_status gs_engine_resume(gs_comm *comm, gs_req *req)
     return quick_gather(comm, req);
 }
 
-gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
+gs_status gs_engine_wait(gs_comm *comm, gs_coll_req *req)
 {
     gs_status st;
     uint64_t idle_ns = 0;
@@ -375,7 +375,7 @@ gs_status gs_engine_wait(gs_comm *comm, gs_req *req)
     return st;
 }
 
-gs_status gs_engine_test(gs_comm *comm, gs_req *req)
+gs_status gs_engine_test(gs_comm *comm, gs_coll_req *req)
 {
     gs_status st;
     gs_engine_lock(comm);
@@ -416,7 +416,7 @@ static void *progress_main(void *arg)
             continue;
         }
         uint64_t before = comm->progress_count;
-        gs_req *head = comm->head;
+        gs_coll_req *head = comm->head;
         gs_engine_progress(comm);
         if (overdue(comm))
             time_out(comm);

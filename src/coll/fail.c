@@ -67,7 +67,7 @@ static const char *skip_call(const char *text, uint64_t seq, char *word, size_t 
 /* The kind of call seq while it is queued, else NULL. */
 static const char *queued_kind(const gs_comm *comm, uint64_t seq)
 {
-    for (const gs_req *r = comm->head; r; r = r->next)
+    for (const gs_coll_req *r = comm->head; r; r = r->next)
         if (r->op.seq == seq)
             return gs_coll_kind_name(r->op.kind);
     return NULL;
@@ -125,7 +125,7 @@ static void compose(gs_comm *comm, uint64_t seq, const char *kind)
 
 static void fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text, int teller)
 {
-    gs_req **link = &comm->head;
+    gs_coll_req **link = &comm->head;
     bool tell = teller == -1; /* -2: found here, nobody to tell */
     if (comm->failed != GS_OK && seq >= comm->failed_seq)
         return; /* already failed from an earlier call on */
@@ -145,7 +145,7 @@ static void fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text
     while (*link && (*link)->op.seq < seq)
         link = &(*link)->next;
     while (*link) {
-        gs_req *req = *link;
+        gs_coll_req *req = *link;
         *link = req->next;
         req->next = NULL;
         req->status = status;

@@ -56,10 +56,10 @@ struct gs_p2p_msg {
     gs_dtype dtype;
     uint64_t msg;
     size_t bytes, got;
-    uint8_t *data; /* EAGER / unmatched FRAG: the payload so far (malloc) */
-    gs_rmr remote; /* RTS */
-    gs_req *owner; /* FRAG matched: its pieces go to this receive */
-    bool discard;  /* FRAG refused by its receive: pieces are dropped */
+    uint8_t *data;      /* EAGER / unmatched FRAG: the payload so far (malloc) */
+    gs_rmr remote;      /* RTS */
+    gs_coll_req *owner; /* FRAG matched: its pieces go to this receive */
+    bool discard;       /* FRAG refused by its receive: pieces are dropped */
 };
 
 /* A FIN that could not be posted yet. */
@@ -70,7 +70,7 @@ typedef struct gs_p2p_ctl {
 } gs_p2p_ctl;
 
 typedef struct gs_p2p_list {
-    gs_req *head, *tail;
+    gs_coll_req *head, *tail;
 } gs_p2p_list;
 
 struct gs_p2p {
@@ -86,12 +86,12 @@ struct gs_p2p {
     gs_p2p_list active; /* rendezvous sends waiting for FIN, receives reading or streaming */
     gs_p2p_msg *unexp, *unexp_tail;
     gs_p2p_ctl *ctl, *ctl_tail;
-    gs_req sync; /* the blocking calls' request */
+    gs_coll_req sync; /* the blocking calls' request */
 };
 
 /* ---- small helpers --------------------------------------------------------- */
 
-static void list_push(gs_p2p_list *l, gs_req *req)
+static void list_push(gs_p2p_list *l, gs_coll_req *req)
 {
     req->p2p.next = NULL;
     if (l->tail)
@@ -101,10 +101,10 @@ static void list_push(gs_p2p_list *l, gs_req *req)
     l->tail = req;
 }
 
-static void list_remove(gs_p2p_list *l, gs_req *req)
+static void list_remove(gs_p2p_list *l, gs_coll_req *req)
 {
-    gs_req *prev = NULL;
-    for (gs_req *r = l->head; r; prev = r, r = r->p2p.next) {
+    gs_coll_req *prev = NULL;
+    for (gs_coll_req *r = l->head; r; prev = r, r = r->p2p.next) {
         if (r != req)
             continue;
         if (prev)
@@ -129,7 +129,7 @@ static void describe(const gs_p2p_op *op, char *buf, size_t cap)
         snprintf(buf, cap, "recv from rank %d (tag %d)", op->peer, op->tag);
 }
 
-static void finish(gs_req *req, gs_status st)
+static void finish(gs_coll_req *req, gs_status st)
 {
     gs_p2p_op *op = &req->p2p;
     if (op->mr && gs_mr_dereg(op->mr) != GS_OK)
@@ -144,7 +144,8 @@ static void finish(gs_req *req, gs_status st)
 }
 
 /* Fails req with st; the sentence "rank R: <op>: <fmt...>" is its error. */
-static void __attribute__((format(printf, 3, 4))) fail_req(gs_req *req, gs_status st, const char *fmt, ...)
+static void __attribute__((format(printf, 3, 4)))
+fail_req(gs_coll_req *req, gs_status st, const char *fmt, ...)
 {
     char what[96], detail[400];
     va_list ap;
@@ -248,7 +249,7 @@ static gs_status send_fin(gs_comm *comm, int peer, uint64_t msg, gs_status statu
 /* ---- sending ------------------------------------------------------------------ */
 
 /* Posts what it can of the next pieces of a FRAG send. */
-static gs_status post_frags(gs_comm *comm, gs_req *req)
+static gs_status post_frags(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p_op *op = &req->p2p;
     while (op->done < op->bytes) {
@@ -266,7 +267,7 @@ static gs_status post_frags(gs_comm *comm, gs_req *req)
 }
 
 /* Posts a rendezvous send's RTS (its buffer registered first). */
-static gs_status post_rts(gs_comm *comm, gs_req *req)
+static gs_status post_rts(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p_op *op = &req->p2p;
     gs_rmr rmr;
@@ -282,7 +283,7 @@ static gs_status post_rts(gs_comm *comm, gs_req *req)
 
 /* Moves the send at the head of the queue on: GS_OK when all of it is
  * posted (done, or waiting for FIN), GS_ERR_AGAIN to come back later. */
-static gs_status advance_send(gs_comm *comm, gs_req *req)
+static gs_status advance_send(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p_op *op = &req->p2p;
     if (op->bytes <= GS_P2P_EAGER_MAX) {
@@ -301,7 +302,7 @@ static gs_status advance_send(gs_comm *comm, gs_req *req)
     return op->mr ? post_rts(comm, req) : post_frags(comm, req);
 }
 
-static gs_status post_reads(gs_comm *comm, gs_req *req);
+static gs_status post_reads(gs_comm *comm, gs_coll_req *req);
 
 /* Posts whatever waits: FINs, queued sends, READs of rendezvous receives. */
 static gs_status flush(gs_comm *comm)
@@ -319,7 +320,7 @@ static gs_status flush(gs_comm *comm)
         }
     }
     while (p->sendq.head && st == GS_OK) {
-        gs_req *req = p->sendq.head;
+        gs_coll_req *req = p->sendq.head;
         st = advance_send(comm, req);
         if (st != GS_OK)
             break;
@@ -327,7 +328,7 @@ static gs_status flush(gs_comm *comm)
         if (req->p2p.state == S_WAIT_FIN)
             list_push(&p->active, req);
     }
-    for (gs_req *r = p->active.head, *next; r && (st == GS_OK || st == GS_ERR_AGAIN); r = next) {
+    for (gs_coll_req *r = p->active.head, *next; r && (st == GS_OK || st == GS_ERR_AGAIN); r = next) {
         next = r->p2p.next;
         if (r->p2p.state == R_READ && r->p2p.posted < r->p2p.bytes)
             st = post_reads(comm, r);
@@ -339,7 +340,7 @@ static gs_status flush(gs_comm *comm)
 
 /* Whether a message from src with tag may go to op, and if so checks its
  * type and size: GS_OK, or fails req (the message is consumed). */
-static gs_status check_fit(gs_req *req, int src, int tag, gs_dtype dtype, size_t bytes, uint64_t msg)
+static gs_status check_fit(gs_coll_req *req, int src, int tag, gs_dtype dtype, size_t bytes, uint64_t msg)
 {
     gs_p2p_op *op = &req->p2p;
     size_t es = gs_dtype_size(op->dtype);
@@ -366,9 +367,9 @@ static bool matches(const gs_p2p_op *op, int src, int tag)
 
 /* The earliest posted receive a message from src with tag goes to (taken
  * off the list), or NULL. */
-static gs_req *take_posted(gs_p2p *p, int src, int tag)
+static gs_coll_req *take_posted(gs_p2p *p, int src, int tag)
 {
-    for (gs_req *r = p->posted.head; r; r = r->p2p.next)
+    for (gs_coll_req *r = p->posted.head; r; r = r->p2p.next)
         if (matches(&r->p2p, src, tag)) {
             list_remove(&p->posted, r);
             return r;
@@ -376,7 +377,7 @@ static gs_req *take_posted(gs_p2p *p, int src, int tag)
     return NULL;
 }
 
-static void take_eager(gs_req *req, int src, const gs_p2p_env *env, const void *payload)
+static void take_eager(gs_coll_req *req, int src, const gs_p2p_env *env, const void *payload)
 {
     if (check_fit(req, src, env->tag, (gs_dtype)env->dtype, env->bytes, env->msg) != GS_OK)
         return;
@@ -385,12 +386,12 @@ static void take_eager(gs_req *req, int src, const gs_p2p_env *env, const void *
     finish(req, GS_OK);
 }
 
-static uint64_t read_id(const gs_req *req)
+static uint64_t read_id(const gs_coll_req *req)
 {
     return ((uint64_t)GS_WR_P2P_READ << 56) | ((uint64_t)(uintptr_t)req & 0x00ffffffffffffffull);
 }
 
-static gs_status post_reads(gs_comm *comm, gs_req *req)
+static gs_status post_reads(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p_op *op = &req->p2p;
     gs_ep *ep = gs_tp_ep(comm->tp, op->result.source);
@@ -407,7 +408,8 @@ static gs_status post_reads(gs_comm *comm, gs_req *req)
 }
 
 /* A receive matched an RTS: READ the message into its buffer. */
-static gs_status start_rts(gs_comm *comm, gs_req *req, int src, const gs_p2p_env *env, const gs_rmr *remote)
+static gs_status start_rts(gs_comm *comm, gs_coll_req *req, int src, const gs_p2p_env *env,
+                           const gs_rmr *remote)
 {
     gs_p2p_op *op = &req->p2p;
     gs_status st = check_fit(req, src, env->tag, (gs_dtype)env->dtype, env->bytes, env->msg);
@@ -508,7 +510,7 @@ static void stream_piece(gs_comm *comm, gs_p2p_msg *m, size_t off, const void *p
 }
 
 /* Receive req takes FRAG stream m (its pieces so far, the rest as they come). */
-static void take_stream(gs_comm *comm, gs_req *req, gs_p2p_msg *m)
+static void take_stream(gs_comm *comm, gs_coll_req *req, gs_p2p_msg *m)
 {
     if (check_fit(req, m->src, m->tag, m->dtype, m->bytes, m->msg) != GS_OK) {
         m->discard = true;
@@ -533,7 +535,7 @@ static void take_stream(gs_comm *comm, gs_req *req, gs_p2p_msg *m)
 }
 
 /* A new receive looks at what arrived: GS_OK taken (or failed), GS_ERR_AGAIN none. */
-static gs_status match_unexp(gs_comm *comm, gs_req *req)
+static gs_status match_unexp(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p *p = comm->p2p;
     gs_status st = GS_OK;
@@ -606,7 +608,7 @@ static gs_status on_frag(gs_comm *comm, int src, const gs_p2p_env *env, const ui
         stream_piece(comm, m, env->offset, piece, n);
         return GS_OK;
     }
-    gs_req *req = take_posted(p, src, env->tag);
+    gs_coll_req *req = take_posted(p, src, env->tag);
     m = queue_msg(p, src, env, NULL, 0);
     if (!m)
         return GS_ERR_NOMEM;
@@ -620,7 +622,7 @@ static gs_status on_frag(gs_comm *comm, int src, const gs_p2p_env *env, const ui
 
 static gs_status on_fin(gs_comm *comm, int src, const gs_p2p_env *env)
 {
-    for (gs_req *r = comm->p2p->active.head; r; r = r->p2p.next) {
+    for (gs_coll_req *r = comm->p2p->active.head; r; r = r->p2p.next) {
         if (r->p2p.kind != GS_P2P_SEND || r->p2p.peer != src || r->p2p.msg != env->msg)
             continue;
         list_remove(&comm->p2p->active, r);
@@ -649,7 +651,7 @@ static gs_status on_recv(gs_comm *comm, int src, int i, size_t len)
     if (!env_ok(&env, src, len))
         return malformed(comm, src, "bad envelope", len);
     const uint8_t *payload = buf + GS_P2P_ENV_BYTES;
-    gs_req *req;
+    gs_coll_req *req;
     switch (env.type) {
     case GS_P2P_EAGER:
         if ((req = take_posted(p, src, env.tag)))
@@ -673,7 +675,7 @@ static gs_status on_recv(gs_comm *comm, int src, int i, size_t len)
 
 static gs_status on_read(gs_comm *comm, uint64_t wr_id)
 {
-    for (gs_req *r = comm->p2p->active.head; r; r = r->p2p.next) {
+    for (gs_coll_req *r = comm->p2p->active.head; r; r = r->p2p.next) {
         if (read_id(r) != wr_id || r->p2p.state != R_READ)
             continue;
         r->p2p.reads--;
@@ -745,7 +747,7 @@ static void fail_all(gs_comm *comm)
     gs_p2p_list *lists[] = {&p->sendq, &p->posted, &p->active};
     for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
         while (lists[l]->head) {
-            gs_req *r = lists[l]->head;
+            gs_coll_req *r = lists[l]->head;
             list_remove(lists[l], r);
             fail_req(r, comm->failed, "%s", detail);
         }
@@ -753,7 +755,7 @@ static void fail_all(gs_comm *comm)
 
 /* req made no progress for GS_TIMEOUT_MS: a receive nothing matched fails
  * alone; anything with data on the wire fails the communicator. */
-static void time_out(gs_comm *comm, gs_req *req)
+static void time_out(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p_op *op = &req->p2p;
     long long ms = (long long)comm->cfg->timeout_ms;
@@ -774,7 +776,7 @@ static void time_out(gs_comm *comm, gs_req *req)
         gs_engine_fail(comm, GS_ERR_TIMEOUT, gs_engine_current_seq(comm), op->err, true);
 }
 
-static bool overdue(const gs_comm *comm, const gs_req *req)
+static bool overdue(const gs_comm *comm, const gs_coll_req *req)
 {
     return comm->cfg->timeout_ms >= 0 &&
            gs_now_ns() - req->p2p.last_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
@@ -797,7 +799,7 @@ bool gs_p2p_busy(const gs_comm *comm)
         return false;
     if (p->ctl || p->sendq.head)
         return true;
-    for (const gs_req *r = p->active.head; r; r = r->p2p.next)
+    for (const gs_coll_req *r = p->active.head; r; r = r->p2p.next)
         if (r->p2p.state == R_READ && r->p2p.posted < r->p2p.bytes)
             return true;
     return false;
@@ -809,7 +811,7 @@ gs_status gs_p2p_progress(gs_comm *comm)
 }
 
 /* One round of progress for req's communicator (lock held). */
-static void advance(gs_comm *comm, gs_req *req)
+static void advance(gs_comm *comm, gs_coll_req *req)
 {
     if (comm->failed == GS_OK)
         gs_engine_progress(comm);
@@ -818,7 +820,7 @@ static void advance(gs_comm *comm, gs_req *req)
         time_out(comm, req);
 }
 
-gs_status gs_p2p_test(gs_req *req)
+gs_status gs_p2p_test(gs_coll_req *req)
 {
     gs_comm *comm = req->comm;
     gs_status st;
@@ -832,7 +834,7 @@ gs_status gs_p2p_test(gs_req *req)
     return st;
 }
 
-gs_status gs_p2p_wait(gs_req *req)
+gs_status gs_p2p_wait(gs_coll_req *req)
 {
     gs_comm *comm = req->comm;
     gs_status st;
@@ -893,7 +895,8 @@ static gs_status check_args(gs_comm *comm, const char *fn, const void *buf, size
     return GS_OK;
 }
 
-static void init_op(gs_req *req, gs_comm *comm, int kind, size_t count, gs_dtype dtype, int peer, int tag)
+static void init_op(gs_coll_req *req, gs_comm *comm, int kind, size_t count, gs_dtype dtype, int peer,
+                    int tag)
 {
     gs_p2p_op *op = &req->p2p;
     memset(op, 0, offsetof(gs_p2p_op, err)); /* the sentence is written when it fails */
@@ -912,11 +915,11 @@ static void init_op(gs_req *req, gs_comm *comm, int kind, size_t count, gs_dtype
 
 /* A send to this rank itself: straight into a posted receive, or queued as
  * an eager copy. */
-static gs_status send_self(gs_comm *comm, gs_req *req)
+static gs_status send_self(gs_comm *comm, gs_coll_req *req)
 {
     gs_p2p_op *op = &req->p2p;
     gs_p2p_env env = make_env(comm, GS_P2P_EAGER, op);
-    gs_req *r = take_posted(comm->p2p, comm->rank, op->tag);
+    gs_coll_req *r = take_posted(comm->p2p, comm->rank, op->tag);
     if (r)
         take_eager(r, comm->rank, &env, op->sbuf);
     else if (!queue_msg(comm->p2p, comm->rank, &env, op->sbuf, op->bytes))
@@ -926,13 +929,13 @@ static gs_status send_self(gs_comm *comm, gs_req *req)
 }
 
 /* The communicator failed before the call: it fails with the cause. */
-static void refuse(gs_comm *comm, gs_req *req)
+static void refuse(gs_comm *comm, gs_coll_req *req)
 {
     fail_req(req, comm->failed, "%s", failure_cause(comm));
 }
 
 /* Starts a send; a failure is the request's status. */
-static void start_send(gs_comm *comm, gs_req *req, const void *buf)
+static void start_send(gs_comm *comm, gs_coll_req *req, const void *buf)
 {
     gs_p2p *p = comm->p2p;
     req->p2p.sbuf = buf;
@@ -952,7 +955,7 @@ static void start_send(gs_comm *comm, gs_req *req, const void *buf)
 }
 
 /* Starts a receive; a failure is the request's status. */
-static void start_recv(gs_comm *comm, gs_req *req, void *buf, gs_p2p_status *status)
+static void start_recv(gs_comm *comm, gs_coll_req *req, void *buf, gs_p2p_status *status)
 {
     req->p2p.rbuf = buf;
     req->p2p.status = status;
@@ -972,7 +975,7 @@ gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, 
     gs_status st = check_args(comm, "gs_send", buf, count, dtype, peer, tag, false);
     if (st != GS_OK)
         return st;
-    gs_req *req = &comm->p2p->sync;
+    gs_coll_req *req = &comm->p2p->sync;
     init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag);
     start_send(comm, req, buf);
     if (req->status == GS_OK)
@@ -986,7 +989,7 @@ gs_status gs_recv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int pe
     gs_status st = check_args(comm, "gs_recv", buf, count, dtype, peer, tag, true);
     if (st != GS_OK)
         return st;
-    gs_req *req = &comm->p2p->sync;
+    gs_coll_req *req = &comm->p2p->sync;
     init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag);
     start_recv(comm, req, buf, status);
     return gs_p2p_wait(req);
@@ -1000,12 +1003,12 @@ gs_status gs_isend(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype,
         st = gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "rank %d: gs_isend: req_p is NULL", comm->rank);
     if (st != GS_OK)
         return st;
-    gs_req *req = gs_coll_req_get(comm);
+    gs_coll_req *req = gs_coll_req_get(comm);
     if (!req)
         return GS_ERR_NOMEM;
     init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag);
     start_send(comm, req, buf);
-    *req_p = req;
+    *req_p = &req->base;
     return GS_OK;
 }
 
@@ -1017,12 +1020,12 @@ gs_status gs_irecv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int p
         st = gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "rank %d: gs_irecv: req_p is NULL", comm->rank);
     if (st != GS_OK)
         return st;
-    gs_req *req = gs_coll_req_get(comm);
+    gs_coll_req *req = gs_coll_req_get(comm);
     if (!req)
         return GS_ERR_NOMEM;
     init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag);
     start_recv(comm, req, buf, status);
-    *req_p = req;
+    *req_p = &req->base;
     return GS_OK;
 }
 
@@ -1042,10 +1045,10 @@ gs_status gs_p2p_open(gs_comm *comm)
     p->tx_msgs = gs_calloc((size_t)comm->size, sizeof(uint64_t));
     if (!p->tx_msgs)
         return GS_ERR_NOMEM;
-    st = gs_buf_alloc(comm->tp, in_len, GS_ACCESS_LOCAL_WRITE, &p->in);
+    st = gs_mr_alloc(comm->tp, in_len, GS_ACCESS_LOCAL_WRITE, &p->in);
     if (st == GS_OK)
-        st = gs_buf_alloc(comm->tp, (size_t)GS_P2P_OUT_SLOTS * GS_P2P_FRAME_MAX, GS_ACCESS_LOCAL_WRITE,
-                          &p->out);
+        st = gs_mr_alloc(comm->tp, (size_t)GS_P2P_OUT_SLOTS * GS_P2P_FRAME_MAX, GS_ACCESS_LOCAL_WRITE,
+                         &p->out);
     for (int peer = 0; peer < comm->size && st == GS_OK; peer++)
         for (int i = 0; i < GS_P2P_RECVS && st == GS_OK && peer != comm->rank; i++)
             st = repost(comm, peer, i);
@@ -1072,7 +1075,7 @@ void gs_p2p_close(gs_comm *comm)
     gs_p2p_list *lists[] = {&p->sendq, &p->posted, &p->active};
     /* requests still in flight are abandoned, as the collectives' */
     for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
-        for (gs_req *r = lists[l]->head, *next; r; r = next) {
+        for (gs_coll_req *r = lists[l]->head, *next; r; r = next) {
             next = r->p2p.next;
             if (r->p2p.mr && gs_mr_dereg(r->p2p.mr) != GS_OK)
                 gs_log_warn(COLL, "rank %d: deregistering a p2p buffer failed: %s", comm->rank,

@@ -13,12 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct gs_p2p gs_p2p; /* a communicator's p2p state (p2p.c) */
+typedef struct gs_p2p gs_p2p;           /* a communicator's p2p state (p2p.c) */
+typedef struct gs_coll_req gs_coll_req; /* coll.h */
 typedef struct gs_p2p_msg gs_p2p_msg;
 
 enum { GS_P2P_NONE = 0, GS_P2P_SEND, GS_P2P_RECV };
 
-/* One send or receive; lives in its gs_req (kind GS_P2P_NONE: a collective). */
+/* One send or receive; lives in its gs_coll_req (kind GS_P2P_NONE: a collective). */
 typedef struct gs_p2p_op {
     int kind;
     int state; /* p2p.c's progress of it */
@@ -38,7 +39,7 @@ typedef struct gs_p2p_op {
     gs_mr *mr;             /* the caller's buffer, registered for a rendezvous */
     gs_rmr remote;         /* receive: the sender's region (RTS) */
     uint64_t last_ns;      /* when it last moved (the deadline counts from there) */
-    gs_req *next;          /* in one of p2p.c's lists */
+    gs_coll_req *next;     /* in one of p2p.c's lists */
     char err[512];         /* the error's sentence, once failed */
 } gs_p2p_op;
 
@@ -57,7 +58,7 @@ gs_status gs_p2p_progress(gs_comm *comm);
  * transport cannot register user memory. */
 void gs_p2p_force_fragments(gs_comm *comm);
 /* gs_req_test / gs_req_wait of a p2p request (not releasing it). */
-gs_status gs_p2p_test(gs_req *req);
-gs_status gs_p2p_wait(gs_req *req);
+gs_status gs_p2p_test(gs_coll_req *req);
+gs_status gs_p2p_wait(gs_coll_req *req);
 
 #endif

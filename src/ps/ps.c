@@ -182,7 +182,7 @@ static gs_status assign_roles(gs_ps *ps)
 
 gs_status gs_ps_tx_init(gs_ps *ps, gs_ps_tx *tx, uint32_t cap)
 {
-    gs_status st = gs_buf_alloc(ps->tp, (size_t)cap * GS_PS_ALIGN, GS_ACCESS_LOCAL_WRITE, &tx->mr);
+    gs_status st = gs_mr_alloc(ps->tp, (size_t)cap * GS_PS_ALIGN, GS_ACCESS_LOCAL_WRITE, &tx->mr);
     if (st != GS_OK)
         return st;
     tx->free_list = gs_calloc(cap, sizeof(uint32_t));
@@ -271,7 +271,7 @@ gs_status gs_ps_connect(gs_ps *ps)
     gs_rmr mine;
     gs_ps_tx *tx = ps->is_server ? &ps->srv.tx : &ps->wrk.tx;
     gs_status st =
-        gs_buf_alloc(ps->tp, GS_PS_ALIGN, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &ps->ctrl);
+        gs_mr_alloc(ps->tp, GS_PS_ALIGN, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &ps->ctrl);
     if (st == GS_OK)
         st = gs_ps_tx_init(ps, tx, GS_PS_TX_RECORDS);
     if (st == GS_OK && !ps->ctrl_rmrs && !(ps->ctrl_rmrs = gs_calloc((size_t)ps->size, sizeof(gs_rmr))))

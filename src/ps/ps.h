@@ -34,6 +34,7 @@
 #include "transport/tp.h"
 #include "util/clock.h"
 #include "util/config.h"
+#include "util/req.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -154,6 +155,8 @@ typedef struct gs_ps_wshard {
     uint64_t retry_at_ns; /* pull: torn read, try again after this */
 } gs_ps_wshard;
 
+typedef struct gs_ps_req gs_ps_req; /* a push or pull in flight (below) */
+
 typedef struct gs_ps_wkey {
     uint64_t key;
     size_t count;
@@ -163,11 +166,11 @@ typedef struct gs_ps_wkey {
     gs_mr *log;         /* depth entries of the key's gradient: push staging + replay log */
     uint32_t depth;
     size_t entry_bytes;
-    gs_mr *pull;                   /* per shard: head, region copy, head */
-    size_t *pull_off;              /* [nshards] */
-    gs_mr *notice;                 /* [nshards] gs_ps_notice, written by the servers */
-    gs_mr *atomic;                 /* atomic: per shard q[chunk], old[chunk], 8 result words */
-    struct gs_ps_req *head, *tail; /* requests, oldest first; only the head progresses */
+    gs_mr *pull;            /* per shard: head, region copy, head */
+    size_t *pull_off;       /* [nshards] */
+    gs_mr *notice;          /* [nshards] gs_ps_notice, written by the servers */
+    gs_mr *atomic;          /* atomic: per shard q[chunk], old[chunk], 8 result words */
+    gs_ps_req *head, *tail; /* requests, oldest first; only the head progresses */
 } gs_ps_wkey;
 
 typedef struct gs_ps_worker {
@@ -191,7 +194,10 @@ typedef struct gs_ps_worker {
     bool no_zcopy;           /* the transport refused to register caller memory: always stage */
 } gs_ps_worker;
 
+/* A push, pull or push-pull in flight: the public gs_req is its head (base),
+ * so gs_req_test/gs_req_wait reach worker.c's class. */
 struct gs_ps_req {
+    gs_req base;
     gs_ps *ps;
     gs_ps_wkey *key;
     bool push, pull;
@@ -204,7 +210,7 @@ struct gs_ps_req {
     bool active;             /* at the head of its key, shards set up */
     bool done;
     gs_status status;
-    struct gs_ps_req *next;
+    gs_ps_req *next;
 };
 
 /* ---- the object ---------------------------------------------------------------- */

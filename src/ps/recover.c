@@ -57,7 +57,7 @@ static gs_status move_region(gs_tp *tp, gs_mr **mrp)
     gs_status st;
     if (!old)
         return GS_OK;
-    st = gs_buf_alloc(tp, gs_mr_len(old), old->access, &fresh);
+    st = gs_mr_alloc(tp, gs_mr_len(old), old->access, &fresh);
     if (st != GS_OK)
         return st;
     memcpy(gs_mr_addr(fresh), gs_mr_addr(old), gs_mr_len(old));

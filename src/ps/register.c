@@ -53,14 +53,14 @@ static gs_status alloc_server_shard(gs_ps *ps, gs_ps_sshard *sh)
     uint32_t W = (uint32_t)ps->nworkers;
     size_t nslots = ps->params.agg == GS_PS_AGG_FETCH_ADD ? 1 : W;
     int nstate = gs_ps_optim_nstate(ps->params.optim.kind);
-    gs_status st = gs_buf_alloc(ps->tp, gs_ps_param_region_bytes(W, sh->count),
-                                GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_READ, &sh->param);
+    gs_status st = gs_mr_alloc(ps->tp, gs_ps_param_region_bytes(W, sh->count),
+                               GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_READ, &sh->param);
     if (st == GS_OK)
-        st = gs_buf_alloc(ps->tp, nslots * gs_ps_slot_bytes(sh->count),
-                          GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &sh->slots);
+        st = gs_mr_alloc(ps->tp, nslots * gs_ps_slot_bytes(sh->count),
+                         GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &sh->slots);
     if (st == GS_OK && ps->params.agg == GS_PS_AGG_FETCH_ADD)
-        st = gs_buf_alloc(ps->tp, gs_ps_acc_region_bytes(W, sh->count),
-                          GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_ATOMIC, &sh->acc);
+        st = gs_mr_alloc(ps->tp, gs_ps_acc_region_bytes(W, sh->count),
+                         GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_ATOMIC, &sh->acc);
     for (int s = 0; st == GS_OK && s < nstate; s++)
         st = gs_pages_alloc(sh->count * sizeof(float), (void **)&sh->state[s]);
     if (st == GS_OK && !(sh->notice = gs_calloc(W, sizeof(gs_rmr))))
@@ -172,15 +172,15 @@ static gs_status alloc_worker_key(gs_ps *ps, gs_ps_wkey *wk)
         wk->pull_off[i] = pull_bytes;
         pull_bytes += gs_ps_pull_stage_bytes((uint32_t)ps->nworkers, ps->plan.shards[wk->first + i].count);
     }
-    st = gs_buf_alloc(ps->tp, wk->depth * wk->entry_bytes, GS_ACCESS_LOCAL_WRITE, &wk->log);
+    st = gs_mr_alloc(ps->tp, wk->depth * wk->entry_bytes, GS_ACCESS_LOCAL_WRITE, &wk->log);
     if (st == GS_OK)
-        st = gs_buf_alloc(ps->tp, pull_bytes, GS_ACCESS_LOCAL_WRITE, &wk->pull);
+        st = gs_mr_alloc(ps->tp, pull_bytes, GS_ACCESS_LOCAL_WRITE, &wk->pull);
     if (st == GS_OK)
-        st = gs_buf_alloc(ps->tp, wk->nshards * sizeof(gs_ps_notice),
-                          GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &wk->notice);
+        st = gs_mr_alloc(ps->tp, wk->nshards * sizeof(gs_ps_notice),
+                         GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_WRITE, &wk->notice);
     if (st == GS_OK && ps->params.agg == GS_PS_AGG_FETCH_ADD)
-        st = gs_buf_alloc(ps->tp, wk->nshards * (2 * GS_PS_ATOMIC_CHUNK_ELEMS + 8) * sizeof(int64_t),
-                          GS_ACCESS_LOCAL_WRITE, &wk->atomic);
+        st = gs_mr_alloc(ps->tp, wk->nshards * (2 * GS_PS_ATOMIC_CHUNK_ELEMS + 8) * sizeof(int64_t),
+                         GS_ACCESS_LOCAL_WRITE, &wk->atomic);
     return st;
 }
 

@@ -433,11 +433,14 @@ gs_status gs_ps_worker_progress(gs_ps *ps, int wait_ms)
     return take(ps, st, wcs, n, wait_ms);
 }
 
+static const gs_req_class ps_req_class;
+
 static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, bool push, bool pull,
-                       gs_ps_req **req_p)
+                       gs_req **req_p)
 {
     gs_ps_wkey *wk;
     gs_ps_req *req;
+    gs_status st;
     if (!ps || !req_p || (push && !grad) || (pull && !out))
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_%s: NULL %s",
                        push ? (pull ? "push_pull" : "push") : "pull",
@@ -456,14 +459,12 @@ static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, b
         gs_error_restore(ps->wrk.fatal_why);
         return ps->wrk.fatal;
     }
-    if (push && ps->params.agg == GS_PS_AGG_FETCH_ADD) {
-        gs_status st = gs_ps_atomic_check(ps, wk, grad);
-        if (st != GS_OK)
-            return st;
-    }
+    if (push && ps->params.agg == GS_PS_AGG_FETCH_ADD && (st = gs_ps_atomic_check(ps, wk, grad)) != GS_OK)
+        return st;
     if (!(req = gs_calloc(1, sizeof(*req))))
         return GS_ERR_NOMEM;
-    *req = (gs_ps_req){.ps = ps,
+    *req = (gs_ps_req){.base.cls = &ps_req_class,
+                       .ps = ps,
                        .key = wk,
                        .push = push,
                        .pull = pull,
@@ -475,33 +476,27 @@ static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, b
     else
         wk->head = req;
     wk->tail = req;
-    *req_p = req;
-    return gs_ps_worker_progress(ps, 0);
+    *req_p = &req->base;
+    /* Started: a failure from here on is the request's, reported by its test or wait. */
+    st = gs_ps_worker_progress(ps, 0);
+    if (st != GS_OK)
+        gs_ps_worker_set_fatal(ps, st);
+    return GS_OK;
 }
 
-gs_status gs_ps_push_start(gs_ps *ps, uint64_t key, const float *grad, gs_ps_req **req_p)
+gs_status gs_ps_ipush(gs_ps *ps, uint64_t key, const float *grad, gs_req **req_p)
 {
     return start(ps, key, grad, NULL, true, false, req_p);
 }
 
-gs_status gs_ps_pull_start(gs_ps *ps, uint64_t key, float *out, gs_ps_req **req_p)
+gs_status gs_ps_ipull(gs_ps *ps, uint64_t key, float *out, gs_req **req_p)
 {
     return start(ps, key, NULL, out, false, true, req_p);
 }
 
-gs_status gs_ps_push_pull_start(gs_ps *ps, uint64_t key, const float *grad, float *out, gs_ps_req **req_p)
+gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, float *out, gs_req **req_p)
 {
     return start(ps, key, grad, out, true, true, req_p);
-}
-
-gs_status gs_ps_test(gs_ps_req *req, int *done_p)
-{
-    gs_status st;
-    if (!req || !done_p)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_test: NULL request or done_p");
-    st = req->done ? GS_OK : gs_ps_worker_progress(req->ps, 0);
-    *done_p = req->done;
-    return st;
 }
 
 /* What the oldest request of req's key still waits for, for the timeout message. */
@@ -523,14 +518,13 @@ static void describe_wait(const gs_ps *ps, const gs_ps_req *req, char *buf, size
     }
 }
 
-gs_status gs_ps_wait(gs_ps_req *req)
+/* gs_req_wait of a PS request: until it finished (GS_TIMEOUT_MS), then free it. */
+static gs_status ps_req_wait(gs_req *base)
 {
-    gs_ps *ps;
+    gs_ps_req *req = (gs_ps_req *)base;
+    gs_ps *ps = req->ps;
     uint64_t deadline;
     gs_status st = GS_OK;
-    if (!req)
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID, "gs_ps_wait: request is NULL");
-    ps = req->ps;
     deadline = gs_deadline_after_ms(ps->timeout_ms);
     while (!req->done && st == GS_OK) {
         int left = gs_deadline_left_ms(deadline);
@@ -560,11 +554,30 @@ gs_status gs_ps_wait(gs_ps_req *req)
     return gs_ps_worker_fatal_status(ps, st);
 }
 
+/* gs_req_test of a PS request: progress without blocking; once it finished
+ * (or the progress failed) collect it as ps_req_wait does. */
+static gs_status ps_req_test(gs_req *base)
+{
+    gs_ps_req *req = (gs_ps_req *)base;
+    gs_status st = req->done ? GS_OK : gs_ps_worker_progress(req->ps, 0);
+    if (st != GS_OK)
+        gs_ps_worker_set_fatal(req->ps, st);
+    else if (!req->done)
+        return GS_INPROGRESS;
+    return ps_req_wait(base);
+}
+
+static const gs_req_class ps_req_class = {
+    .layer = "ps",
+    .test = ps_req_test,
+    .wait = ps_req_wait,
+};
+
 static gs_status blocking(gs_ps *ps, uint64_t key, const float *grad, float *out, bool push, bool pull)
 {
-    gs_ps_req *req = NULL;
+    gs_req *req = NULL;
     gs_status st = start(ps, key, grad, out, push, pull, &req);
-    return st == GS_OK ? gs_ps_wait(req) : st;
+    return st == GS_OK ? ps_req_wait(req) : st;
 }
 
 gs_status gs_ps_push(gs_ps *ps, uint64_t key, const float *grad)

@@ -199,15 +199,15 @@ static gs_status check_access(const gs_tp *tp, unsigned access, const char *fn)
     return GS_OK;
 }
 
-gs_status gs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p)
+gs_status gs_mr_alloc(gs_tp *tp, size_t len, gs_access access, gs_mr **mr_p)
 {
-    gs_status st = check_access(tp, access, "gs_buf_alloc");
+    gs_status st = check_access(tp, access, "gs_mr_alloc");
     if (st == GS_OK && !mr_p)
-        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_buf_alloc: mr_p is NULL");
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_mr_alloc: mr_p is NULL");
     return st == GS_OK ? tp->ops->buf_alloc(tp, len, access, mr_p) : st;
 }
 
-gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p)
+gs_status gs_mr_reg(gs_tp *tp, void *addr, size_t len, gs_access access, gs_mr **mr_p)
 {
     gs_status st = check_access(tp, access, "gs_mr_reg");
     if (st == GS_OK && (!mr_p || (!addr && len > 0)))
@@ -385,7 +385,7 @@ static gs_status check_atomic(const gs_ep *ep, const uint64_t *result, const gs_
 /* ---- operations ------------------------------------------------------------------------ */
 
 gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst, uint64_t dst_off,
-                      uint64_t wr_id, unsigned flags)
+                      uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
     gs_status st = check_ep(ep, "write");
@@ -397,7 +397,7 @@ gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const 
 }
 
 gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst,
-                          uint64_t dst_off, uint32_t imm, uint64_t wr_id, unsigned flags)
+                          uint64_t dst_off, uint32_t imm, uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
     gs_status st = check_ep(ep, "write_imm");
@@ -413,7 +413,7 @@ gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, co
 }
 
 gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr *src, uint64_t src_off,
-                     uint64_t wr_id, unsigned flags)
+                     uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
     gs_status st = check_ep(ep, "read");
@@ -425,7 +425,7 @@ gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr 
 }
 
 gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
-                          uint64_t add, uint64_t wr_id, unsigned flags)
+                          uint64_t add, uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
     gs_status st = check_atomic(ep, result, lmr, dst, dst_off, "fetch_add", &head);
@@ -433,7 +433,7 @@ gs_status gs_ep_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr 
 }
 
 gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *dst, uint64_t dst_off,
-                         uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags)
+                         uint64_t compare, uint64_t swap, uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
     gs_status st = check_atomic(ep, result, lmr, dst, dst_off, "cmp_swap", &head);
@@ -441,7 +441,7 @@ gs_status gs_ep_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr *
                        : st;
 }
 
-gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags)
+gs_status gs_ep_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, gs_op_flags flags)
 {
     gs_status st = check_ep(ep, "send");
     if (st == GS_OK && len > GS_SEND_MAX)

@@ -62,7 +62,7 @@ struct gs_mr {
     void *addr;
     size_t len;
     unsigned access;
-    bool owned; /* allocated by gs_buf_alloc: freed by dereg */
+    bool owned; /* allocated by gs_mr_alloc: freed by dereg */
 };
 
 /* The common head of every serialized descriptor; the backend's own part

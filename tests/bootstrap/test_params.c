@@ -289,3 +289,32 @@ GS_TEST(parameters_of_a_single_process)
     GS_ASSERT_OK(gs_store_put(ctx, "a", "b", 1));
     GS_ASSERT_OK(gs_ctx_destroy(ctx));
 }
+
+/* The configuration in force, read through the public accessor (what tools
+ * use instead of the context's inside): a given field wins over the
+ * environment, the job token is never shown, an unknown name is refused. */
+GS_TEST(parameters_in_force_are_readable)
+{
+    gs_ctx_params p = GS_CTX_PARAMS_INIT;
+    gs_ctx *ctx;
+    char buf[64];
+    setenv("GS_CHUNK_BYTES", "64K", 1);
+    setenv("GS_ALGO", "ring", 1);
+    p.rank = 0;
+    p.world_size = 1;
+    p.timeout_ms = 1234;
+    p.job_token = "secret";
+    GS_ASSERT_OK(gs_ctx_create_with(&p, &ctx));
+    GS_ASSERT_OK(gs_ctx_param(ctx, "GS_TIMEOUT_MS", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "1234");
+    GS_ASSERT_OK(gs_ctx_param(ctx, "GS_CHUNK_BYTES", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "65536");
+    GS_ASSERT_OK(gs_ctx_param(ctx, "GS_ALGO", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "ring");
+    GS_ASSERT_OK(gs_ctx_param(ctx, "GS_JOB_TOKEN", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "(set)");
+    GS_ASSERT_STATUS(gs_ctx_param(ctx, "GS_CHUNK_BYTE", buf, sizeof(buf)), GS_ERR_INVALID);
+    GS_ASSERT(strstr(gs_last_error(), "GS_CHUNK_BYTES") != NULL);
+    GS_ASSERT_STATUS(gs_ctx_param(ctx, "GS_ALGO", buf, 0), GS_ERR_INVALID);
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}

@@ -216,12 +216,12 @@ static void waiting_worker(gs_ps *ps, ps_job *job)
 {
     size_t n = job->counts[0];
     float *g = calloc(n, sizeof(float)), *out = calloc(n, sizeof(float));
-    gs_ps_req *req = NULL;
-    GS_ASSERT_OK(gs_ps_push_pull_start(ps, job->keys[0], g, out, &req));
+    gs_req *req = NULL;
+    GS_ASSERT_OK(gs_ps_ipush_pull(ps, job->keys[0], g, out, &req));
     sleep_ms(100); /* the push is taken (no notice will come) */
     __atomic_store_n(&job->shared[5], 1, __ATOMIC_SEQ_CST);
     sleep_ms(300); /* the transport sees the server go */
-    GS_ASSERT_STATUS(gs_ps_wait(req), GS_ERR_PEER_LOST);
+    GS_ASSERT_STATUS(gs_req_wait(req), GS_ERR_PEER_LOST);
     GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");
     GS_ASSERT_STATUS(gs_ps_pull(ps, job->keys[0], out), GS_ERR_PEER_LOST);
     GS_ASSERT_CONTAINS(gs_last_error(), "gs_ps_recover");

@@ -148,7 +148,7 @@ static void nonblocking_worker(gs_ps *ps, ps_job *job)
     int W = gs_ps_num_workers(ps), me = gs_ps_index(ps);
     reference ref[PS_MAX_KEYS];
     float *grad[PS_MAX_KEYS], *out[PS_MAX_KEYS];
-    gs_ps_req *req[PS_MAX_KEYS];
+    gs_req *req[PS_MAX_KEYS];
     for (int k = 0; k < job->nkeys; k++) {
         ref_init(&ref[k], k, job->counts[k]);
         grad[k] = malloc(job->counts[k] * sizeof(float));
@@ -157,16 +157,23 @@ static void nonblocking_worker(gs_ps *ps, ps_job *job)
     for (int t = 0; t < job->steps; t++) {
         for (int k = 0; k < job->nkeys; k++) {
             ps_fill_grad(k, me, (uint64_t)t, grad[k], job->counts[k]);
-            GS_ASSERT_OK(gs_ps_push_start(ps, job->keys[k], grad[k], &req[k]));
+            GS_ASSERT_OK(gs_ps_ipush(ps, job->keys[k], grad[k], &req[k]));
         }
         for (int k = 0; k < job->nkeys; k++) {
-            int done = 0;
-            GS_ASSERT_OK(gs_ps_test(req[k], &done));
-            GS_ASSERT_OK(gs_ps_wait(req[k]));
-            GS_ASSERT_OK(gs_ps_pull_start(ps, job->keys[k], out[k], &req[k]));
+            gs_status st = gs_req_test(req[k]); /* finished (released) or still running */
+            if (st == GS_INPROGRESS)
+                st = gs_req_wait(req[k]);
+            GS_ASSERT_OK(st);
+            GS_ASSERT_OK(gs_ps_ipull(ps, job->keys[k], out[k], &req[k]));
         }
         for (int k = 0; k < job->nkeys; k++) {
-            GS_ASSERT_OK(gs_ps_wait(req[k]));
+            gs_status st;
+            if (k % 2 == 0) /* both ways to finish a request: test until it is done, or wait */
+                while ((st = gs_req_test(req[k])) == GS_INPROGRESS)
+                    ;
+            else
+                st = gs_req_wait(req[k]);
+            GS_ASSERT_OK(st);
             ref_step(&ref[k], &job->optim, k, W, (uint64_t)t, job->counts[k]);
             assert_same(out[k], ref[k].w, job->counts[k], job->keys[k], (uint64_t)t);
         }

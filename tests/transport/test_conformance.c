@@ -290,7 +290,7 @@ static void write_body(gs_ctx *ctx, int rank, void *varg)
     int peer = 1 - rank;
     uint32_t iter = 0;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, CT_REGION, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, CT_REGION, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     memset(buf, CT_FILL, CT_REGION);
     all = ct_exchange(ctx, "ct.write.rmr", mr);
@@ -361,7 +361,7 @@ static void read_body(gs_ctx *ctx, int rank, void *varg)
     uint8_t *buf;
     uint32_t iter = 0;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, CT_REGION, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, CT_REGION, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     if (rank == 1)
         ct_fill(buf, CT_REGION, 77);
@@ -420,7 +420,7 @@ static void send_body(gs_ctx *ctx, int rank, void *varg)
     uint8_t *buf;
     size_t slot = GS_SEND_MAX + 64;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, slot * CT_NSEND * 2, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, slot * CT_NSEND * 2, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     memset(buf, CT_FILL, slot * CT_NSEND * 2);
     for (int round = 0; round < 2; round++) {
@@ -475,7 +475,7 @@ static void atomic_basic_body(gs_ctx *ctx, int rank, void *varg)
         GS_ASSERT_OK(gs_tp_close(tp));
         GS_SKIP("the transport has no atomics");
     }
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     words = gs_mr_addr(mr);
     words[0] = 1000;
     words[1] = 5;
@@ -530,7 +530,7 @@ static void atomic_contention_body(gs_ctx *ctx, int rank, void *varg)
         GS_ASSERT_OK(gs_tp_close(tp));
         GS_SKIP("the transport has no atomics");
     }
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     words = gs_mr_addr(mr);
     sums = calloc((size_t)size, sizeof(*sums));
     all_sums = calloc((size_t)size * (size_t)size, sizeof(*all_sums));
@@ -599,7 +599,7 @@ static void order_body(gs_ctx *ctx, int rank, void *varg)
     uint8_t *buf;
     int peer = 1 - rank;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, slot * CT_ORDER_SLOTS, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, slot * CT_ORDER_SLOTS, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     all = ct_exchange(ctx, "ct.order.rmr", mr);
     if (rank == 0) {
@@ -654,7 +654,7 @@ static void backlog_body(gs_ctx *ctx, int rank, void *varg)
     gs_mr *mr = NULL;
     gs_rmr *all;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     all = ct_exchange(ctx, "ct.backlog.rmr", mr);
     if (rank == 0) {
         for (uint32_t m = 0; m < msgs; m++)
@@ -689,7 +689,7 @@ static void all_to_all_body(gs_ctx *ctx, int rank, void *varg)
     gs_rmr *all;
     uint8_t *buf;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, chunk * (size_t)size * 2, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, chunk * (size_t)size * 2, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     all = ct_exchange(ctx, "ct.a2a.rmr", mr);
     for (uint32_t round = 0; round < CT_A2A_ROUNDS; round++) {
@@ -751,7 +751,7 @@ static void event_sleeps_body(gs_ctx *ctx, int rank, void *varg)
     gs_mr *mr = NULL;
     gs_rmr *all;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     all = ct_exchange(ctx, "ct.sleep.rmr", mr);
     if (rank == 1) {
         usleep(300000);
@@ -834,7 +834,7 @@ static void violation_body(gs_ctx *ctx, int rank, void *varg)
         GS_ASSERT_OK(gs_tp_close(tp));
         return;
     }
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, ct_violation_access(v), &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, ct_violation_access(v), &mr));
     buf = gs_mr_addr(mr);
     ct_fill(buf, 4096, (uint32_t)(rank + 10));
     all = ct_exchange(ctx, "ct.viol.rmr", mr);
@@ -908,8 +908,8 @@ static void args_body(gs_ctx *ctx, int rank, void *varg)
     uint64_t *w;
     gs_ep *ep = gs_tp_ep(tp, 1 - rank);
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, 8192, GS_ACCESS_ALL, &mr));
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_REMOTE_READ, &ro));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 8192, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_REMOTE_READ, &ro));
     buf = gs_mr_addr(mr);
     w = (uint64_t *)(void *)buf;
     all = ct_exchange(ctx, "ct.args.rmr", mr);
@@ -932,7 +932,7 @@ static void args_body(gs_ctx *ctx, int rank, void *varg)
     /* SEND larger than GS_SEND_MAX */
     GS_ASSERT_STATUS(gs_ep_send(ep, buf, mr, GS_SEND_MAX + 1, 0, 0), GS_ERR_INVALID);
     /* unknown access bits, bad poll arguments */
-    GS_ASSERT_STATUS(gs_buf_alloc(tp, 64, 0x100, &ro), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_mr_alloc(tp, 64, 0x100, &ro), GS_ERR_INVALID);
     {
         int n = -1;
         GS_ASSERT_STATUS(gs_tp_poll(tp, NULL, 4, &n), GS_ERR_INVALID);
@@ -1026,7 +1026,7 @@ static void killed_body(gs_ctx *ctx, int rank, void *varg)
     gs_rmr *all;
     uint8_t *buf;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, 64 * KIB, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 64 * KIB, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     /* a receive posted for a SEND that never comes; posted before the
      * exchange lets the victim start, so it cannot already be gone */
@@ -1107,7 +1107,7 @@ static void send_stream_body(gs_ctx *ctx, int rank, void *varg)
     uint8_t *buf;
     const size_t slot = GS_SEND_MAX;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, slot * 8, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, slot * 8, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     if (rank == 1)
         for (uint32_t k = 0; k < 8; k++)
@@ -1147,7 +1147,7 @@ static void send_early_body(gs_ctx *ctx, int rank, void *varg)
     gs_mr *mr = NULL;
     uint32_t *buf;
 
-    GS_ASSERT_OK(gs_buf_alloc(tp, msgs * sizeof(uint32_t) * 2, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, msgs * sizeof(uint32_t) * 2, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     if (rank == 0) {
         for (uint32_t m = 0; m < msgs; m++) {

@@ -112,7 +112,7 @@ static void leftovers_body(gs_ctx *ctx, int rank, void *arg)
     for (int i = 0; i < 4; i++) {
         char tag[32];
         snprintf(tag, sizeof(tag), "left.%d", i);
-        GS_ASSERT_OK(gs_buf_alloc(tp, (size_t)(i + 1) * 70000, GS_ACCESS_ALL, &mr[i]));
+        GS_ASSERT_OK(gs_mr_alloc(tp, (size_t)(i + 1) * 70000, GS_ACCESS_ALL, &mr[i]));
         all[i] = exchange(ctx, tag, mr[i]);
     }
     if (rank == 0) {
@@ -173,12 +173,12 @@ static void regions_body(gs_ctx *ctx, int rank, void *arg)
 
     GS_ASSERT(mrs && mine && old);
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &local));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &local));
     for (int round = 0; round < 2; round++) {
         char tag[32];
         if (rank == 1)
             for (int i = 0; i < MANY; i++) {
-                GS_ASSERT_OK(gs_buf_alloc(tp, 4096 + (size_t)i, GS_ACCESS_ALL, &mrs[i]));
+                GS_ASSERT_OK(gs_mr_alloc(tp, 4096 + (size_t)i, GS_ACCESS_ALL, &mrs[i]));
                 gs_mr_pack(mrs[i], &mine[i]);
             }
         snprintf(tag, sizeof(tag), "regions.%d", round);
@@ -239,7 +239,7 @@ static void doorbell_body(gs_ctx *ctx, int rank, void *arg)
     int peer = 1 - rank;
 
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     all = exchange(ctx, "bell.rmr", mr);
     for (uint32_t i = 0; i < 500; i++) {
         if (rank == 1)
@@ -308,7 +308,7 @@ static void compact_body(gs_ctx *ctx, int rank, void *arg)
     (void)arg;
 
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
-    GS_ASSERT_OK(gs_buf_alloc(tp, 2 * GS_SEND_MAX, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 2 * GS_SEND_MAX, GS_ACCESS_ALL, &mr));
     in = gs_mr_addr(mr);
     out = in + GS_SEND_MAX;
     all = exchange(ctx, "compact.rmr", mr);
@@ -389,7 +389,7 @@ static void solo_open(solo *s)
     for (int r = 0; r < 2; r++) {
         GS_ASSERT_OK(gs_shm_tp_finish(t[r], ready));
         s->tp[r] = &t[r]->base;
-        GS_ASSERT_OK(gs_buf_alloc(s->tp[r], 4096, GS_ACCESS_ALL, &s->mr[r]));
+        GS_ASSERT_OK(gs_mr_alloc(s->tp[r], 4096, GS_ACCESS_ALL, &s->mr[r]));
         gs_mr_pack(s->mr[r], &s->rmr[r]);
     }
 }
@@ -515,7 +515,7 @@ static void token_body(gs_ctx *ctx, int rank, void *arg)
     CPU_SET(rank % 2, &set);
     sched_setaffinity(0, sizeof(set), &set); /* best effort: fewer cores only makes it harder */
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     all = exchange(ctx, "token.rmr", mr);
     t0 = gs_now_ns();
     for (uint32_t hop = (uint32_t)rank; hop < HOPS; hop += (uint32_t)size) {
@@ -556,7 +556,7 @@ static void close_body(gs_ctx *ctx, int rank, void *arg)
     (void)arg;
 
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     all = exchange(ctx, "close.rmr", mr);
     if (rank == 1) {
         GS_ASSERT_OK(gs_tp_close(tp)); /* region freed with it */

@@ -109,7 +109,7 @@ static void signaling_body(gs_ctx *ctx, int rank, void *arg)
     int seen = 0;
 
     (void)arg;
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     words = gs_mr_addr(mr);
     all = exchange(ctx, "sig.rmr", mr);
     if (rank == 0) {
@@ -160,7 +160,7 @@ static void credit_body(gs_ctx *ctx, int rank, void *arg)
     int seen = 0;
 
     (void)arg;
-    GS_ASSERT_OK(gs_buf_alloc(tp, FLOOD_SENDS * 64, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, FLOOD_SENDS * 64, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     GS_ASSERT_LT(vt->rq_depth, FLOOD_SENDS);
     if (rank == 0) {
@@ -214,7 +214,7 @@ static void inline_body(gs_ctx *ctx, int rank, void *arg)
     size_t len;
 
     (void)arg;
-    GS_ASSERT_OK(gs_buf_alloc(tp, 8192, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 8192, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     all = exchange(ctx, "inline.rmr", mr);
     if (vt->max_inline == 0) {
@@ -256,7 +256,7 @@ static void fence_body(gs_ctx *ctx, int rank, void *arg)
     uint64_t *w;
 
     (void)arg;
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     w = gs_mr_addr(mr);
     w[0] = rank == 1 ? 1111 : 0;
     all = exchange(ctx, "fence.rmr", mr);
@@ -302,7 +302,7 @@ static void long_body(gs_ctx *ctx, int rank, void *arg)
         GS_ASSERT_OK(gs_tp_close(tp));
         GS_SKIP("the port's message size is too large to split in this guest");
     }
-    GS_ASSERT_OK(gs_buf_alloc(tp, region, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, region, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     for (size_t i = 0; i < region; i++)
         buf[i] = (uint8_t)(i * 7 + (size_t)rank);
@@ -378,7 +378,7 @@ static void cache_body(gs_ctx *ctx, int rank, void *arg)
     /* Dropping one handle keeps the shared registration for the other. */
     GS_ASSERT_OK(gs_mr_dereg(a));
     all = exchange(ctx, "cache.rmr", b);
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_LOCAL_WRITE, &src));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_LOCAL_WRITE, &src));
     if (rank == 0) {
         memset(gs_mr_addr(src), 0x5c, 256);
         GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, 1), gs_mr_addr(src), src, 256, &all[1], 1000, 3, 0, 0));
@@ -428,10 +428,10 @@ static void memlock_body(gs_ctx *ctx, int rank, void *arg)
     drop_ipc_lock();
     GS_ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &lim), 0);
     tp = open_verbs(ctx);
-    GS_ASSERT_STATUS(gs_buf_alloc(tp, 64u << 20, GS_ACCESS_ALL, &mr), GS_ERR_NOMEM);
+    GS_ASSERT_STATUS(gs_mr_alloc(tp, 64u << 20, GS_ACCESS_ALL, &mr), GS_ERR_NOMEM);
     GS_ASSERT_CONTAINS(gs_last_error(), "RLIMIT_MEMLOCK (ulimit -l) is 4096 KiB");
     GS_ASSERT_CONTAINS(gs_last_error(), "ulimit -l unlimited");
-    GS_ASSERT_OK(gs_buf_alloc(tp, 64 * 1024, GS_ACCESS_ALL, &mr)); /* small ones still fit */
+    GS_ASSERT_OK(gs_mr_alloc(tp, 64 * 1024, GS_ACCESS_ALL, &mr)); /* small ones still fit */
     GS_ASSERT_OK(gs_mr_dereg(mr));
     GS_ASSERT_OK(gs_tp_close(tp));
 }
@@ -451,7 +451,7 @@ static void close_body(gs_ctx *ctx, int rank, void *arg)
     gs_rmr *all;
 
     (void)arg;
-    GS_ASSERT_OK(gs_buf_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     all = exchange(ctx, "close.rmr", mr);
     if (rank == 1) {
         GS_ASSERT_OK(gs_mr_dereg(mr));
@@ -502,7 +502,7 @@ static void fork_body(gs_ctx *ctx, int rank, void *arg)
     (void)arg;
     (void)rank;
     GS_ASSERT_EQ(gs_tp_ep(tp, 0), NULL);
-    GS_ASSERT_OK(gs_buf_alloc(tp, 1 << 20, GS_ACCESS_ALL, &mr));
+    GS_ASSERT_OK(gs_mr_alloc(tp, 1 << 20, GS_ACCESS_ALL, &mr));
     ((uint8_t *)gs_mr_addr(mr))[0] = 1;
     pid = fork();
     if (pid == 0)

@@ -28,7 +28,6 @@
  */
 #include "gradsync.h"
 
-#include "bootstrap/boot.h"
 #include "util/clock.h"
 #include "util/config.h"
 

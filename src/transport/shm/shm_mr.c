@@ -1,7 +1,7 @@
 /*
  * shm memory regions.
  *
- * gs_buf_alloc memory is a memfd (mode 0600, never linked anywhere) mapped
+ * gs_mr_alloc memory is a memfd (mode 0600, never linked anywhere) mapped
  * shared: a peer maps the same pages and writes straight into them (zero
  * copy). Caller memory (gs_mr_reg) cannot be mapped by peers; they reach it
  * with process_vm_writev/readv when the kernel permits cross-memory attach.
@@ -146,12 +146,12 @@ gs_status gs_shm_mr_reg(gs_tp *base, void *addr, size_t len, unsigned access, gs
     if (access & GS_ACCESS_REMOTE_ATOMIC)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_UNSUPPORTED,
                        "rank %d: shm cannot give remote atomic access to caller memory (%zu bytes at %p): "
-                       "allocate it with gs_buf_alloc",
+                       "allocate it with gs_mr_alloc",
                        base->rank, len, addr);
     if ((access & (GS_ACCESS_REMOTE_WRITE | GS_ACCESS_REMOTE_READ)) && !tp->cma_ok)
         return gs_fail(GS_SUBSYS_SHM, GS_ERR_UNSUPPORTED,
                        "rank %d: shm cannot give peers access to caller memory here (%s); allocate it with "
-                       "gs_buf_alloc, or permit cross-memory attach (kernel.yama.ptrace_scope=0)",
+                       "gs_mr_alloc, or permit cross-memory attach (kernel.yama.ptrace_scope=0)",
                        base->rank, tp->cma_why);
     mr = gs_calloc(1, sizeof(*mr));
     if (!mr)

@@ -152,7 +152,7 @@ _Static_assert(sizeof(gs_shm_ring) % 4096 == GS_SHM_LINE, "ring = one line + who
 #define GS_SHM_MAX_REGIONS 16384u
 
 enum {
-    GS_SHM_REGION_MEMFD = 1, /* gs_buf_alloc: a memfd peers map (zero copy) */
+    GS_SHM_REGION_MEMFD = 1, /* gs_mr_alloc: a memfd peers map (zero copy) */
     GS_SHM_REGION_USER = 2,  /* gs_mr_reg: caller memory, reached by process_vm_writev/readv */
 };
 

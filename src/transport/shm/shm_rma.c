@@ -185,7 +185,7 @@ static gs_status atomic_word(gs_shm_ep *ep, const gs_rmr_head *dst, uint64_t off
     if (t.kind != GS_SHM_REGION_MEMFD || ((uintptr_t)t.ptr & 7u) != 0)
         return gs_fail(
             GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
-            "rank %d: %s to rank %d at offset %llu: needs an 8-byte aligned word of a gs_buf_alloc buffer",
+            "rank %d: %s to rank %d at offset %llu: needs an 8-byte aligned word of a gs_mr_alloc buffer",
             ep->tp->base.rank, op, ep->base.peer, (unsigned long long)off);
     *word_p = (uint64_t *)(void *)t.ptr;
     return GS_OK;

@@ -147,7 +147,7 @@ typedef struct gs_verbs_reg {
 typedef struct gs_verbs_mr {
     gs_mr base;
     gs_verbs_reg *reg;
-    size_t alloc_len;                /* gs_buf_alloc: the pages to free */
+    size_t alloc_len;                /* gs_mr_alloc: the pages to free */
     struct gs_verbs_mr *prev, *next; /* the tp's live handles */
 } gs_verbs_mr;
 

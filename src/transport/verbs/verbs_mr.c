@@ -1,5 +1,5 @@
 /*
- * Memory registration: gs_buf_alloc pages registered once, and a cache of
+ * Memory registration: gs_mr_alloc pages registered once, and a cache of
  * registrations of user memory shared by handles of the same memory.
  *
  * A registration with remote access is shared only by handles of exactly the
@@ -185,7 +185,7 @@ gs_status gs_verbs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_
     gs_verbs_tp *vt = gs_verbs_tp_of(tp);
     gs_verbs_mr *vmr = NULL;
     void *mem = NULL;
-    gs_status status = check_args(vt, len, access, "gs_buf_alloc");
+    gs_status status = check_args(vt, len, access, "gs_mr_alloc");
 
     if (status != GS_OK)
         return status;
@@ -199,7 +199,7 @@ gs_status gs_verbs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_
     }
     vmr->alloc_len = gs_round_up(len, gs_page_size());
     /* Registered exactly len bytes: the rkey covers the region, not its page padding. */
-    status = reg_create(vt, mem, len, access, "gs_buf_alloc", &vmr->reg);
+    status = reg_create(vt, mem, len, access, "gs_mr_alloc", &vmr->reg);
     if (status != GS_OK)
         goto fail_handle;
     *mr_p = &vmr->base;
