@@ -76,6 +76,14 @@ GS_API const char *gs_last_error(void);
 
 GS_API const char *gs_version(void);
 
+/* The clock of gradsync's timings and GS_TRACE timelines (CLOCK_MONOTONIC,
+ * nanoseconds). */
+GS_API uint64_t gs_clock_ns(void);
+/* With GS_TRACE set, adds the application's own span (e.g. "forward",
+ * "backward", start and end from gs_clock_ns) to this process's timeline
+ * (category "app"), beside gradsync's operations; nothing otherwise. */
+GS_API void gs_trace_span(const char *name, uint64_t start_ns, uint64_t end_ns);
+
 /* ------------------------------------------------------------------------ */
 /* Context: configuration, rank discovery, bootstrap store                   */
 /* ------------------------------------------------------------------------ */

@@ -13,6 +13,7 @@
 #include "data.h"
 #include "mlp.h"
 #include "options.h"
+#include "plot.h"
 #include "report.h"
 #include "sgd.h"
 #include "sync.h"
@@ -81,14 +82,19 @@ static gs_status train_step(trainer *t, size_t lo, size_t global, double *sums)
     size_t correct = 0;
     double start = gt_now_s(), wait0, sync0, wait1, sync1;
     gs_status st;
+    uint64_t t0 = gs_clock_ns(), t1, t2, t3; /* GS_TRACE: the phases beside the library's operations */
     gt_sync_times(t->sync, &wait0, &sync0);
     load_rows(t, &t->train, t->order, first, n);
     gt_mlp_forward(t->mlp, n, t->labels, &sums[SUM_LOSS], &correct);
+    gs_trace_span("forward", t0, t1 = gs_clock_ns());
     st = gt_mlp_backward(t->mlp, n, t->labels, 1.0f / (float)global, on_grad_ready, t->sync);
+    gs_trace_span("backward", t1, t2 = gs_clock_ns());
     if (st == GS_OK)
         st = gt_sync_finish(t->sync);
+    gs_trace_span("sync", t2, t3 = gs_clock_ns());
     if (st == GS_OK && t->sgd)
         gt_sgd_step(t->sgd, t->params, gt_sync_grads(t->sync));
+    gs_trace_span("update", t3, gs_clock_ns());
     gt_sync_times(t->sync, &wait1, &sync1);
     sums[SUM_CORRECT] += (double)correct;
     sums[SUM_COMPUTE] += gt_now_s() - start - (wait1 - wait0) - (sync1 - sync0);
@@ -313,6 +319,8 @@ static gs_status run(trainer *t, int *same_p)
     st = gt_sync_same(t->sync, hash, 1, &same);
     if (st == GS_OK && t->rank == 0 && t->opt.save)
         st = save_weights(t);
+    if (st == GS_OK && t->rank == 0 && t->opt.plot)
+        st = gt_plot_write(t->opt.plot, &t->info, t->stats, t->opt.epochs);
     if (st == GS_OK && t->rank == 0) {
         if (t->opt.json)
             gt_report_json(stdout, &t->info, t->stats, t->opt.epochs, gt_now_s() - start, hash, same);

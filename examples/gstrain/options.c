@@ -45,6 +45,8 @@ static void usage(FILE *out)
             "  --progress MODE     auto (bar on a terminal, else a line every 10%%), bar, lines, none\n"
             "  --json              print one JSON object with every figure instead of text\n"
             "  --save FILE         write the final weights (float32, layer by layer: W then b)\n"
+            "  --plot FILE         draw loss, accuracy and the compute/sync split per epoch into a PNG\n"
+            "                      (needs gnuplot: apt-get install gnuplot-nox)\n"
             "  -h, --help          this text\n",
             GT_DATA_DIR_DEFAULT, DEFAULT_EPOCHS, DEFAULT_BATCH, (double)DEFAULT_LR, (double)DEFAULT_MOMENTUM,
             DEFAULT_SEED, DEFAULT_BUCKET_KB);
@@ -110,6 +112,7 @@ enum {
     OPT_PROGRESS,
     OPT_JSON,
     OPT_SAVE,
+    OPT_PLOT,
 };
 
 static const struct option long_options[] = {
@@ -130,6 +133,7 @@ static const struct option long_options[] = {
     {"progress", required_argument, NULL, OPT_PROGRESS},
     {"json", no_argument, NULL, OPT_JSON},
     {"save", required_argument, NULL, OPT_SAVE},
+    {"plot", required_argument, NULL, OPT_PLOT},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -165,6 +169,7 @@ static int apply(int c, const char *arg, gt_options *opt)
     case OPT_PROGRESS: rc = parse_choice("--progress", arg, progress, &choice), opt->progress = choice; break;
     case OPT_JSON: opt->json = 1; break;
     case OPT_SAVE: opt->save = arg; break;
+    case OPT_PLOT: opt->plot = arg; break;
     default: rc = -1; break;
     }
     return rc;

@@ -23,6 +23,7 @@ typedef struct gt_options {
     gt_progress_mode progress;
     int json;
     const char *save; /* write the final weights here (rank 0) */
+    const char *plot; /* draw the epochs' figures into this PNG (rank 0, gnuplot) */
 } gt_options;
 
 /* Parses argv. Returns 0 to run, 1 when --help was printed, 2 on a usage

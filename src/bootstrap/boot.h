@@ -55,6 +55,7 @@ struct gs_ctx {
     unsigned tp_next;
     unsigned tp_open;
     unsigned comm_next; /* communicators created on it so far: names their store keys */
+    bool traced;        /* this context opened the GS_TRACE file (closed with it) */
 };
 
 /* ---- discovery (discover.c, host_id.c) ---------------------------------- */

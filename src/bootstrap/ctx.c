@@ -1,11 +1,14 @@
 /* The context: configuration, rank discovery, the store connection, and on
  * rank 0 (unless a launcher serves it) the store itself. */
 #include "bootstrap/boot.h"
+#include "bootstrap/store_client.h"
 #include "bootstrap/store_proto.h"
 
 #include "util/affinity.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,10 +89,49 @@ static gs_status start(gs_ctx *ctx)
     return GS_OK;
 }
 
+/* GS_TRACE: this process's clock against the store's, the best of 8 round
+ * trips (the store's process itself, and a caller's store: no offset). */
+static gs_status trace_start(gs_ctx *ctx)
+{
+    gs_trace_clock clock = {.source = ctx->store ? "store" : ctx->has_ext ? "none" : "same process"};
+    uint64_t best = UINT64_MAX;
+    gs_status st = GS_OK;
+    if (!ctx->cfg.trace[0])
+        return GS_OK;
+    if (ctx->server) /* rank 0 serves the store: its clock is the store's */
+        clock.source = "same process";
+    for (int i = 0; clock.source[0] == 's' && ctx->store && !ctx->server && i < 8 && st == GS_OK; i++) {
+        gs_store_request req = {.type = GS_STORE_TIME};
+        uint8_t buf[8 + 128] = {0};
+        uint64_t server_ns, t0 = gs_now_ns(), t1;
+        gs_store_reply reply = {.buf = buf, .cap = sizeof(buf) - 1};
+        st = gs_boot_client_request(ctx->store, &req, &reply);
+        t1 = gs_now_ns();
+        if (st != GS_OK || reply.len < 8)
+            continue;
+        memcpy(&server_ns, buf, sizeof(server_ns));
+        if (strcmp((const char *)buf + 8, ctx->host_id) == 0) { /* one clock: the kernel's */
+            clock = (gs_trace_clock){.source = "same host"};
+            break;
+        }
+        if (t1 - t0 < best) {
+            best = t1 - t0;
+            clock.offset_ns = (int64_t)(server_ns - t0) - (int64_t)(best / 2);
+            clock.bound_ns = best / 2 + 1;
+        }
+    }
+    if (st == GS_OK)
+        st = gs_trace_open(ctx->cfg.trace, ctx->rank, &clock);
+    ctx->traced = st == GS_OK;
+    return st;
+}
+
 static gs_status finish(gs_ctx *ctx, gs_status status, gs_ctx **ctx_p)
 {
     if (status == GS_OK)
         status = start(ctx);
+    if (status == GS_OK)
+        status = trace_start(ctx);
     if (status == GS_OK) {
         *ctx_p = ctx;
         return GS_OK;
@@ -313,6 +355,8 @@ gs_status gs_ctx_destroy(gs_ctx *ctx)
     }
     if (ctx->has_ext)
         pthread_mutex_destroy(&ctx->ext_lock);
+    if (ctx->traced)
+        gs_trace_close();
     gs_boot_client_close(ctx->store);
     /* Rank 0 keeps serving until every rank has left, within the deadline. */
     gs_boot_server_stop(ctx->server, (int)ctx->cfg.timeout_ms);

@@ -35,7 +35,9 @@ typedef enum gs_store_msg {
     GS_STORE_BARRIER,   /* key = tag, arg = timeout ms */
     GS_STORE_BYE,       /* no reply */
     GS_STORE_REPLY,     /* status; value = result, or error text when status < 0 */
-    GS_STORE_MSG_MAX = GS_STORE_REPLY,
+    GS_STORE_TIME,      /* no key; reply value = the server's monotonic clock in ns (u64), then its
+                           host id (no NUL): GS_TRACE's common clock */
+    GS_STORE_MSG_MAX = GS_STORE_TIME,
 } gs_store_msg;
 
 enum { GS_STORE_HELLO_REJOIN = 1 }; /* HELLO flags, in the status field */

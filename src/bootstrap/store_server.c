@@ -175,6 +175,14 @@ static void dispatch(gs_store_server *s, gs_store_conn *conn)
     case GS_STORE_ALLGATHER:
     case GS_STORE_BARRIER: gs_boot_table_join(s, conn, conn->hdr.type, key, value, len, conn->hdr.arg); break;
     case GS_STORE_BYE: conn->bye = true; break;
+    case GS_STORE_TIME: { /* the clock, then the host id: a rank on the same host needs no offset */
+        uint8_t reply[8 + 128];
+        uint64_t now = gs_now_ns();
+        memcpy(reply, &now, sizeof(now));
+        gs_boot_host_id((char *)reply + 8, sizeof(reply) - 8);
+        gs_boot_server_reply(conn, GS_OK, reply, 8 + strlen((char *)reply + 8));
+        break;
+    }
     default: break;
     }
 }
@@ -198,12 +206,16 @@ static const char *header_problem(const gs_store_conn *conn)
     case GS_STORE_GET:
     case GS_STORE_BARRIER:
     case GS_STORE_BYE:
+    case GS_STORE_TIME:
         if (h->value_len != 0)
             return "unexpected value";
         break;
     default: return "unknown message type";
     }
-    if (h->key_len > GS_STORE_KEY_MAX || (h->type != GS_STORE_BYE && h->key_len == 0))
+    if (h->type == GS_STORE_TIME && h->key_len != 0)
+        return "TIME carries no key";
+    if (h->key_len > GS_STORE_KEY_MAX ||
+        (h->type != GS_STORE_BYE && h->type != GS_STORE_TIME && h->key_len == 0))
         return "key empty or longer than GS_STORE_KEY_MAX";
     return NULL;
 }

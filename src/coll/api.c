@@ -6,7 +6,9 @@
 #include "coll/coll.h"
 
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -362,6 +364,13 @@ static void req_put(gs_comm *comm, gs_coll_req *req)
     comm->free_reqs = req;
 }
 
+/* GS_TRACE: the event of a call the tiny path finished. */
+static void tiny_traced(const gs_comm *comm, const gs_call *c, uint64_t start_ns, gs_status st)
+{
+    gs_coll_trace_event(comm, gs_coll_kind_name(c->kind), "tiny", comm->seq_issued, c->count,
+                        c->count * gs_dtype_size(c->dtype), c->dtype, c->redop, -1, start_ns, 0, st);
+}
+
 /* The engine finishes a call the tiny path posted but could not finish. */
 static gs_status tiny_resume(gs_comm *comm, gs_call *c)
 {
@@ -419,9 +428,16 @@ gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t
 {
     gs_call c = ALLREDUCE_CALL("gs_allreduce");
     if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes, <= 8 bytes */
+        uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
         gs_status st = gs_tiny_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
+        if (st == GS_INPROGRESS) {
+            comm->trace_t0 = t0;
+            return tiny_resume(comm, &c);
+        }
+        if (st != GS_ERR_AGAIN && t0)
+            tiny_traced(comm, &c, t0, st);
         if (st != GS_ERR_AGAIN)
-            return st == GS_INPROGRESS ? tiny_resume(comm, &c) : st;
+            return st;
     }
     return run_blocking(comm, &c);
 }
@@ -495,8 +511,16 @@ gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_
 gs_status gs_barrier(gs_comm *comm)
 {
     gs_call c = {.fn = "gs_barrier", .kind = GS_COLL_BARRIER, .root = -1};
-    if (comm && gs_tiny_ready(comm)) /* 2 ranks over the boxes */
-        return gs_tiny_barrier(comm) == GS_OK ? GS_OK : tiny_resume(comm, &c);
+    if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes */
+        uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
+        if (gs_tiny_barrier(comm) != GS_OK) {
+            comm->trace_t0 = t0;
+            return tiny_resume(comm, &c);
+        }
+        if (t0)
+            tiny_traced(comm, &c, t0, GS_OK);
+        return GS_OK;
+    }
     return run_blocking(comm, &c);
 }
 

@@ -187,6 +187,9 @@ struct gs_coll_op {
     /* the v-variants, in elements (the caller's arrays, untouched until the call ends): alltoallv all
      * four; allgatherv rcounts and rdispls; reduce_scatter_v rcounts */
     const size_t *scounts, *sdispls, *rcounts, *rdispls;
+    /* GS_TRACE (trace.c): when the call started (0: not traced), the last
+     * tick, the progress count then, and the time it waited */
+    uint64_t trace_ns, trace_tick_ns, trace_seen, trace_wait_ns;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -248,6 +251,9 @@ struct gs_comm {
     unsigned id;           /* creation number in this process: names store keys */
     bool oversubscribed;   /* more ranks on this host than cores: waiting yields the CPU */
     bool all_local;        /* every rank on this host */
+    int hosts;             /* hosts the ranks run on */
+    uint64_t trace_t0;     /* GS_TRACE: when the call the engine resumes from the tiny path began */
+    int local_ranks;       /* ranks on this host */
     bool tiny;             /* small blocking calls may take the tiny path (tiny.c) */
     uint64_t tiny_done;    /* calls the tiny path finished (tests read them) */
     uint64_t tiny_resumed; /* calls it posted and the engine finished */
@@ -526,6 +532,18 @@ static inline bool gs_block_kind(gs_coll_kind kind)
 void gs_rooted_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p);
 void gs_alltoall_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p);
 
+/* ---- trace.c: GS_TRACE events (callers check gs_trace_enabled() first) */
+void gs_coll_trace_start(gs_coll_op *op);
+/* A progress pass of comm: the head call's time since the last one was
+ * waiting if nothing moved. */
+void gs_coll_trace_tick(gs_comm *comm);
+/* The call's event (nothing if it was not traced). */
+void gs_coll_trace_end(gs_coll_op *op, gs_status status);
+/* One event from its parts (the tiny path, which has no op). */
+void gs_coll_trace_event(const gs_comm *comm, const char *kind, const char *algo, uint64_t seq, size_t count,
+                         size_t bytes, gs_dtype dtype, gs_redop redop, int root, uint64_t start_ns,
+                         uint64_t wait_ns, gs_status status);
+
 /* ---- prim.c */
 /* Runs one step as far as it can: GS_OK done, GS_INPROGRESS waiting (call
  * again after progress), else an error. */
@@ -649,6 +667,9 @@ static inline bool gs_tiny_ready(const gs_comm *comm)
 gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
                             gs_redop op);
 gs_status gs_tiny_barrier(gs_comm *comm);
+
+/* ---- summary.c: the init summary (GS_LOG_LEVEL=info, rank 0, once per process) */
+void gs_coll_summary(const gs_comm *comm);
 
 /* ---- select.c */
 const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_t bytes);

@@ -229,6 +229,14 @@ static void note_oversubscription(gs_comm *comm, const comm_hello *all)
         local += all[p].host == me->host;
     comm->oversubscribed = local > (int)me->cores;
     comm->all_local = local == comm->size;
+    comm->local_ranks = local;
+    comm->hosts = 0;
+    for (int p = 0; p < comm->size; p++) { /* a host counts at its first rank */
+        int q = 0;
+        while (all[q].host != all[p].host)
+            q++;
+        comm->hosts += q == p;
+    }
 }
 
 static uint32_t usable_cores(void)
@@ -368,6 +376,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
     if (st != GS_OK)
         goto err_release;
     comm->tiny = gs_tiny_allowed(comm);
+    gs_coll_summary(comm);
     gs_log_debug(COLL, "rank %d: communicator %u up over %s, %d ranks, chunk %zu bytes%s", comm->rank,
                  comm->id, gs_tp_name(comm->tp), comm->size, comm->chunk,
                  comm->oversubscribed ? ", more local ranks than cores: waits yield" : "");

@@ -12,6 +12,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -28,6 +29,8 @@ static void finish_head(gs_comm *comm, gs_status status)
         comm->tail = NULL;
     req->next = NULL;
     gs_coll_user_close(&req->op);
+    if (gs_trace_enabled())
+        gs_coll_trace_end(&req->op, status);
     if (status == GS_OK && req->op.zc_class >= 0)
         gs_coll_zc_record(&req->op, gs_now_ns());
     if (req->op.seq > comm->seq_done)
@@ -77,11 +80,15 @@ static gs_status run_op(gs_coll_op *op)
  * the messages that came for it early. */
 static gs_status run_queue(gs_comm *comm)
 {
+    if (gs_trace_enabled())
+        gs_coll_trace_tick(comm);
     while (comm->head) {
         gs_coll_op *op = &comm->head->op;
         gs_status st = GS_OK;
         if (!op->started) {
             op->started = true;
+            if (gs_trace_enabled())
+                gs_coll_trace_start(op);
             gs_coll_zc_choose(op); /* under the lock: the progress thread records */
             if (op->zc_class >= 0)
                 op->start_ns = gs_now_ns();
@@ -107,6 +114,8 @@ static gs_status run_queue(gs_comm *comm)
 static gs_status dispatch(gs_comm *comm, int n)
 {
     gs_status first = GS_OK;
+    if (gs_trace_enabled())
+        gs_coll_trace_tick(comm);
     for (int i = 0; i < n; i++) {
         gs_status st = gs_chan_complete(comm, &comm->wcs[i]);
         if (st != GS_OK && first == GS_OK) {
@@ -262,6 +271,8 @@ static gs_status quick_enter(gs_comm *comm, gs_coll_req *req, uint64_t seq)
     op->seq = seq;
     comm->head = comm->tail = req;
     op->started = true;
+    if (gs_trace_enabled())
+        gs_coll_trace_start(op);
     comm->progress_count++;
     return gs_chan_check_queued(comm, op);
 }

@@ -14,6 +14,7 @@
 #include "coll/coll.h"
 
 #include "util/log.h"
+#include "util/trace.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -150,6 +151,8 @@ static void fail(gs_comm *comm, gs_status status, uint64_t seq, const char *text
         req->next = NULL;
         req->status = status;
         gs_coll_user_close(&req->op);
+        if (gs_trace_enabled())
+            gs_coll_trace_end(&req->op, status);
     }
     if (!comm->head)
         comm->tail = NULL;

@@ -210,6 +210,7 @@ struct gs_ps_req {
     bool active;             /* at the head of its key, shards set up */
     bool done;
     gs_status status;
+    uint64_t trace_ns; /* GS_TRACE: when it started (0: not traced) */
     gs_ps_req *next;
 };
 

@@ -12,6 +12,7 @@
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,25 @@ static float grad_scale(const gs_ps *ps)
 }
 
 /* One optimizer step with grad, inside the seqlock. */
+/* GS_TRACE: one "apply" event of a shard, from t0 (the call) with how long
+ * the step's first gradient had waited for the last one (sync, atomic). */
+static void trace_apply(const gs_ps *ps, const gs_ps_sshard *sh, const char *mode, uint64_t t0,
+                        uint64_t first_ns)
+{
+    gs_trace_arg args[] = {
+        GS_TARG_I("key", sh->key),
+        GS_TARG_I("shard", sh->kindex),
+        GS_TARG_I("count", sh->count),
+        GS_TARG_I("bytes", sh->count * sizeof(float)),
+        GS_TARG_S("mode", mode),
+        GS_TARG_I("version", gs_ps_head_of(sh)->version),
+        GS_TARG_I("workers", ps->nworkers),
+        GS_TARG_D("gathered_us", first_ns && first_ns < t0 ? (double)(t0 - first_ns) / 1e3 : 0.0),
+    };
+    gs_trace_event("ps", "apply", false, GS_TRACE_PS_SHARD(sh->gid), "ps shard %llu", sh->gid, t0,
+                   gs_now_ns(), args, (int)(sizeof(args) / sizeof(args[0])));
+}
+
 static void update(gs_ps *ps, gs_ps_sshard *sh, const float *grad)
 {
     sh->opt_steps++;
@@ -64,6 +84,7 @@ gs_status gs_ps_apply_sync(gs_ps *ps, gs_ps_sshard *sh)
     gs_ps_head *h = gs_ps_head_of(sh);
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     const float *grads[GS_PS_FUSE_MAX];
+    uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0, first_ns = sh->waiting_since_ns;
     /* Step 1 and 2, fused block by block: the slots summed in worker order
      * (the same order every step), the optimizer on the mean, inside the
      * seqlock; big shards shared with the apply threads. */
@@ -89,6 +110,8 @@ gs_status gs_ps_apply_sync(gs_ps *ps, gs_ps_sshard *sh)
     sh->waiting_since_ns = 0;
     sh->status = GS_OK;
     gs_ps_notify_all(ps, sh);
+    if (t0)
+        trace_apply(ps, sh, "sync", t0, first_ns);
     return GS_OK;
 }
 
@@ -96,7 +119,7 @@ gs_status gs_ps_apply_async(gs_ps *ps, gs_ps_sshard *sh, int w)
 {
     gs_ps_head *h = gs_ps_head_of(sh);
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
-    uint64_t old_min = h->min_step;
+    uint64_t old_min = h->min_step, t0 = gs_trace_enabled() ? gs_now_ns() : 0;
     gs_ps_seq_begin(h);
     update(ps, sh, slot_of(sh, w));
     ws[w].applied++;
@@ -107,6 +130,8 @@ gs_status gs_ps_apply_async(gs_ps *ps, gs_ps_sshard *sh, int w)
         gs_ps_notify_all(ps, sh);
     else
         gs_ps_notify(ps, sh, w);
+    if (t0)
+        trace_apply(ps, sh, "async", t0, 0);
     return GS_OK;
 }
 
@@ -146,6 +171,7 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
     gs_ps_head *h = gs_ps_head_of(sh);
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     uint64_t overflow = acc_head(sh)->overflow;
+    uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0, first_ns = sh->waiting_since_ns;
     gs_status st = scratch_for(ps, sh->count);
     if (st != GS_OK)
         return st;
@@ -172,6 +198,8 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
             "the step was not applied (lower GS_PS_ATOMIC_FRAC_BITS)",
             ps->rank, (unsigned long long)sh->key, sh->kindex, (unsigned long long)(h->version - 1));
     gs_ps_notify_all(ps, sh);
+    if (t0)
+        trace_apply(ps, sh, "atomic", t0, first_ns);
     return GS_OK;
 }
 

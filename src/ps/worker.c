@@ -12,6 +12,7 @@
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,9 +211,29 @@ static gs_ps_wkey *find_key(gs_ps *ps, uint64_t key)
     return NULL;
 }
 
+/* GS_TRACE: the request's event, from its start to now. */
+static void trace_req(const gs_ps *ps, const gs_ps_req *req)
+{
+    gs_trace_arg args[] = {
+        GS_TARG_I("key", req->key->key),
+        GS_TARG_I("count", req->key->count),
+        GS_TARG_I("bytes", req->key->count * sizeof(float)),
+        GS_TARG_I("step", req->step),
+        GS_TARG_I("shards", req->key->nshards),
+        GS_TARG_I("worker", ps->index),
+        GS_TARG_S("transport", gs_tp_name(ps->tp)),
+        GS_TARG_S("status", gs_status_name(req->status)),
+    };
+    gs_trace_event("ps", req->push ? (req->pull ? "push_pull" : "push") : "pull", false,
+                   GS_TRACE_PS_KEY(req->key->key), "ps key %llu", req->key->key, req->trace_ns, gs_now_ns(),
+                   args, (int)(sizeof(args) / sizeof(args[0])));
+}
+
 static void finish(gs_ps *ps, gs_ps_req *req)
 {
     gs_ps_wkey *wk = req->key;
+    if (req->trace_ns)
+        trace_req(ps, req);
     req->done = true;
     ps->wrk.finished++;
     /* A push that failed because the job must recover is repeated by the
@@ -470,7 +491,8 @@ static gs_status start(gs_ps *ps, uint64_t key, const float *grad, float *out, b
                        .pull = pull,
                        .grad = grad,
                        .out = out,
-                       .step = push ? wk->next_step++ : 0};
+                       .step = push ? wk->next_step++ : 0,
+                       .trace_ns = gs_trace_enabled() ? gs_now_ns() : 0};
     if (wk->tail)
         wk->tail->next = req;
     else

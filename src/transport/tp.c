@@ -180,6 +180,14 @@ gs_ep *gs_tp_ep(gs_tp *tp, int peer)
     return tp->eps[peer];
 }
 
+void gs_tp_describe(const gs_tp *tp, char *buf, size_t cap)
+{
+    if (tp->ops->describe)
+        tp->ops->describe(tp, buf, cap);
+    else
+        snprintf(buf, cap, "%s", tp->ops->name);
+}
+
 gs_status gs_tp_ep_error(gs_ep *ep, char *buf, size_t cap)
 {
     if (cap)

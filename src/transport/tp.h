@@ -137,6 +137,10 @@ struct gs_tp_ops {
      * into buf (a lost peer's as gs_error_peer_lost_text). A completion with
      * an error status says what; this says why. Non-blocking. */
     gs_status (*ep_error)(gs_ep *ep, char *buf, size_t cap);
+    /* Optional (NULL: the name alone): one line on what this instance
+     * runs over, for the init summary (verbs: device, port, GID, MTU).
+     * Non-blocking. */
+    void (*describe)(const gs_tp *tp, char *buf, size_t cap);
 };
 
 /* The backends built in, in preference order for GS_TRANSPORT=auto. */
@@ -146,6 +150,8 @@ extern const gs_tp_ops gs_tcp_ops;
 extern const gs_tp_ops gs_verbs_ops;
 #endif
 
+/* ops->describe of tp, or its name. */
+void gs_tp_describe(const gs_tp *tp, char *buf, size_t cap);
 /* ops->ep_error of ep's transport (GS_OK for a NULL ep). */
 gs_status gs_tp_ep_error(gs_ep *ep, char *buf, size_t cap);
 

@@ -23,6 +23,10 @@
       "subsystems to log, comma separated: all or util,boot,tp,shm,tcp,verbs,coll,ps,tool")                  \
     X(log_file, "GS_LOG_FILE", STR, "", NULL,                                                                \
       "log to this file instead of stderr (%h host, %p pid, %r rank)")                                       \
+    X(trace, "GS_TRACE", STR, "", NULL,                                                                      \
+      "write a timeline of every collective and parameter-server operation to this file (Chrome Trace "      \
+      "Event "                                                                                               \
+      "JSON, %r the rank); gstrace merge joins the ranks' files")                                            \
     X(poll, "GS_POLL", ENUM, "hybrid", "spin|event|hybrid",                                                  \
       "completion wait: busy poll, block on an fd/futex, or spin GS_SPIN_US then block")                     \
     X(spin_us, "GS_SPIN_US", INT, "100", NULL, "hybrid polling: microseconds to spin before blocking")       \

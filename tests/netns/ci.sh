@@ -14,7 +14,10 @@
 #      with the IPv4 addresses removed (IPv6 only);
 #   2. gsperf as a real two-host job: rank 0 in r0 serves the store on its
 #      address, rank 1 in r1 joins it, GS_TRANSPORT=auto (the ranks' host ids
-#      differ, so it must pick tcp); over IPv4 and over IPv6.
+#      differ, so it must pick tcp); over IPv4 and over IPv6. With GS_TRACE:
+#      rank 1 measures its clock against the store's in r0 over the network
+#      (the two "hosts" share the machine's clock, so the true offset is 0 and
+#      the measured one must lie within the bound it states).
 # A machine where it cannot run (no root, no ip, no network namespaces or
 # veth) fails it, saying what is missing and how to get it: never a skip.
 set -uo pipefail
@@ -88,7 +91,8 @@ conformance() { # label
 gsperf_two_hosts() { # label store-address
     local token port=29601 log0=$build/netns-gsperf-$1.r0.log log1=$build/netns-gsperf-$1.r1.log
     token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-    local common=(GS_WORLD_SIZE=2 "GS_STORE=$2:$port" "GS_JOB_TOKEN=$token" GS_TRANSPORT=auto GS_TIMEOUT_MS=30000)
+    local common=(GS_WORLD_SIZE=2 "GS_STORE=$2:$port" "GS_JOB_TOKEN=$token" GS_TRANSPORT=auto GS_TIMEOUT_MS=30000
+        "GS_TRACE=$build/netns-trace-$1.%r.json")
     local args=(--op all --iters 200 --min 8 --max 262144 --no-floor --no-pin)
     ip netns exec "${tag}r0" env "${common[@]}" GS_RANK=0 timeout 300 "$build/tools/gsperf" "${args[@]}" \
         >"$log0" 2>&1 &
@@ -103,6 +107,17 @@ gsperf_two_hosts() { # label store-address
     else
         tail -n 20 "$log0" "$log1"
         echo "netns: FAILED: gsperf over $1 (rank 0 rc $rc0, rank 1 rc $rc1, logs $log0 $log1)" >&2
+        failed=1
+    fi
+    local head
+    head=$(head -1 "$build/netns-trace-$1.1.json" 2>/dev/null)
+    if echo "$head" | grep -q '"clock_source": "store"' &&
+        echo "$head" | awk -F'[:,]' '{ for (i = 1; i < NF; i++) { if ($i ~ /clock_offset_ns/) o = $(i + 1);
+            if ($i ~ /clock_bound_ns/) b = $(i + 1) } } END { o = o < 0 ? -o : o; exit !(b > 0 && o <= b) }'; then
+        echo "netns: GS_TRACE clock over $1, measured against the store across hosts: $(echo "$head" |
+            grep -o '"clock_offset_ns": [-0-9]*, "clock_bound_ns": [0-9]*')"
+    else
+        echo "netns: FAILED: GS_TRACE clock over $1: $head (want source store, |offset| <= bound)" >&2
         failed=1
     fi
 }

@@ -9,7 +9,7 @@ shift
 prefix=$(mktemp -d "${TMPDIR:-/tmp}/gs-install.XXXXXX")
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in include/gradsync.h bin/gsrun bin/gsinfo bin/gsperf bin/gsbench; do
+for f in include/gradsync.h bin/gsrun bin/gsinfo bin/gsperf bin/gsbench bin/gstrace bin/gsplot; do
     [ -e "$prefix/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 pc=$(find "$prefix" -name gradsync.pc | head -n 1)

@@ -387,6 +387,13 @@ static gs_status shm_ep_error(gs_ep *base, char *buf, size_t cap)
     return GS_OK;
 }
 
+static void shm_describe(const gs_tp *base, char *buf, size_t cap)
+{
+    const gs_shm_tp *tp = (const gs_shm_tp *)base;
+    snprintf(buf, cap, "shm (memfd segments; caller memory by cross-memory attach: %s%s%s)",
+             tp->cma_ok ? "yes" : "no", tp->cma_ok ? "" : ", ", tp->cma_ok ? "" : tp->cma_why);
+}
+
 const gs_tp_ops gs_shm_ops = {
     .name = "shm",
     .id = GS_TRANSPORT_SHM,
@@ -407,4 +414,5 @@ const gs_tp_ops gs_shm_ops = {
     .poll = gs_shm_poll,
     .wait = gs_shm_wait,
     .ep_error = shm_ep_error,
+    .describe = shm_describe,
 };

@@ -135,6 +135,16 @@ static gs_status tcp_ep_error(gs_ep *base, char *buf, size_t cap)
     return status;
 }
 
+static void tcp_describe(const gs_tp *tp, char *buf, size_t cap)
+{
+    const gs_config *cfg = tp->cfg;
+    static const char *const zcopy[] = {"auto", "on", "off"};
+    snprintf(buf, cap, "tcp (interface %s%s, GS_TCP_ZCOPY=%s)",
+             cfg->tcp_ifname[0] ? cfg->tcp_ifname : "of the store's route",
+             cfg->tcp_netns[0] ? ", in network namespaces" : "",
+             cfg->tcp_zcopy >= 0 && cfg->tcp_zcopy < 3 ? zcopy[cfg->tcp_zcopy] : "?");
+}
+
 const gs_tp_ops gs_tcp_ops = {
     .name = "tcp",
     .id = GS_TRANSPORT_TCP,
@@ -155,4 +165,5 @@ const gs_tp_ops gs_tcp_ops = {
     .poll = gs_tcp_poll,
     .wait = gs_tcp_wait,
     .ep_error = tcp_ep_error,
+    .describe = tcp_describe,
 };

@@ -10,6 +10,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -348,6 +349,21 @@ static gs_status verbs_ep_error(gs_ep *base, char *buf, size_t cap)
     return ep->state == GS_VERBS_EP_CLOSED ? GS_ERR_PEER_LOST : ep->err;
 }
 
+static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
+{
+    const gs_verbs_dev *d = &((const gs_verbs_tp *)tp)->dev;
+    char gid[INET6_ADDRSTRLEN] = "-";
+    if (d->gid_index >= 0)
+        inet_ntop(AF_INET6, d->gid.raw, gid, sizeof(gid));
+    snprintf(buf, cap,
+             "verbs (device %s port %u, %s, LID %u, GID[%d] %s%s, active MTU %d, GS_IB_TIMEOUT=%lld, "
+             "GS_IB_RETRY_CNT=%lld)",
+             d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
+             d->gid_index, gid, d->gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
+             128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_timeout,
+             (long long)tp->cfg->ib_retry_cnt);
+}
+
 const gs_tp_ops gs_verbs_ops = {
     .name = "verbs",
     .id = GS_TRANSPORT_VERBS,
@@ -369,4 +385,5 @@ const gs_tp_ops gs_verbs_ops = {
     .poll = gs_verbs_poll,
     .wait = gs_verbs_wait,
     .ep_error = verbs_ep_error,
+    .describe = verbs_describe,
 };
