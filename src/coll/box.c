@@ -28,6 +28,7 @@
 #include "coll/box.h"
 
 #include "bootstrap/boot.h"
+#include "transport/tp.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/futex.h"
@@ -215,12 +216,81 @@ static gs_status peer_failed(gs_coll_op *op)
     return GS_OK;
 }
 
+/* ---- by reference ---------------------------------------------------------------- */
+
+/* Bytes of one rank's piece of the call. */
+static size_t piece_bytes(const gs_coll_op *op)
+{
+    return (size_t)op->count * op->es;
+}
+
+bool gs_box_ref_possible(const gs_comm *comm, size_t piece)
+{
+    return comm->box && comm->size > 1 && piece >= GS_BOX_REF_BYTES &&
+           (comm->tp->ops->caps(comm->tp) & GS_TP_CAP_USER_MEM);
+}
+
+bool gs_box_ref_wanted(const gs_coll_op *op)
+{
+    gs_coll_kind k = op->kind;
+    if (!op->box || op->parts || !gs_box_ref_possible(op->comm, piece_bytes(op)))
+        return false;
+    if (k == GS_COLL_ALLTOALL) /* in place, a peer would read blocks this rank is overwriting */
+        return op->send != op->recv;
+    return k == GS_COLL_BROADCAST || k == GS_COLL_ALLGATHER || k == GS_COLL_GATHER || k == GS_COLL_SCATTER;
+}
+
+void gs_box_ref_extents(const gs_coll_op *op, size_t *send_p, size_t *recv_p)
+{
+    size_t one = piece_bytes(op), all = one * (size_t)op->comm->size;
+    bool root = op->comm->rank == op->root;
+    switch (op->kind) {
+    case GS_COLL_BROADCAST: *send_p = root ? one : 0, *recv_p = root ? 0 : one; break;
+    case GS_COLL_GATHER: *send_p = root ? 0 : one, *recv_p = root ? all : 0; break;
+    case GS_COLL_SCATTER: *send_p = root ? all : 0, *recv_p = root ? 0 : one; break;
+    case GS_COLL_ALLGATHER: *send_p = one, *recv_p = all; break;
+    default: *send_p = all, *recv_p = all; break; /* alltoall */
+    }
+}
+
+/* The post's payload names where its data lies in this rank's send buffer. */
+static void post_ref(gs_coll_op *op, const gs_prim *p, uint8_t *dst)
+{
+    gs_coll_box_ref ref = {.offset = (uint64_t)(p->local - op->send), .stride = p->stride};
+    gs_mr_pack(op->send_mr, &ref.region);
+    memcpy(dst, &ref, sizeof(ref));
+}
+
+/* Peer q's data for this rank, by reference: one read from its buffer into dst. */
+static gs_status read_ref(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst)
+{
+    gs_comm *c = op->comm;
+    gs_coll_box_ref ref;
+    memcpy(&ref, gs_box_payload(gs_box_slot(c->box, q, op->box_post)), sizeof(ref));
+    uint64_t off = ref.offset + (p->pieces ? (uint64_t)c->rank * ref.stride : 0);
+    gs_status st = gs_ep_read(gs_tp_ep(c->tp, q), dst, op->recv_mr, p->bytes, &ref.region, off, 0, 0);
+    if (st != GS_OK)
+        return gs_fail(GS_SUBSYS_COLL, st,
+                       "rank %d: reading %zu bytes of rank %d's buffer (by reference) failed: %s", c->rank,
+                       p->bytes, q, gs_last_error());
+    return GS_OK;
+}
+
 /* ---- posting and reading ----------------------------------------------------- */
+
+static void publish(gs_coll_op *op, uint32_t unit, size_t bytes, uint8_t flags);
 
 gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
     uint8_t *dst = gs_box_next_payload(c);
+    if (op->box_ref && p->bytes && p->local) {
+        post_ref(op, p, dst);
+        publish(op, p->send_unit, p->bytes, GS_COLL_HDR_REF);
+        if (p->out && p->out != p->local && !p->stride)
+            gs_coll_copy_out(op, p->out, p->local, p->bytes);
+        return GS_OK;
+    }
     if (p->stride) { /* a piece for every rank, mine included unless I read it from my input (pieces) */
         for (int q = 0; q < c->size && p->bytes; q++)
             if (!p->pieces || q != c->rank)
@@ -239,13 +309,15 @@ uint8_t *gs_box_next_payload(gs_comm *comm)
     return gs_box_payload(gs_box_slot(comm->box, comm->rank, comm->box->posts + 1));
 }
 
-void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
+/* The next post, its header flags set before the post number. */
+static void publish(gs_coll_op *op, uint32_t unit, size_t bytes, uint8_t flags)
 {
     gs_comm *c = op->comm;
     gs_box *box = c->box;
     uint64_t post = box->posts + 1;
     gs_box_head *head = gs_box_slot(box, c->rank, post);
     gs_desc_fill(op, &head->hdr, unit, bytes);
+    head->hdr.flags = flags;
     if (op->parts && c->size == 2) /* when it was posted: the peer learns how far this rank is */
         head->hdr.reserved = gs_now_ns();
     /* a plain release store: a locked instruction would wait for the line
@@ -256,6 +328,11 @@ void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
     op->box_post = post;
     gs_box_ring(c);
     c->progress_count++;
+}
+
+void gs_box_publish(gs_coll_op *op, uint32_t unit, size_t bytes)
+{
+    publish(op, unit, bytes, 0);
 }
 
 uint64_t gs_box_posts(const gs_comm *comm)
@@ -314,6 +391,13 @@ static void reduce_all(gs_coll_op *op, const gs_prim *p, size_t n)
     }
 }
 
+/* Whether peer q's current post is a reference (its header says so). */
+static bool by_ref(const gs_coll_op *op, int q)
+{
+    const gs_comm *c = op->comm;
+    return q != c->rank && (gs_box_slot(c->box, q, op->box_post)->hdr.flags & GS_COLL_HDR_REF);
+}
+
 gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
@@ -337,17 +421,23 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
     if (p->mode == GS_PRIM_REDUCE) {
         reduce_all(op, p, n);
     } else if (p->mode == GS_PRIM_GATHER && p->out && p->bytes) {
-        for (int q = 0; q < c->size; q++) {
+        for (int q = 0; q < c->size && st == GS_OK; q++) {
             uint8_t *dst = p->out + (size_t)q * p->stride;
             const uint8_t *src = operand(op, p, q);
-            if (dst != src)
+            if (by_ref(op, q))
+                st = read_ref(op, p, q, dst);
+            else if (dst != src)
                 gs_coll_copy_out(op, dst, src, p->bytes);
         }
     } else if (p->mode == GS_PRIM_BCAST && p->out && p->bytes) {
         const uint8_t *src = operand(op, p, p->root);
-        if (src != p->out)
+        if (by_ref(op, p->root))
+            st = read_ref(op, p, p->root, p->out);
+        else if (src != p->out)
             gs_coll_copy_out(op, p->out, src, p->bytes);
     }
+    if (st != GS_OK)
+        return st;
     c->progress_count++;
     return GS_OK;
 }

@@ -24,14 +24,17 @@
 #ifndef GS_COLL_PROTO_H
 #define GS_COLL_PROTO_H
 
+#include "gradsync.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
-#define GS_COLL_PROTO_VERSION 2    /* 2: gs_coll_hdr.flags (a payload written apart) */
-#define GS_COLL_SLOTS         4    /* data slots per peer (credits) */
-#define GS_COLL_HDR_BYTES     48   /* payload starts here: up to 16 payload bytes share the header's line */
-#define GS_COLL_CTRL_BYTES    1024 /* the control slot */
-#define GS_COLL_LINE          64
+#define GS_COLL_PROTO_VERSION                                                                                \
+    3                         /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference */
+#define GS_COLL_SLOTS      4  /* data slots per peer (credits) */
+#define GS_COLL_HDR_BYTES  48 /* payload starts here: up to 16 payload bytes share the header's line */
+#define GS_COLL_CTRL_BYTES 1024 /* the control slot */
+#define GS_COLL_LINE       64
 
 /* The collectives, as carried in headers. */
 typedef enum gs_coll_kind {
@@ -86,7 +89,18 @@ typedef struct gs_coll_hdr {
  * carries the header alone), so that it can go straight from the caller's
  * memory; RC ordering puts it in place before the header's notification. */
 #define GS_COLL_HDR_APART 0x1u
-#define GS_COLL_HDR_FLAGS GS_COLL_HDR_APART
+/* REF: a box post whose payload is a gs_coll_box_ref naming the poster's
+ * registered buffer, not the data: readers copy straight from it (box.c). */
+#define GS_COLL_HDR_REF   0x2u
+#define GS_COLL_HDR_FLAGS (GS_COLL_HDR_APART | GS_COLL_HDR_REF)
+
+/* A post by reference: where the poster's data of this column lies. */
+typedef struct gs_coll_box_ref {
+    gs_rmr region;   /* the poster's send buffer, registered for remote reads */
+    uint64_t offset; /* of the post's data (its piece 0) in the region */
+    uint64_t stride; /* pieces: bytes between one rank's piece and the next */
+} gs_coll_box_ref;
+_Static_assert(sizeof(gs_coll_box_ref) == GS_RMR_BYTES + 16, "box reference layout");
 
 _Static_assert(offsetof(gs_coll_hdr, version) == 0, "version byte first");
 _Static_assert(offsetof(gs_coll_hdr, flags) == 5 && offsetof(gs_coll_hdr, root) == 8, "header layout");

@@ -107,18 +107,44 @@ static void user_put(gs_comm *c, gs_mr *mr)
     user_dereg(c, mr); /* registered outside the cache */
 }
 
-void gs_coll_user_open(gs_coll_op *op)
+/* By reference over the boxes: the buffers this rank posts from and reads
+ * into. A failure fails the call (a post by reference has no slot room to
+ * fall back on), with the reason. */
+static gs_status user_open_ref(gs_coll_op *op)
+{
+    gs_comm *c = op->comm;
+    size_t send, recv;
+    gs_status st = GS_OK;
+    gs_box_ref_extents(op, &send, &recv);
+    if (send && op->send)
+        st = user_get(c, (void *)op->send, send, GS_ACCESS_REMOTE_READ, &op->send_mr);
+    if (st == GS_OK && recv && op->recv)
+        st = user_get(c, op->recv, recv, GS_ACCESS_LOCAL_WRITE, &op->recv_mr);
+    if (st != GS_OK) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", gs_last_error());
+        gs_coll_user_close(op);
+        return gs_fail(GS_SUBSYS_COLL, st,
+                       "rank %d: registering the caller's buffers for reads by reference failed: %s", c->rank,
+                       why);
+    }
+    return GS_OK;
+}
+
+gs_status gs_coll_user_open(gs_coll_op *op)
 {
     gs_comm *c = op->comm;
     size_t bytes = (size_t)op->count * op->es;
+    if (op->box_ref)
+        return user_open_ref(op);
     if (c->size != 2 || op->algo != &gs_ring_algo || op->kind != GS_COLL_ALLREDUCE ||
         bytes < GS_COLL_USER_BYTES || strcmp(gs_tp_name(c->tp), "tcp") != 0)
-        return;
+        return GS_OK;
     if (user_get(c, (void *)op->send, bytes, 0, &op->send_mr) != GS_OK) {
         gs_log_debug(COLL, "rank %d: sending from the caller's buffer is not possible (%s): copying", c->rank,
                      gs_last_error());
         op->send_mr = NULL;
-        return;
+        return GS_OK;
     }
     if (op->recv == op->send)
         op->recv_mr = op->send_mr;
@@ -126,6 +152,7 @@ void gs_coll_user_open(gs_coll_op *op)
         op->recv_mr = NULL;
         gs_coll_user_close(op);
     }
+    return GS_OK;
 }
 
 void gs_coll_user_close(gs_coll_op *op)

@@ -38,7 +38,12 @@ static void direct_start(gs_coll_op *op)
     size_t pieces = op->box && per_rank ? (size_t)op->comm->size : 1;
     bool pipe = gs_block_kind(op->kind) ||
                 (op->box && (op->kind == GS_COLL_BROADCAST || op->kind == GS_COLL_ALLGATHER));
-    if (pipe) { /* pipelined columns (coll.h) */
+    op->box_ref = pipe && gs_box_ref_wanted(op);
+    if (op->box_ref) { /* one column read straight from the posters' buffers, one to let them go (coll.h) */
+        gs_coll_layout_cap(op, op->count, pieces, SIZE_MAX);
+        op->ncols++;
+        op->comm->box_ref_calls++;
+    } else if (pipe) { /* pipelined columns (coll.h) */
         size_t col = op->count * op->es * pieces / GS_BOX_PIPE_COLUMNS;
         col = col < GS_BOX_PIPE_MIN_BYTES * pieces ? GS_BOX_PIPE_MIN_BYTES * pieces : col;
         gs_coll_layout_cap(op, op->count, pieces, col < op->comm->box_chunk ? col : op->comm->box_chunk);

@@ -93,8 +93,9 @@ static gs_status run_queue(gs_comm *comm)
             if (op->zc_class >= 0)
                 op->start_ns = gs_now_ns();
             comm->progress_count++;
-            gs_coll_user_open(op);
-            st = gs_chan_check_queued(comm, op);
+            st = gs_coll_user_open(op);
+            if (st == GS_OK)
+                st = gs_chan_check_queued(comm, op);
         }
         if (st == GS_OK)
             st = run_op(op);

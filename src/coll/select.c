@@ -102,6 +102,11 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
          * than the ring from 1 MiB, docs/collectives.md) */
         if (comm->box && n == 2 && kind != GS_COLL_REDUCE_SCATTER)
             return &gs_direct_algo;
+        /* 3 to BOX_MAX_RANKS over the boxes, pieces large enough to post by reference: every rank
+         * reads each piece once, straight from its owner (box.c), where the ring passes it on */
+        if (kind != GS_COLL_REDUCE_SCATTER && n <= BOX_MAX_RANKS &&
+            gs_box_ref_possible(comm, kind == GS_COLL_ALLGATHER ? bytes / (size_t)n : bytes))
+            return &gs_direct_algo;
         return bytes <= SMALL_TOTAL_BYTES && n <= 2 * DIRECT_MAX_RANKS ? &gs_direct_algo : &gs_ring_algo;
     }
 }
