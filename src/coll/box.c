@@ -227,7 +227,7 @@ static size_t piece_bytes(const gs_coll_op *op)
 bool gs_box_ref_possible(const gs_comm *comm, size_t piece)
 {
     return comm->box && comm->size > 1 && piece >= GS_BOX_REF_BYTES &&
-           (comm->tp->ops->caps(comm->tp) & GS_TP_CAP_USER_MEM);
+           (gs_tp_caps(comm->tp) & GS_TP_CAP_USER_MEM);
 }
 
 bool gs_box_ref_wanted(const gs_coll_op *op)

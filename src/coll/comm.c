@@ -10,6 +10,7 @@
 #include "coll/coll.h"
 
 #include "bootstrap/boot.h"
+#include "transport/tp.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -138,7 +139,7 @@ gs_status gs_coll_user_open(gs_coll_op *op)
     if (op->box_ref)
         return user_open_ref(op);
     if (c->size != 2 || op->algo != &gs_ring_algo || op->kind != GS_COLL_ALLREDUCE ||
-        bytes < GS_COLL_USER_BYTES || strcmp(gs_tp_name(c->tp), "tcp") != 0)
+        bytes < GS_COLL_USER_BYTES || !(gs_tp_caps(c->tp) & GS_TP_CAP_ZCOPY_SEND))
         return GS_OK;
     if (user_get(c, (void *)op->send, bytes, 0, &op->send_mr) != GS_OK) {
         gs_log_debug(COLL, "rank %d: sending from the caller's buffer is not possible (%s): copying", c->rank,
@@ -183,7 +184,7 @@ static gs_status layout(gs_comm *comm)
                        "GS_CHUNK_BYTES=%llu is out of range: use 4K to 1G (default 256K)",
                        (unsigned long long)chunk);
     comm->chunk = (size_t)chunk / GS_COLL_LINE * GS_COLL_LINE;
-    if (comm->size == 2 && strcmp(gs_tp_name(comm->tp), "shm") != 0)
+    if (comm->size == 2 && !(gs_tp_caps(comm->tp) & GS_TP_CAP_LOCAL_MAP))
         comm->chunk *= GS_PAIR_CHUNK_FACTOR;
     comm->box_chunk = GS_BOX_CHUNK_FACTOR * comm->chunk;
     comm->slot_stride = gs_round_up(GS_COLL_HDR_BYTES + comm->chunk, GS_COLL_LINE);
@@ -386,7 +387,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
             goto err_release;
         comm->own_tp = true;
     }
-    comm->zc_tcp = strcmp(gs_tp_name(comm->tp), "tcp") == 0;
+    comm->zc_tcp = (gs_tp_caps(comm->tp) & GS_TP_CAP_ZCOPY_SEND) != 0;
     st = layout(comm);
     if (st == GS_OK)
         st = alloc_staging(comm);
@@ -396,7 +397,7 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
         st = gs_p2p_open(comm); /* receives posted before any peer can send */
     if (st == GS_OK)
         st = exchange_descriptors(comm);
-    if (st == GS_OK && comm->size > 1 && comm->all_local && strcmp(gs_tp_name(comm->tp), "shm") == 0)
+    if (st == GS_OK && comm->size > 1 && comm->all_local && (gs_tp_caps(comm->tp) & GS_TP_CAP_LOCAL_MAP))
         st = gs_box_open(comm);
     if (st == GS_OK && comm->cfg->progress_thread)
         st = gs_engine_thread_start(comm);

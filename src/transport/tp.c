@@ -180,6 +180,11 @@ gs_ep *gs_tp_ep(gs_tp *tp, int peer)
     return tp->eps[peer];
 }
 
+unsigned gs_tp_caps(const gs_tp *tp)
+{
+    return tp->ops->caps(tp);
+}
+
 void gs_tp_describe(const gs_tp *tp, char *buf, size_t cap)
 {
     if (tp->ops->describe)

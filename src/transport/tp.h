@@ -82,10 +82,15 @@ typedef struct gs_rmr_head {
 } gs_rmr_head;
 _Static_assert(sizeof(gs_rmr_head) == GS_RMR_BYTES, "descriptor must fill the blob exactly");
 
-/* Capabilities a backend may lack; the conformance suite skips (counted) what is missing. */
+/* Capabilities a backend may lack; the conformance suite skips (counted)
+ * what is missing, and the layers above choose by them, never by name. */
 enum {
-    GS_TP_CAP_USER_MEM = 1u << 0, /* gs_mr_reg of arbitrary memory */
-    GS_TP_CAP_ATOMIC = 1u << 1,   /* FETCH_ADD / CMP_SWAP */
+    GS_TP_CAP_USER_MEM = 1u << 0,   /* gs_mr_reg of arbitrary memory */
+    GS_TP_CAP_ATOMIC = 1u << 1,     /* FETCH_ADD / CMP_SWAP */
+    GS_TP_CAP_LOCAL_MAP = 1u << 2,  /* every peer runs on this host and its memory is mapped here: an
+                                     * operation is a memcpy, no network in between (shm) */
+    GS_TP_CAP_ZCOPY_SEND = 1u << 3, /* GS_OP_ZCOPY lets a large payload leave by reference, and registering
+                                     * caller memory is a table entry, not pinned pages (tcp) */
 };
 
 struct gs_tp_ops {
@@ -150,6 +155,8 @@ extern const gs_tp_ops gs_tcp_ops;
 extern const gs_tp_ops gs_verbs_ops;
 #endif
 
+/* ops->caps of tp (GS_TP_CAP_*). Non-blocking. */
+unsigned gs_tp_caps(const gs_tp *tp);
 /* ops->describe of tp, or its name. */
 void gs_tp_describe(const gs_tp *tp, char *buf, size_t cap);
 /* ops->ep_error of ep's transport (GS_OK for a NULL ep). */

@@ -99,7 +99,7 @@ static void body(gs_ctx *ctx, int rank, void *argp)
         }
     }
     by_ref = comm->box_ref_calls;
-    if (comm->box && (tp->ops->caps(tp) & GS_TP_CAP_USER_MEM))
+    if (comm->box && (gs_tp_caps(tp) & GS_TP_CAP_USER_MEM))
         GS_ASSERT_EQ(by_ref, want_ref); /* shm with cross-memory attach: every large call by reference */
     else
         GS_ASSERT_EQ(by_ref, 0);

@@ -19,7 +19,7 @@
 static unsigned tcp_caps(const gs_tp *tp)
 {
     (void)tp;
-    return GS_TP_CAP_USER_MEM | GS_TP_CAP_ATOMIC;
+    return GS_TP_CAP_USER_MEM | GS_TP_CAP_ATOMIC | GS_TP_CAP_ZCOPY_SEND;
 }
 
 static gs_status make_nonce(int rank, uint8_t nonce[GS_TCP_NONCE_BYTES])
