@@ -38,13 +38,21 @@
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
     X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL,                                                      \
       "RoCE GID index (-1: automatic, prefers RoCE v2 routable)")                                            \
-    X(ib_timeout, "GS_IB_TIMEOUT", INT, "14", NULL, "verbs QP local ack timeout exponent (4.096 us * 2^n)")  \
+    X(ib_timeout, "GS_IB_TIMEOUT", INT, "17", NULL,                                                          \
+      "verbs QP local ack timeout exponent, 1-31 (4.096 us * 2^n; 0, infinite on hardware, is refused): 17 " \
+      "= "                                                                                                   \
+      "0.54 s a try, 3.8 s of outage ridden out with 6 retries")                                             \
     X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "6", NULL,                                                       \
       "verbs QP retry count (0-7; Soft-RoCE retries forever at 7)")                                          \
     X(ib_rnr_retry, "GS_IB_RNR_RETRY", INT, "6", NULL,                                                       \
       "verbs QP receiver-not-ready retry count (0-6; 7 = forever, may hang)")                                \
     X(ib_rnr_timer, "GS_IB_RNR_TIMER", INT, "12", NULL,                                                      \
       "verbs QP minimum RNR NAK timer code (1-31, 12 = 0.64 ms)")                                            \
+    X(ib_sl, "GS_IB_SL", INT, "0", NULL, "verbs service level, 0-15 (InfiniBand QoS; like NCCL_IB_SL)")      \
+    X(ib_tc, "GS_IB_TC", INT, "0", NULL,                                                                     \
+      "verbs traffic class, 0-255 (RoCE v2: DSCP << 2, e.g. 104 for DSCP 26; like NCCL_IB_TC)")              \
+    X(ib_pkey, "GS_IB_PKEY", STR, "", NULL,                                                                  \
+      "verbs partition key, e.g. 0x8001, found in the port's table (default: the table's entry 0)")          \
     X(ib_fork_safe, "GS_IB_FORK_SAFE", BOOL, "0", NULL, "call ibv_fork_init so the process may fork")        \
     X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL,                                                            \
       "network interface for the tcp transport (default: the store's route)")                                \

@@ -144,6 +144,36 @@ GS_TEST(config_ranges_are_checked_naming_the_variable)
     expect_range_error("GS_IB_RETRY_CNT", "8");
     expect_range_error("GS_IB_RNR_RETRY", "-1");
     expect_range_error("GS_IB_GID_INDEX", "256");
+    expect_range_error("GS_IB_TIMEOUT", "0"); /* infinite on hardware: refused */
+    expect_range_error("GS_IB_SL", "16");
+    expect_range_error("GS_IB_TC", "256");
+    expect_range_error("GS_IB_PKEY", "0x10000");
+    expect_range_error("GS_IB_PKEY", "0x8000"); /* base 0: the invalid partition */
+    expect_range_error("GS_IB_PKEY", "full");
+}
+
+GS_TEST(partition_keys_parse_as_hex_or_decimal)
+{
+    uint16_t k = 0;
+    GS_ASSERT_OK(gs_verbs_pkey_parse("0x8001", &k));
+    GS_ASSERT_EQ(k, 0x8001);
+    GS_ASSERT_OK(gs_verbs_pkey_parse("65535", &k));
+    GS_ASSERT_EQ(k, 0xffff);
+    GS_ASSERT_STATUS(gs_verbs_pkey_parse("-1", &k), GS_ERR_CONFIG);
+    GS_ASSERT_STATUS(gs_verbs_pkey_parse("0x7fff1", &k), GS_ERR_CONFIG);
+}
+
+/* The defaults ride out a few seconds of outage and still fit GS_TIMEOUT_MS
+ * (docs/verbs.md has the arithmetic). */
+GS_TEST(default_timeouts_ride_out_seconds_within_the_deadline)
+{
+    static const char *const none[] = {NULL};
+    gs_config cfg;
+    config_with(&cfg, none);
+    double ride_s = 4.096e-6 * (double)(1ull << cfg.ib_timeout) * (double)(cfg.ib_retry_cnt + 1);
+    GS_ASSERT(ride_s >= 3.0);
+    GS_ASSERT(ride_s * 1e3 + 2.0 * 1000 < (double)cfg.timeout_ms); /* plus two heartbeats */
+    GS_ASSERT(cfg.ib_retry_cnt < 7);                               /* rxe retries forever at 7 */
 }
 
 GS_TEST(memlock_description_names_ulimit)

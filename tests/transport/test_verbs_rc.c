@@ -246,6 +246,55 @@ GS_TEST(small_writes_go_inline)
     run(2, inline_body, NULL);
 }
 
+/* ---- QoS and partition: GS_IB_SL, GS_IB_TC, GS_IB_PKEY, GS_IB_TIMEOUT on the queue pairs ---------- */
+
+static void qos_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = open_verbs(ctx);
+    const gs_verbs_ep *ep = (const gs_verbs_ep *)gs_tp_ep(tp, 1 - rank);
+    struct ibv_qp_attr attr;
+    struct ibv_qp_init_attr init;
+    (void)arg;
+    memset(&attr, 0, sizeof(attr));
+    GS_ASSERT_EQ(
+        ibv_query_qp(ep->qp, &attr, IBV_QP_AV | IBV_QP_PKEY_INDEX | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &init),
+        0);
+    if (((const gs_verbs_tp *)tp)->dev.link_layer == IBV_LINK_LAYER_INFINIBAND)
+        GS_ASSERT_EQ(attr.ah_attr.sl,
+                     3);        /* RoCE has no SL on the wire (rxe reports 0): priority is the DSCP */
+    if (attr.ah_attr.is_global) /* RoCE: the traffic class carries the DSCP */
+        GS_ASSERT_EQ(attr.ah_attr.grh.traffic_class, 104);
+    GS_ASSERT_EQ(attr.pkey_index, ((const gs_verbs_tp *)tp)->dev.pkey_index);
+    GS_ASSERT_EQ(attr.timeout, 17);
+    GS_ASSERT_EQ(attr.retry_cnt, 6);
+    GS_ASSERT_OK(gs_store_barrier(ctx, "qos.done"));
+    GS_ASSERT_OK(gs_tp_close(tp));
+}
+
+GS_TEST(service_level_traffic_class_and_partition_reach_the_queue_pairs)
+{
+    static const char *const env[] = {"GS_IB_SL=3", "GS_IB_TC=104", "GS_IB_PKEY=0xffff", NULL};
+    need_device();
+    run(2, qos_body, env);
+}
+
+static void foreign_pkey_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = NULL;
+    (void)rank;
+    (void)arg;
+    GS_ASSERT_STATUS(gs_tp_open(ctx, "verbs", &tp), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_PKEY=0x1234");
+    GS_ASSERT_CONTAINS(gs_last_error(), "partition table");
+}
+
+GS_TEST(a_partition_key_the_port_lacks_is_refused_naming_it)
+{
+    static const char *const env[] = {"GS_IB_PKEY=0x1234", NULL};
+    need_device();
+    run(1, foreign_pkey_body, env);
+}
+
 /* ---- fence: a WRITE after a READ of the same word ---------------------------------------------- */
 
 static void fence_body(gs_ctx *ctx, int rank, void *arg)

@@ -47,7 +47,8 @@ typedef struct gs_verbs_dev {
     uint16_t lid;
     int gid_index; /* -1 on InfiniBand without GRH */
     union ibv_gid gid;
-    uint32_t gid_type; /* enum ibv_gid_type */
+    uint32_t gid_type;   /* enum ibv_gid_type */
+    uint16_t pkey_index; /* GS_IB_PKEY's entry in the port's table (0 when unset) */
     /* Soft-RoCE (rxe): its responder runs every request to the end, in order, so a fence
      * adds nothing; and a fenced work request there can stall its queue pair for good
      * (seen on Linux 6.1: READ, READ/FENCE, READ/FENCE never completed nor failed). */
@@ -211,6 +212,11 @@ static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
 
 /* verbs_dev.c: device, port and GID. */
 gs_status gs_verbs_config_check(const gs_config *cfg);
+/* GS_IB_PKEY's text as a partition key (pkey_p may be NULL: only checked). */
+gs_status gs_verbs_pkey_parse(const char *text, uint16_t *pkey_p);
+/* dev->pkey_index for GS_IB_PKEY: its entry in the port's table, or GS_ERR_CONFIG naming what the table
+ * holds. */
+gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev);
 bool gs_verbs_available(const gs_config *cfg);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
 void gs_verbs_dev_close(gs_verbs_dev *dev);

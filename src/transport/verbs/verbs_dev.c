@@ -21,7 +21,11 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         {"GS_IB_PORT", offsetof(gs_config, ib_port), 1, 255, "a port number 1-255"},
         {"GS_IB_GID_INDEX", offsetof(gs_config, ib_gid_index), -1, 255,
          "-1 (automatic) or a GID index 0-255"},
-        {"GS_IB_TIMEOUT", offsetof(gs_config, ib_timeout), 0, 31, "an exponent 0-31 (4.096 us * 2^n)"},
+        {"GS_IB_TIMEOUT", offsetof(gs_config, ib_timeout), 1, 31,
+         "an exponent 1-31 (4.096 us * 2^n; 0 means no timeout on hardware: a dead peer would never be "
+         "found)"},
+        {"GS_IB_SL", offsetof(gs_config, ib_sl), 0, 15, "a service level 0-15"},
+        {"GS_IB_TC", offsetof(gs_config, ib_tc), 0, 255, "a traffic class 0-255 (RoCE v2: DSCP << 2)"},
         {"GS_IB_RETRY_CNT", offsetof(gs_config, ib_retry_cnt), 0, 7, "a retry count 0-7"},
         {"GS_IB_RNR_RETRY", offsetof(gs_config, ib_rnr_retry), 0, 7, "a retry count 0-7"},
         {"GS_IB_RNR_TIMER", offsetof(gs_config, ib_rnr_timer), 0, 31, "a timer code 0-31"},
@@ -32,6 +36,9 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
             return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "%s=%lld is out of range: expected %s",
                            ranges[i].var, (long long)v, ranges[i].meaning);
     }
+    gs_status st = cfg->ib_pkey[0] ? gs_verbs_pkey_parse(cfg->ib_pkey, NULL) : GS_OK;
+    if (st != GS_OK)
+        return st;
     if (cfg->ib_retry_cnt == 7)
         gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never "
                            "detected there");
@@ -39,6 +46,60 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         gs_log_warn(
             VERBS, "GS_IB_RNR_RETRY=7 retries forever: a peer that stops posting receives hangs its senders");
     return GS_OK;
+}
+
+gs_status gs_verbs_pkey_parse(const char *text, uint16_t *pkey_p)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(text, &end, 0);
+    if (errno || end == text || *end || text[0] == '-' || v > 0xffff || (v & 0x7fff) == 0)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "GS_IB_PKEY=%s is not a partition key: expected 0x0001-0xffff with a nonzero base "
+                       "(bit 15 is full membership), e.g. 0x8001",
+                       text);
+    if (pkey_p)
+        *pkey_p = (uint16_t)v;
+    return GS_OK;
+}
+
+gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    uint16_t want, got, base_match = UINT16_MAX;
+    char seen[160] = "";
+    size_t n = 0;
+    dev->pkey_index = 0;
+    if (!cfg->ib_pkey[0])
+        return GS_OK;
+    if (gs_verbs_pkey_parse(cfg->ib_pkey, &want) != GS_OK)
+        return GS_ERR_CONFIG;
+    for (int i = 0; i < dev->port_attr.pkey_tbl_len && i <= UINT16_MAX; i++) {
+        __be16 raw;
+        if (ibv_query_pkey(dev->ctx, dev->port, i, &raw) != 0)
+            break;
+        got = ntohs(raw);
+        if (got == want) {
+            dev->pkey_index = (uint16_t)i;
+            return GS_OK;
+        }
+        if ((got & 0x7fff) == (want & 0x7fff) && base_match == UINT16_MAX)
+            base_match = (uint16_t)i; /* the same partition, another membership */
+        if (got && n + 12 < sizeof(seen))
+            n += (size_t)snprintf(seen + n, sizeof(seen) - n, "%s0x%04x", n ? " " : "", got);
+    }
+    if (base_match != UINT16_MAX) {
+        gs_log_warn(VERBS,
+                    "rank %d: GS_IB_PKEY=%s: port %u has the partition with another membership bit; using "
+                    "its entry %u",
+                    rank, cfg->ib_pkey, dev->port, base_match);
+        dev->pkey_index = base_match;
+        return GS_OK;
+    }
+    return gs_fail(
+        GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+        "rank %d: GS_IB_PKEY=%s is not in the partition table of %s port %u (it holds: %s); ask the "
+        "subnet manager's admin, or leave GS_IB_PKEY unset",
+        rank, cfg->ib_pkey, dev->name, dev->port, seen[0] ? seen : "nothing");
 }
 
 int gs_verbs_mtu_bytes(enum ibv_mtu mtu)
@@ -309,6 +370,8 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
     if (status != GS_OK)
         goto out_free;
     status = choose_address(cfg, rank, dev);
+    if (status == GS_OK)
+        status = gs_verbs_pkey_index(cfg, rank, dev);
     if (status != GS_OK) {
         gs_verbs_dev_close(dev);
         goto out_free;

@@ -70,7 +70,7 @@ static gs_status to_init(gs_verbs_tp *vt, gs_verbs_ep *ep)
 {
     struct ibv_qp_attr attr = {
         .qp_state = IBV_QPS_INIT,
-        .pkey_index = 0,
+        .pkey_index = vt->dev.pkey_index,
         .port_num = vt->dev.port,
         .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
     };
@@ -206,7 +206,7 @@ static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
         .ah_attr =
             {
                 .dlid = remote->lid,
-                .sl = 0,
+                .sl = (uint8_t)vt->base.cfg->ib_sl,
                 .src_path_bits = 0,
                 .is_global = grh,
                 .port_num = vt->dev.port,
@@ -226,7 +226,7 @@ static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
         memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, sizeof(remote->gid));
         attr.ah_attr.grh.sgid_index = (uint8_t)vt->dev.gid_index;
         attr.ah_attr.grh.hop_limit = 64;
-        attr.ah_attr.grh.traffic_class = 0;
+        attr.ah_attr.grh.traffic_class = (uint8_t)vt->base.cfg->ib_tc;
         attr.ah_attr.grh.flow_label = 0;
     }
     return modify(ep, &attr, mask, "RTR");

@@ -355,13 +355,14 @@ static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
     char gid[INET6_ADDRSTRLEN] = "-";
     if (d->gid_index >= 0)
         inet_ntop(AF_INET6, d->gid.raw, gid, sizeof(gid));
-    snprintf(buf, cap,
-             "verbs (device %s port %u, %s, LID %u, GID[%d] %s%s, active MTU %d, GS_IB_TIMEOUT=%lld, "
-             "GS_IB_RETRY_CNT=%lld)",
-             d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
-             d->gid_index, gid, d->gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
-             128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_timeout,
-             (long long)tp->cfg->ib_retry_cnt);
+    snprintf(
+        buf, cap,
+        "verbs (device %s port %u, %s, LID %u, GID[%d] %s%s, active MTU %d, SL %lld, traffic class %lld, "
+        "pkey index %u, GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld)",
+        d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
+        d->gid_index, gid, d->gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
+        128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_sl, (long long)tp->cfg->ib_tc, d->pkey_index,
+        (long long)tp->cfg->ib_timeout, (long long)tp->cfg->ib_retry_cnt);
 }
 
 const gs_tp_ops gs_verbs_ops = {
