@@ -4,9 +4,9 @@ The library is loaded on first use, not at import, so `import gradsync`
 works where only the torch.distributed backend is wanted. Where it is
 looked for, first found wins:
   1. GS_LIBRARY, a path to the library (an error if it cannot be loaded);
-  2. the path `cmake --install` recorded in _installed.py;
-  3. the build tree: build/python/gradsync/../../src/libgradsync.so;
-  4. the system's loader (libgradsync.so.0 on its search path).
+  2. the path `cmake --install` recorded in _installed.py, else (a build tree's
+     package) build/python/gradsync/../../src/libgradsync.so;
+  3. the system's loader (libgradsync.so.0 on its search path).
 """
 import ctypes
 import os
@@ -129,16 +129,13 @@ def _candidates():
     env = os.environ.get("GS_LIBRARY")
     if env:
         return [(env, "GS_LIBRARY")]
-    found = []
     try:
         from . import _installed
-        found.append((_installed.LIBRARY, "the install path (gradsync/_installed.py)"))
-    except ImportError:
-        pass
-    here = os.path.dirname(os.path.abspath(__file__))
-    found.append((os.path.join(here, "..", "..", "src", "libgradsync.so"), "the build tree"))
-    found.append((_SONAME, "the system's library path"))
-    return found
+        found = [(_installed.LIBRARY, "the install path (gradsync/_installed.py)")]
+    except ImportError:  # not installed: a build tree's package
+        here = os.path.dirname(os.path.abspath(__file__))
+        found = [(os.path.join(here, "..", "..", "src", "libgradsync.so"), "the build tree")]
+    return found + [(_SONAME, "the system's library path")]
 
 
 def _open():
