@@ -397,6 +397,23 @@ def body_errors(rank, world, transport):
     ctx.close()
 
 
+def body_timeout(rank, world, transport):
+    # rank 1's deadline is short; rank 0's long enough to wait for it in destroy()
+    timeout = 1.5 if rank == 1 else CTX_TIMEOUT
+    ctx = gradsync.Context(rank=rank, world_size=world, store=os.environ["GS_STORE"], timeout=timeout)
+    comm = gradsync.Comm(ctx, transport)
+    if rank == 1:  # a receive no one sends to
+        start = time.monotonic()
+        try:
+            comm.recv(np.zeros(4, np.int32), 0, tag=99)
+            raise AssertionError("a receive without a sender returned")
+        except gradsync.TimeoutError as e:
+            assert isinstance(e, TimeoutError) and e.name == "GS_ERR_TIMEOUT" and "recv" in e.detail, e
+        assert 1.0 < time.monotonic() - start < 10, time.monotonic() - start
+    comm.destroy()
+    ctx.close()
+
+
 def body_context_from_env(rank, world, transport):
     os.environ["GS_TRANSPORT"] = transport  # read at the library's first use in this process
     with gradsync.Context() as ctx:  # GS_RANK, GS_WORLD_SIZE, GS_STORE, GS_TIMEOUT_MS from run()
@@ -494,6 +511,13 @@ class Capi(unittest.TestCase):
         left = shm_segments() - cls.segments
         assert not left, "left in /dev/shm: %s" % sorted(left)
 
+    def tearDown(self):
+        try:  # every rank reaped: this process has no child left
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            raise AssertionError("a child process is left (pid %d)" % pid)
+        except ChildProcessError:
+            pass
+
     def each(self, body, worlds=(1, 2, 3), *args):
         for transport in TRANSPORTS:
             for world in worlds:
@@ -520,6 +544,9 @@ class Capi(unittest.TestCase):
 
     def test_errors(self):
         self.each(body_errors, (1, 2))
+
+    def test_timeout(self):
+        self.each(body_timeout, (2,))
 
     def test_context_from_environment(self):
         self.each(body_context_from_env, (2,))
