@@ -39,6 +39,11 @@ class PsParams(ctypes.Structure):
                 ("_reserve", ctypes.c_char * 256)]
 
 
+class Tensor(ctypes.Structure):
+    """gs_tensor: one tensor of a fused allreduce."""
+    _fields_ = [("sendbuf", c_void_p), ("recvbuf", c_void_p), ("count", c_size_t)]
+
+
 class P2pStatus(ctypes.Structure):
     _fields_ = [("source", c_int), ("tag", c_int), ("count", c_size_t)]
 
@@ -46,6 +51,7 @@ class P2pStatus(ctypes.Structure):
 _P = c_void_p  # every opaque object: gs_ctx *, gs_comm *, gs_tp *, gs_req *, gs_ps *
 _PP = ctypes.POINTER(c_void_p)
 _BUF = c_void_p
+_SIZES = ctypes.POINTER(c_size_t)  # a count or displacement array, one entry per rank
 _ROOTED = [_P, _BUF, _BUF, c_size_t, c_int]  # comm, sendbuf, recvbuf, count, dtype
 
 # name: (restype, argtypes); every gs_status function returns c_int
@@ -94,6 +100,14 @@ _PROTOTYPES = {
     "gs_iscatter": (c_int, _ROOTED + [c_int, _PP]),
     "gs_alltoall": (c_int, _ROOTED),
     "gs_ialltoall": (c_int, _ROOTED + [_PP]),
+    "gs_allreduce_multi": (c_int, [_P, ctypes.POINTER(Tensor), c_size_t, c_int, c_int]),
+    "gs_iallreduce_multi": (c_int, [_P, ctypes.POINTER(Tensor), c_size_t, c_int, c_int, _PP]),
+    "gs_allgatherv": (c_int, [_P, _BUF, _BUF, _SIZES, _SIZES, c_int]),
+    "gs_iallgatherv": (c_int, [_P, _BUF, _BUF, _SIZES, _SIZES, c_int, _PP]),
+    "gs_reduce_scatter_v": (c_int, [_P, _BUF, _BUF, _SIZES, c_int, c_int]),
+    "gs_ireduce_scatter_v": (c_int, [_P, _BUF, _BUF, _SIZES, c_int, c_int, _PP]),
+    "gs_alltoallv": (c_int, [_P, _BUF, _SIZES, _SIZES, _BUF, _SIZES, _SIZES, c_int]),
+    "gs_ialltoallv": (c_int, [_P, _BUF, _SIZES, _SIZES, _BUF, _SIZES, _SIZES, c_int, _PP]),
     "gs_barrier": (c_int, [_P]),
     "gs_ibarrier": (c_int, [_P, _PP]),
     "gs_send": (c_int, [_P, _BUF, c_size_t, c_int, c_int, c_int]),

@@ -4,8 +4,8 @@ import collections
 import ctypes
 import enum
 
-from ._buffer import buffer, same_type
-from ._lib import P2pStatus, lib
+from ._buffer import buffer, same_type, want_count
+from ._lib import P2pStatus, Tensor, lib
 from .errors import check
 from .request import Request
 
@@ -247,6 +247,70 @@ class Comm:
         req = self._run("alltoall", _nb, (s.ptr, r.ptr, count, s.dtype), (s, r))
         return req if _nb else r.obj
 
+    def allreduce_multi(self, bufs, op=Op.SUM, _nb=False):
+        """Allreduces every buffer of the list in place, through one fused buffer (one collective, like
+        a DDP bucket); all of one type, and every rank passes the same list of counts."""
+        bs = [buffer(b, "allreduce_multi: buffer %d" % i, writable=True) for i, b in enumerate(bufs)]
+        if not bs:
+            raise ValueError("allreduce_multi: no buffers")
+        for i, b in enumerate(bs):
+            same_type(bs[0], b, "allreduce_multi: buffer %d" % i)
+        arr = (Tensor * len(bs))(*[Tensor(b.ptr, b.ptr, b.count) for b in bs])
+        req = self._run("allreduce_multi", _nb, (arr, len(bs), bs[0].dtype, _op(op)), (bs, arr))
+        return req if _nb else [b.obj for b in bs]
+
+    def _counts(self, counts, what):
+        counts = [int(c) for c in counts]
+        if len(counts) != self.size or min(counts, default=0) < 0:
+            raise ValueError("%s: %d counts, expected %d (one per rank, none negative)" %
+                             (what, len(counts), self.size))
+        return counts
+
+    def _displs(self, counts, displs, what):
+        """displs as given (one per rank), or the blocks packed in rank order."""
+        if displs is None:
+            return _prefix(counts)
+        return self._counts(displs, what + ": displacements")
+
+    def allgatherv(self, send, recv, counts, displs=None, _nb=False):
+        """Rank q's send (counts[q] elements) lands at recv[displs[q]:] on every rank (displs None:
+        packed in rank order)."""
+        counts = self._counts(counts, "allgatherv")
+        s, r = buffer(send, "allgatherv: sendbuf"), buffer(recv, "allgatherv: recvbuf", writable=True)
+        same_type(s, r, "allgatherv")
+        want_count(s, counts[self.rank], "allgatherv: sendbuf")
+        displs = self._displs(counts, displs, "allgatherv")
+        _fits(r, counts, displs, "allgatherv: recvbuf")
+        c, d = _sizes(counts), _sizes(displs)
+        req = self._run("allgatherv", _nb, (s.ptr, r.ptr, c, d, s.dtype), (s, r, c, d))
+        return req if _nb else r.obj
+
+    def reduce_scatter_v(self, send, recv, counts, op=Op.SUM, _nb=False):
+        """send holds sum(counts) elements; rank r receives block r (counts[r] elements) of the
+        reduction."""
+        counts = self._counts(counts, "reduce_scatter_v")
+        s, r = buffer(send, "reduce_scatter_v: sendbuf"), buffer(recv, "reduce_scatter_v: recvbuf", True)
+        same_type(s, r, "reduce_scatter_v")
+        want_count(s, sum(counts), "reduce_scatter_v: sendbuf")
+        want_count(r, counts[self.rank], "reduce_scatter_v: recvbuf")
+        c = _sizes(counts)
+        req = self._run("reduce_scatter_v", _nb, (s.ptr, r.ptr, c, s.dtype, _op(op)), (s, r, c))
+        return req if _nb else r.obj
+
+    def alltoallv(self, send, send_counts, recv, recv_counts, sdispls=None, rdispls=None, _nb=False):
+        """send_counts[q] elements from send[sdispls[q]:] go to rank q, which puts them at its
+        recv[rdispls[r]:] (recv_counts[r] elements: they must match). Displacements None: packed."""
+        sc, rc = self._counts(send_counts, "alltoallv: send_counts"), self._counts(recv_counts, "alltoallv")
+        s, r = buffer(send, "alltoallv: sendbuf"), buffer(recv, "alltoallv: recvbuf", writable=True)
+        same_type(s, r, "alltoallv")
+        sd, rd = self._displs(sc, sdispls, "alltoallv"), self._displs(rc, rdispls, "alltoallv")
+        _fits(s, sc, sd, "alltoallv: sendbuf")
+        _fits(r, rc, rd, "alltoallv: recvbuf")
+        arrays = [_sizes(a) for a in (sc, sd, rc, rd)]
+        args = (s.ptr, arrays[0], arrays[1], r.ptr, arrays[2], arrays[3], s.dtype)
+        req = self._run("alltoallv", _nb, args, (s, r, arrays))
+        return req if _nb else r.obj
+
     def barrier(self, _nb=False):
         """Returns once every rank has entered it."""
         return self._run("barrier", _nb, (), ())
@@ -274,6 +338,18 @@ class Comm:
 
     def ialltoall(self, send, recv=None):
         return self.alltoall(send, recv, _nb=True)
+
+    def iallreduce_multi(self, bufs, op=Op.SUM):
+        return self.allreduce_multi(bufs, op, _nb=True)
+
+    def iallgatherv(self, send, recv, counts, displs=None):
+        return self.allgatherv(send, recv, counts, displs, _nb=True)
+
+    def ireduce_scatter_v(self, send, recv, counts, op=Op.SUM):
+        return self.reduce_scatter_v(send, recv, counts, op, _nb=True)
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts, sdispls=None, rdispls=None):
+        return self.alltoallv(send, send_counts, recv, recv_counts, sdispls, rdispls, _nb=True)
 
     def ibarrier(self):
         return self.barrier(_nb=True)
@@ -310,3 +386,20 @@ class Comm:
         return Request("gs_irecv", req.value, self, (b, st),
                        on_done=lambda: RecvStatus(st.source, st.tag, st.count))
 
+
+def _prefix(counts):
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
+def _sizes(values):
+    return (ctypes.c_size_t * len(values))(*values)
+
+
+def _fits(buf, counts, displs, what):
+    end = max((d + c for c, d in zip(counts, displs)), default=0)
+    if end > buf.count:
+        raise ValueError("%s: %d elements, the blocks reach to %d" % (what, buf.count, end))

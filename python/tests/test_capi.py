@@ -249,6 +249,59 @@ def body_nonblocking(rank, world, transport):
     ctx.close()
 
 
+def body_fused_and_uneven(rank, world, transport):
+    ctx, comm = open_comm(rank, world, transport)
+    for nb in (False, True):
+        bufs = [values(rank, n, np.int32, n) for n in (0, 5, 1000)]
+        req = comm.iallreduce_multi(bufs, "max") if nb else comm.allreduce_multi(bufs, "max")
+        if nb:
+            req.wait()
+        for b, n in zip(bufs, (0, 5, 1000)):
+            assert equal(b, reference("max", [values(r, n, np.int32, n) for r in range(world)]))
+        counts = [q + 1 for q in range(world)]  # rank q gives q + 1 elements
+        out = np.zeros(sum(counts), np.float64)
+        args = (values(rank, rank + 1, np.float64), out, counts)
+        req = comm.iallgatherv(*args) if nb else comm.allgatherv(*args)
+        if nb:
+            req.wait()
+        assert equal(out, np.concatenate([values(q, q + 1, np.float64) for q in range(world)]))
+        gaps = np.full(3 * world, -1, np.int16)  # at displacements 3q, leaving gaps
+        comm.allgatherv(values(rank, rank + 1, np.int16), gaps, counts, [3 * q for q in range(world)])
+        for q in range(world):
+            assert equal(gaps[3 * q:3 * q + q + 1], values(q, q + 1, np.int16))
+        counts = [q + 2 for q in range(world)]
+        mine = np.zeros(counts[rank], np.int64)
+        full = [values(r, sum(counts), np.int64) for r in range(world)]
+        args = (full[rank], mine, counts)
+        req = comm.ireduce_scatter_v(*args) if nb else comm.reduce_scatter_v(*args)
+        if nb:
+            req.wait()
+        at = sum(counts[:rank])
+        assert equal(mine, reference("sum", full)[at:at + counts[rank]])
+        # alltoallv: rank r sends (r + q) % 3 + 1 elements to rank q
+        sc = [(rank + q) % 3 + 1 for q in range(world)]
+        rc = [(p + rank) % 3 + 1 for p in range(world)]
+        got = np.zeros(sum(rc), np.uint8)
+        args = (values(rank, sum(sc), np.uint8), sc, got, rc)
+        req = comm.ialltoallv(*args) if nb else comm.alltoallv(*args)
+        if nb:
+            req.wait()
+        want = []
+        for p in range(world):
+            p_counts = [(p + q) % 3 + 1 for q in range(world)]
+            at = sum(p_counts[:rank])
+            want.append(values(p, sum(p_counts), np.uint8)[at:at + p_counts[rank]])
+        assert equal(got, np.concatenate(want))
+    if world > 1:
+        one = np.zeros(1, np.float32)
+        expect_value_error(lambda: comm.allgatherv(one, np.zeros(world, np.float32), [1]),
+                           "1 counts, expected %d" % world)
+        expect_value_error(lambda: comm.allgatherv(one, np.zeros(1, np.float32), [1] * world),
+                           "recvbuf: 1 elements, the blocks reach to %d" % world)
+    comm.destroy()
+    ctx.close()
+
+
 def body_send_recv(rank, world, transport):
     ctx, comm = open_comm(rank, world, transport)
     right, left = (rank + 1) % world, (rank - 1) % world
@@ -532,6 +585,9 @@ class Capi(unittest.TestCase):
 
     def test_nonblocking_requests(self):
         self.each(body_nonblocking)
+
+    def test_fused_and_uneven_collectives(self):
+        self.each(body_fused_and_uneven)
 
     def test_send_recv(self):
         self.each(body_send_recv)
