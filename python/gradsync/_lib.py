@@ -19,10 +19,21 @@ c_int, c_size_t, c_void_p, c_char_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_vo
 c_uint64, c_float = ctypes.c_uint64, ctypes.c_float
 
 
+# gs_kv_store's callbacks
+KV_SET = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_size_t)
+KV_GET = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t), c_int)
+KV_ADD = ctypes.CFUNCTYPE(c_int, c_void_p, c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))
+
+
+class KvStore(ctypes.Structure):
+    _fields_ = [("arg", c_void_p), ("set", KV_SET), ("get", KV_GET), ("add", KV_ADD)]
+
+
 class CtxParams(ctypes.Structure):
     """gs_ctx_params (versioned by its size and GS_CTX_PARAMS_VERSION)."""
     _fields_ = [("size", c_size_t), ("version", ctypes.c_uint), ("rank", c_int), ("world_size", c_int),
-                ("local_rank", c_int), ("local_size", c_int), ("store_addr", c_char_p), ("store", c_void_p),
+                ("local_rank", c_int), ("local_size", c_int), ("store_addr", c_char_p),
+                ("store", ctypes.POINTER(KvStore)),
                 ("route_hint", c_char_p), ("timeout_ms", c_int), ("job_token", c_char_p)]
 
 
@@ -71,6 +82,10 @@ _PROTOTYPES = {
     "gs_ctx_local_size": (c_int, [_P]),
     "gs_ctx_host": (c_char_p, [_P]),
     "gs_ctx_param": (c_int, [_P, c_char_p, ctypes.c_char_p, c_size_t]),
+    "gs_store_put": (c_int, [_P, c_char_p, c_char_p, c_size_t]),
+    "gs_store_get": (c_int, [_P, c_char_p, c_void_p, c_size_t, ctypes.POINTER(c_size_t)]),
+    "gs_store_allgather": (c_int, [_P, c_char_p, c_char_p, c_size_t, c_void_p]),
+    "gs_store_barrier": (c_int, [_P, c_char_p]),
     "gs_tp_open": (c_int, [_P, c_char_p, _PP]),
     "gs_tp_close": (c_int, [_P]),
     "gs_tp_name": (c_char_p, [_P]),

@@ -3,7 +3,8 @@ import ctypes
 import datetime
 
 from ._lib import CtxParams, lib
-from .errors import check
+from ._store import ExternalStore
+from .errors import check, error
 
 
 def timeout_ms(timeout):
@@ -26,7 +27,9 @@ class Context:
     Context() reads everything from the environment (GS_RANK/GS_WORLD_SIZE/GS_STORE,
     torchrun's, Open MPI's or Slurm's variables: gs_ctx_create). Any argument given
     overrides its variable (gs_ctx_create_with): rank and world_size, store
-    ("host:port" of gradsync's own store, which rank 0 serves), timeout (seconds or a
+    ("host:port" of gradsync's own store, which rank 0 serves; or an object with set(key,
+    value) and get(key), optionally wait and add, such as torch.distributed.TCPStore, to
+    bootstrap through instead, opening no port for that), timeout (seconds or a
     timedelta: the deadline of every wait, GS_TIMEOUT_MS), local_rank and local_size,
     route_hint, job_token. Blocks until every rank has joined the store, or the deadline.
     Close it (close() or a with block) after the communicators and parameter servers made
@@ -37,6 +40,7 @@ class Context:
                  local_size=None, route_hint=None, job_token=None):
         c = lib()
         handle = ctypes.c_void_p()
+        self._external = None  # the callbacks of an external store: alive as long as the context
         given = (rank, world_size, store, timeout, local_rank, local_size, route_hint, job_token)
         if all(v is None for v in given):
             check("gs_ctx_create", c.gs_ctx_create(ctypes.byref(handle)))
@@ -49,8 +53,16 @@ class Context:
                     setattr(p, field, int(value))
             if timeout is not None:
                 p.timeout_ms = timeout_ms(timeout)
-            p.store_addr, p.route_hint, p.job_token = _text(store), _text(route_hint), _text(job_token)
-            check("gs_ctx_create_with", c.gs_ctx_create_with(ctypes.byref(p), ctypes.byref(handle)))
+            if store is not None and not isinstance(store, str):
+                self._external = ExternalStore(store)
+                p.store = ctypes.pointer(self._external.struct)
+            else:
+                p.store_addr = _text(store)
+            p.route_hint, p.job_token = _text(route_hint), _text(job_token)
+            st = c.gs_ctx_create_with(ctypes.byref(p), ctypes.byref(handle))
+            if st != 0 and self._external is not None and self._external.exception is not None:
+                raise error("gs_ctx_create_with", st) from self._external.exception
+            check("gs_ctx_create_with", st)
         self._handle = handle.value
         self._children = set()  # communicators and parameter servers not yet destroyed
 
@@ -86,6 +98,34 @@ class Context:
         buf = ctypes.create_string_buffer(1024)
         check("gs_ctx_param", lib().gs_ctx_param(self._h(), name.encode(), buf, len(buf)))
         return buf.value.decode()
+
+    # ---- the bootstrap store: small blobs between the ranks (one thread at a time) ----
+
+    def store_put(self, key, value):
+        """Sets key (str) to value (bytes, at most 1 MiB), replacing an earlier value."""
+        value = bytes(value)
+        check("gs_store_put", lib().gs_store_put(self._h(), key.encode(), value, len(value)))
+
+    def store_get(self, key):
+        """Waits (within the deadline) until key exists; returns its value (bytes)."""
+        cap, size = 4096, ctypes.c_size_t()
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            check("gs_store_get", lib().gs_store_get(self._h(), key.encode(), buf, cap, ctypes.byref(size)))
+            if size.value <= cap:
+                return buf.raw[:size.value]
+            cap = size.value
+
+    def store_allgather(self, tag, blob):
+        """Every rank gives a blob of the same length; returns them all (a list in rank order)."""
+        blob = bytes(blob)
+        out = ctypes.create_string_buffer(max(1, len(blob) * self.size))
+        check("gs_store_allgather", lib().gs_store_allgather(self._h(), tag.encode(), blob, len(blob), out))
+        return [out.raw[r * len(blob):(r + 1) * len(blob)] for r in range(self.size)]
+
+    def store_barrier(self, tag):
+        """Returns when every rank has entered the barrier with this tag."""
+        check("gs_store_barrier", lib().gs_store_barrier(self._h(), tag.encode()))
 
     def close(self):
         """gs_ctx_destroy: rank 0 waits, within the deadline, until every rank has closed."""

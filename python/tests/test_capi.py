@@ -12,6 +12,7 @@ stays behind.
     PYTHONPATH=build/python /usr/bin/python3 python/tests/test_capi.py [-k NAME] [-v]
 """
 import ctypes
+import datetime
 import functools
 import gc
 import os
@@ -474,6 +475,14 @@ def body_context_from_env(rank, world, transport):
         assert ctx.param("GS_TIMEOUT_MS") == str(CTX_TIMEOUT * 1000)
         assert ctx.param("GS_TRANSPORT") == transport
         assert ctx.host
+        ctx.store_put("py/%d" % rank, b"rank %d\0binary" % rank)  # values are bytes, NUL included
+        assert ctx.store_get("py/%d" % ((rank + 1) % world)) == b"rank %d\0binary" % ((rank + 1) % world)
+        big = bytes(range(256)) * 100  # more than store_get's first buffer
+        if rank == 0:
+            ctx.store_put("py/big", big)
+        assert ctx.store_get("py/big") == big
+        assert ctx.store_allgather("py/ag", bytes([rank]) * 3) == [bytes([r]) * 3 for r in range(world)]
+        ctx.store_barrier("py/b")
         try:
             ctx.param("GS_NO_SUCH")
             raise AssertionError("an unknown parameter was answered")
@@ -490,6 +499,37 @@ def body_context_from_env(rank, world, transport):
             except RuntimeError as e:
                 assert "destroy" in str(e)
     assert ctx._handle is None
+
+
+class FailingStore:
+    def set(self, key, value):
+        raise RuntimeError("the store is down")
+
+    def get(self, key):
+        raise RuntimeError("the store is down")
+
+
+def body_external_store(rank, world, transport):
+    import torch.distributed as dist
+    port = int(os.environ["GS_STORE"].rsplit(":", 1)[1])  # run()'s port, gradsync's own store unused here
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, datetime.timedelta(seconds=CTX_TIMEOUT))
+    with gradsync.Context(rank=rank, world_size=world, store=store, timeout=CTX_TIMEOUT) as ctx:
+        with gradsync.Comm(ctx, transport) as comm:
+            t = values(rank, 1000, np.int64)
+            comm.allreduce(t)
+            assert equal(t, reference("sum", [values(r, 1000, np.int64) for r in range(world)]))
+        ctx.store_put("py/x%d" % rank, b"through torch")  # the store calls go to the external store too
+        assert store.get("py/x%d" % rank) == b"through torch"
+    store.add("py/done", 1)  # the others' last use of it
+    while rank == 0 and store.add("py/done", 0) < world:  # rank 0 serves the TCPStore: it leaves last
+        time.sleep(0.01)
+    if rank == 0:
+        expect_value_error(lambda: gradsync.Context(rank=0, world_size=1, store=object()), "has no set()")
+        try:
+            gradsync.Context(rank=0, world_size=2, store=FailingStore(), timeout=2)
+            raise AssertionError("a context over a failing store was made")
+        except gradsync.Error as e:  # the store's own exception is the cause
+            assert isinstance(e.__cause__, RuntimeError) and "down" in str(e.__cause__), repr(e.__cause__)
 
 
 LR = 0.5  # a power of two: the expected parameters are exact
@@ -603,6 +643,9 @@ class Capi(unittest.TestCase):
 
     def test_timeout(self):
         self.each(body_timeout, (2,))
+
+    def test_external_store(self):
+        self.each(body_external_store, (1, 2))
 
     def test_context_from_environment(self):
         self.each(body_context_from_env, (2,))
