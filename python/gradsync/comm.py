@@ -6,7 +6,7 @@ import enum
 
 from ._buffer import buffer, same_type, want_count
 from ._lib import P2pStatus, Tensor, lib
-from .errors import check
+from .errors import check, error
 from .request import Request
 
 ANY_SOURCE = -1  # GS_ANY_SOURCE
@@ -51,23 +51,28 @@ class Comm:
     until it completes. Destroy it (destroy(), or a with block) before its context.
     """
 
-    def __init__(self, ctx, transport=None, _handle=None, _tp=None):
+    def __init__(self, ctx, transport=None, _handle=None):
         self._ctx = ctx
-        self._pending = set()
-        self._tp = _tp
+        self._pending = set()  # requests not yet completed
+        self._tp = None  # the transport opened for it (a name given), closed with it
         if _handle is None:
-            c = lib()
-            tp = ctypes.c_void_p()
-            handle = ctypes.c_void_p()
-            if transport is not None:
-                check("gs_tp_open", c.gs_tp_open(ctx._h(), transport.encode(), _out(tp)))
-            st = c.gs_comm_create(ctx._h(), tp, _out(handle))
-            if st != 0 and tp.value:
-                c.gs_tp_close(tp)
-            check("gs_comm_create", st)
-            _handle, self._tp = handle.value, tp.value
+            _handle, self._tp = self._create(ctx, transport)
         self._handle = _handle
         ctx._children.add(self)
+
+    @staticmethod
+    def _create(ctx, transport):
+        c = lib()
+        tp, handle = ctypes.c_void_p(), ctypes.c_void_p()
+        if transport is not None:
+            check("gs_tp_open", c.gs_tp_open(ctx._h(), transport.encode(), _out(tp)))
+        st = c.gs_comm_create(ctx._h(), tp, _out(handle))
+        if st != 0:
+            err = error("gs_comm_create", st)  # before the close below may set another error
+            if tp.value:
+                c.gs_tp_close(tp)
+            raise err
+        return handle.value, tp.value
 
     # ---- the object ----------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """The ctypes bindings of the C API (gradsync.Context, Comm, Request,
 ParameterServer) on 1-3 ranks over shm and tcp: every collective, blocking
-and not, against numpy references (bitwise: the inputs are small integers,
-exact in every type), send/recv, split and groups, abort, torch tensors
-written in place, errors as exceptions, the parameter server's SGD with 2
-workers and 1 server, and importing the package without torch.
+and not, the fused and uneven ones too, against numpy references (bitwise:
+the inputs are small integers, exact in every type), send/recv, split and
+groups, abort, a deadline, torch tensors written in place, errors as
+exceptions, the store calls and an external store (torch's TCPStore), the
+parameter server's SGD with 2 workers and 1 server, and importing the
+package without torch.
 
 Each test forks its ranks (gradsync's own store on 127.0.0.1, a free port)
 and kills what is left at its deadline; no process or /dev/shm segment
