@@ -685,6 +685,20 @@ except ImportError:
         self.assertEqual(out.stdout.strip(), "0.2.0 [1, 2, 3]")
         self.assertEqual(out.stderr, "")
 
+    def test_example_under_gsrun(self):
+        # docs/python.md's example, as a launcher starts it: Context() from gsrun's variables and job token
+        build = os.path.join(os.path.dirname(gradsync.__file__), "..", "..")
+        gsrun = os.path.join(build, "tools", "gsrun")
+        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "allreduce.py")
+        self.assertTrue(os.path.exists(gsrun), "%s is missing: build the target gsrun" % gsrun)
+        for transport in TRANSPORTS:
+            out = subprocess.run([gsrun, "-n", "2", "--transport", transport, sys.executable, example],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            for r in range(2):
+                self.assertIn("rank %d of 2 over %s: mean gradient 1.5, as expected" % (r, transport),
+                              out.stdout)
+
     def test_library_lookup(self):
         env = dict(os.environ, GS_LIBRARY="/nonexistent/libgradsync.so")
         code = "import gradsync\ntry:\n    gradsync.version()\nexcept OSError as e:\n    print(e)\n"

@@ -20,10 +20,10 @@ for pkg in torch numpy; do
         exit 1
     }
 done
-echo "python: building the backend and libgradsync.so in $out"
+echo "python: building the backend, libgradsync.so and gsrun in $out"
 cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGS_SANITIZE=OFF -DGS_BUILD_TESTS=OFF \
     -DGS_BUILD_EXAMPLES=OFF -DGS_WITH_TORCH=ON >/dev/null
-cmake --build "$out" --target gs_c10d gradsync -j"$(nproc)" >/dev/null
+cmake --build "$out" --target gs_c10d gradsync gsrun -j"$(nproc)" >/dev/null
 echo "python: test_backend.py"
 PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_backend.py" -v 2>&1 |
     grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
