@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev libibverbs-dev rdma-core ibverbs-providers
       libopenblas-dev zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev iproute2 python3 gawk
-      python3-torch libtorch-dev pybind11-dev python3-dev gnuplot-nox)
+      python3-torch python3-numpy libtorch-dev pybind11-dev python3-dev gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,22 +2,30 @@
 # The PyTorch backend and the Python package (scripts/test.sh runs it with the
 # build folder as $1). The ASan build cannot be loaded into Python, so this
 # builds the package beside it without sanitizers ($1-py, Release), then runs
-# python/tests/test_backend.py under Debian's /usr/bin/python3 (PyTorch 1.13):
-# torch.distributed with init_process_group("gradsync") on 1-3 ranks, every
-# operation the backend has, DDP against gloo. Fails (not skips) when
-# python3-torch or libtorch-dev is missing: scripts/deps.sh installs them.
+# under Debian's /usr/bin/python3 (PyTorch 1.13):
+#   python/tests/test_backend.py: torch.distributed with
+#     init_process_group("gradsync") on 1-3 ranks, every operation the
+#     backend has, DDP against gloo;
+#   python/tests/test_capi.py: the ctypes bindings of the C API over
+#     libgradsync.so on 1-3 ranks, shm and tcp, numpy arrays and tensors.
+# Fails (not skips) when python3-torch, python3-numpy or libtorch-dev is
+# missing: scripts/deps.sh installs them.
 set -euo pipefail
 build=${1:?usage: tests/python/ci.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(mkdir -p "$build-py" && cd "$build-py" && pwd)
-/usr/bin/python3 -c "import torch" 2>/dev/null || {
-    echo "python: FAILED: Debian's python3-torch is missing (scripts/deps.sh installs it)" >&2
-    exit 1
-}
-echo "python: building the backend in $out"
+for pkg in torch numpy; do
+    /usr/bin/python3 -c "import $pkg" 2>/dev/null || {
+        echo "python: FAILED: Debian's python3-$pkg is missing (scripts/deps.sh installs it)" >&2
+        exit 1
+    }
+done
+echo "python: building the backend, libgradsync.so and gsrun in $out"
 cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGS_SANITIZE=OFF -DGS_BUILD_TESTS=OFF \
     -DGS_BUILD_EXAMPLES=OFF -DGS_WITH_TORCH=ON >/dev/null
-cmake --build "$out" --target gs_c10d -j"$(nproc)" >/dev/null
+cmake --build "$out" --target gs_c10d gradsync gsrun -j"$(nproc)" >/dev/null
 echo "python: test_backend.py"
 PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_backend.py" -v 2>&1 |
     grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
+echo "python: test_capi.py"
+PYTHONPATH="$out/python" timeout 600 /usr/bin/python3 "$root/python/tests/test_capi.py" -v 2>&1 | tail -40
