@@ -65,7 +65,7 @@ gs_status gs_verbs_pkey_parse(const char *text, uint16_t *pkey_p)
 
 gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
 {
-    uint16_t want, got, base_match = UINT16_MAX;
+    uint16_t want = 0, got, base_match = UINT16_MAX;
     char seen[160] = "";
     size_t n = 0;
     dev->pkey_index = 0;
