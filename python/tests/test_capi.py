@@ -593,7 +593,9 @@ def body_ps(rank, world, transport, serve_in_thread):
 # ---- the tests ----------------------------------------------------------------------
 
 def shm_segments():
-    return set(os.listdir("/dev/shm"))
+    """/dev/shm entries but Python multiprocessing's semaphores (sem.mp-*), which
+    other Python programs on the machine (torch's tests) make and remove."""
+    return {n for n in os.listdir("/dev/shm") if not n.startswith("sem.mp-")}
 
 
 class Capi(unittest.TestCase):
