@@ -68,6 +68,10 @@ void gs_log_write(gs_log_level level, gs_log_subsys subsys, const char *fmt, ...
  * and returns status: `return gs_fail(GS_SUBSYS_BOOT, GS_ERR_TIMEOUT, ...)`. */
 gs_status gs_fail(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for an outcome the caller decides about (a wait's deadline that
+ * its caller may treat as "nothing yet"): recorded, logged at debug level. */
+gs_status gs_fail_quiet(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void gs_error_clear(void);
 /* Sets gs_last_error() to text (already logged elsewhere); text may be
  * gs_last_error() or a part of it. */

@@ -67,7 +67,21 @@ gs_status gs_fail(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     memcpy(last_error, text, sizeof(last_error));
-    gs_log_write(GS_LOG_ERROR, subsys, "%s: %s", gs_status_name(status), last_error);
+    if (gs_log_enabled(GS_LOG_ERROR, subsys))
+        gs_log_write(GS_LOG_ERROR, subsys, "%s: %s", gs_status_name(status), last_error);
+    return status;
+}
+
+gs_status gs_fail_quiet(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
+{
+    char text[sizeof(last_error)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    memcpy(last_error, text, sizeof(last_error));
+    if (gs_log_enabled(GS_LOG_DEBUG, subsys))
+        gs_log_write(GS_LOG_DEBUG, subsys, "%s: %s", gs_status_name(status), last_error);
     return status;
 }
 

@@ -424,11 +424,12 @@ static gs_status wait_timeout(gs_shm_tp *tp, uint64_t started_ns)
     int up = 0;
     for (int p = 0; p < tp->base.size; p++)
         up += p != tp->base.rank && tp->peers[p].state == GS_SHM_EP_UP;
-    return gs_fail(GS_SUBSYS_SHM, GS_ERR_TIMEOUT,
-                   "rank %d: no completion arrived within %llu ms (shm wait, GS_POLL=%s, %d of %d peers up); "
-                   "a peer may be stuck or waiting for this rank",
-                   tp->base.rank, (unsigned long long)((gs_now_ns() - started_ns) / 1000000ull),
-                   poll_mode_names[tp->base.cfg->poll], up, tp->base.size - 1);
+    return gs_fail_quiet(
+        GS_SUBSYS_SHM, GS_ERR_TIMEOUT,
+        "rank %d: no completion arrived within %llu ms (shm wait, GS_POLL=%s, %d of %d peers up); "
+        "a peer may be stuck or waiting for this rank",
+        tp->base.rank, (unsigned long long)((gs_now_ns() - started_ns) / 1000000ull),
+        poll_mode_names[tp->base.cfg->poll], up, tp->base.size - 1);
 }
 
 /* How long a wait spins before it sleeps (GS_POLL, GS_SPIN_US). */

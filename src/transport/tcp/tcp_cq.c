@@ -192,8 +192,8 @@ gs_status gs_tcp_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadl
         if (status != GS_OK || n > 0)
             break;
         if (gs_deadline_passed(deadline_ns))
-            return gs_fail(GS_SUBSYS_TCP, GS_ERR_TIMEOUT, "rank %d: no tcp completion before the deadline",
-                           base->rank);
+            return gs_fail_quiet(GS_SUBSYS_TCP, GS_ERR_TIMEOUT,
+                                 "rank %d: no tcp completion before the deadline", base->rank);
         now = gs_now_ns();
         if (reads != __atomic_load_n(&tp->rx_reads, __ATOMIC_RELAXED)) { /* activity: stay awake longer */
             reads = __atomic_load_n(&tp->rx_reads, __ATOMIC_RELAXED);

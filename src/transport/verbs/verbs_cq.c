@@ -439,9 +439,9 @@ static gs_status timeout_error(gs_verbs_tp *vt, uint64_t start_ns)
         used += describe_outstanding(vt, ep, busy + used, sizeof(busy) - used - 8);
         used += (size_t)snprintf(busy + used, sizeof(busy) - used, ");");
     }
-    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
-                   "rank %d: no verbs completion arrived in %.0f ms of waiting;%s", vt->base.rank,
-                   (double)(gs_now_ns() - start_ns) / 1e6, used ? busy : " nothing outstanding here");
+    return gs_fail_quiet(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
+                         "rank %d: no verbs completion arrived in %.0f ms of waiting;%s", vt->base.rank,
+                         (double)(gs_now_ns() - start_ns) / 1e6, used ? busy : " nothing outstanding here");
 }
 
 gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
