@@ -13,7 +13,10 @@ import datetime
 import torch
 import torch.distributed as _dist
 
+from . import launch
 from ._c10d import ProcessGroupGradsync
+
+launch.export_torch_env()  # under mpirun or srun: torch's RANK, WORLD_SIZE, MASTER_* (see launch.py)
 
 __all__ = ["ProcessGroupGradsync"]
 

@@ -4,7 +4,9 @@
 # builds the package beside it without sanitizers ($1-py, Release), then runs
 # python/tests/test_backend.py under Debian's /usr/bin/python3 (PyTorch 1.13):
 # torch.distributed with init_process_group("gradsync") on 1-3 ranks, every
-# operation the backend has, DDP against gloo. Fails (not skips) when
+# operation the backend has, DDP against gloo; then python/tests/test_launch.py:
+# init_process_group("gradsync") under torchrun, gsrun, mpirun and srun's
+# variables. Fails (not skips) when
 # python3-torch or libtorch-dev is missing: scripts/deps.sh installs them.
 set -euo pipefail
 build=${1:?usage: tests/python/ci.sh BUILD_DIR}
@@ -17,7 +19,11 @@ out=$(mkdir -p "$build-py" && cd "$build-py" && pwd)
 echo "python: building the backend in $out"
 cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGS_SANITIZE=OFF -DGS_BUILD_TESTS=OFF \
     -DGS_BUILD_EXAMPLES=OFF -DGS_WITH_TORCH=ON >/dev/null
-cmake --build "$out" --target gs_c10d -j"$(nproc)" >/dev/null
+cmake --build "$out" --target gs_c10d gsrun gshello -j"$(nproc)" >/dev/null
 echo "python: test_backend.py"
 PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_backend.py" -v 2>&1 |
     grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
+# torchrun, gsrun, mpirun (openmpi-bin) and srun's variables; a missing launcher fails
+echo "python: test_launch.py"
+PYTHONPATH="$out/python" GS_TOOLS="$out/tools" timeout 600 /usr/bin/python3 "$root/python/tests/test_launch.py" -v \
+    2>&1 | grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
