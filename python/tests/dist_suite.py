@@ -56,8 +56,8 @@ for _feature in ("plugin", "ddp", "subgroup"):
 
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 import torch.testing._internal.distributed.distributed_test as _harness  # noqa: E402
-from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
+DistributedTest, TestDistBackend = _harness.DistributedTest, _harness.TestDistBackend
 os.environ["BACKEND"] = _harness.BACKEND = BACKEND
 
 

@@ -2,7 +2,8 @@
 gsrun, mpirun, srun's variables): init_process_group("gradsync") with no
 init_method (env://, as a user would write it), then all_reduce, broadcast
 and one DDP step checked against results computed here. Prints
-"launch-ok rank R of W local L attempt N" on success (N: torchrun's restart count); exits non-zero on any failure.
+"launch-ok rank R of W local L attempt N" on success (N: torchrun's
+restart count); exits non-zero on any failure.
 
     EXPECT_WORLD=W  the world size the launcher should give (checked)
     FAIL_ONCE=1     rank 1 exits 3 on torchrun's first attempt
