@@ -6,7 +6,11 @@
  * gsrun serves the job's store on 127.0.0.1 (an ephemeral port) with a fresh
  * random GS_JOB_TOKEN, and gives every rank GS_RANK, GS_WORLD_SIZE,
  * GS_LOCAL_RANK, GS_STORE, GS_STORE_EXTERNAL=1, GS_JOB_TOKEN (and
- * GS_TRANSPORT, GS_TIMEOUT_MS when asked). Each line a rank writes to stdout
+ * GS_TRANSPORT, GS_TIMEOUT_MS when asked), and torch.distributed's env://
+ * variables as torchrun sets them: RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT, a port that was
+ * free when gsrun started (rank 0's TCPStore listens there; gradsync's own
+ * ranks keep using GS_STORE). Each line a rank writes to stdout
  * or stderr comes out on gsrun's stdout or stderr prefixed with "[rank] ".
  *
  * Each rank runs in its own process group with stdin from /dev/null, so a
@@ -32,9 +36,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +78,7 @@ typedef struct job {
     rank_proc *ranks;
     gs_store_server *server;
     char store[64];
+    int master_port; /* torch.distributed's MASTER_PORT */
     char token[80];
     sigset_t orig_mask;
     struct rlimit orig_nofile;
@@ -232,7 +240,9 @@ static void pump(int rank, line_buf *b)
 static bool overridden(const char *entry, const job *j)
 {
     static const char *const ours[] = {
-        "GS_RANK=", "GS_WORLD_SIZE=", "GS_LOCAL_RANK=", "GS_STORE=", "GS_STORE_EXTERNAL=", "GS_JOB_TOKEN="};
+        "GS_RANK=",           "GS_WORLD_SIZE=",    "GS_LOCAL_RANK=", "GS_STORE=",
+        "GS_STORE_EXTERNAL=", "GS_JOB_TOKEN=",     "RANK=",          "WORLD_SIZE=",
+        "LOCAL_RANK=",        "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",   "MASTER_PORT="};
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strncmp(entry, ours[i], strlen(ours[i])) == 0)
             return true;
@@ -272,7 +282,7 @@ static char **rank_env(const job *j, int rank)
 
     while (environ[count])
         count++;
-    env = calloc(count + 9, sizeof(*env));
+    env = calloc(count + 15, sizeof(*env));
     if (!env)
         return NULL;
     for (size_t i = 0; i < count && ok; i++)
@@ -281,6 +291,10 @@ static char **rank_env(const job *j, int rank)
     ok = ok && add_env(env, &k, "GS_RANK=%d", rank) && add_env(env, &k, "GS_WORLD_SIZE=%d", j->opts.n) &&
          add_env(env, &k, "GS_LOCAL_RANK=%d", rank) && add_env(env, &k, "GS_STORE=%s", j->store) &&
          add_env(env, &k, "GS_STORE_EXTERNAL=1") && add_env(env, &k, "GS_JOB_TOKEN=%s", j->token);
+    /* torch.distributed's env:// (init_process_group without init_method), as torchrun sets it */
+    ok = ok && add_env(env, &k, "RANK=%d", rank) && add_env(env, &k, "WORLD_SIZE=%d", j->opts.n) &&
+         add_env(env, &k, "LOCAL_RANK=%d", rank) && add_env(env, &k, "LOCAL_WORLD_SIZE=%d", j->opts.n) &&
+         add_env(env, &k, "MASTER_ADDR=127.0.0.1") && add_env(env, &k, "MASTER_PORT=%d", j->master_port);
     if (ok && j->opts.transport)
         ok = add_env(env, &k, "GS_TRANSPORT=%s", j->opts.transport);
     if (ok && j->opts.timeout_ms)
@@ -522,6 +536,23 @@ static void raise_fd_limit(job *j)
     }
 }
 
+/* A loopback port free now, for rank 0's TCPStore (as torchrun --standalone
+ * picks its own): bound, read and released; 0 if none could be bound. */
+static int free_loopback_port(void)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+
+    if (fd < 0)
+        return 0;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+        port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
+}
+
 static int setup(job *j)
 {
     const gs_config *cfg;
@@ -540,6 +571,11 @@ static int setup(job *j)
         return 1;
     }
     snprintf(j->store, sizeof(j->store), "127.0.0.1:%d", gs_boot_server_port(j->server));
+    j->master_port = free_loopback_port();
+    if (j->master_port == 0) {
+        fprintf(stderr, "gsrun: cannot find a free loopback port for MASTER_PORT: %s\n", strerror(errno));
+        return 1;
+    }
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGINT);

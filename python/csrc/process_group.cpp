@@ -330,10 +330,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(std::vector<std::
   });
 }
 
+// outputs[r][i] is rank r's inputs[i] (the transpose of allgather's
+// layout): the inputs travel as one flat block per rank.
 c10::intrusive_ptr<c10d::Work>
 ProcessGroupGradsync::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
-                                          std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &opts) {
-  return allgather(outputs, inputs, opts);
+                                          std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &) {
+  if ((int)outputs.size() != getSize())
+    throw std::invalid_argument("gradsync: allgather_coalesced wants world_size output lists");
+  for (const auto &list : outputs) {
+    if (list.size() != inputs.size())
+      throw std::invalid_argument("gradsync: allgather_coalesced wants one output per input in each list");
+    for (size_t i = 0; i < inputs.size(); i++)
+      if (list[i].numel() != inputs[i].numel() || list[i].scalar_type() != inputs[i].scalar_type())
+        throw std::invalid_argument("gradsync: allgather_coalesced wants outputs shaped as the inputs");
+  }
+  std::vector<at::Tensor> flat_outputs;
+  for (auto &list : outputs)
+    flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, flat_outputs, [this, outputs, inputs] {
+    if (inputs.empty())
+      return;
+    std::vector<at::Tensor> flat;
+    for (const auto &t : inputs) {
+      check_cpu(t);
+      flat.push_back(t.reshape({-1}));
+    }
+    at::Tensor in = at::cat(flat);
+    at::Tensor all = at::empty({(int64_t)getSize(), in.numel()}, in.options());
+    check("allgather_coalesced", gs_allgather(comm_, in.data_ptr(), all.data_ptr(), (size_t)in.numel(),
+                                              dtype_of(in)));
+    for (int r = 0; r < getSize(); r++) {
+      int64_t at_elem = 0;
+      for (size_t i = 0; i < inputs.size(); i++) {
+        int64_t n = inputs[i].numel();
+        outputs[(size_t)r][i].copy_(all[r].narrow(0, at_elem, n).view(outputs[(size_t)r][i].sizes()));
+        at_elem += n;
+      }
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,

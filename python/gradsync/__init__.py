@@ -29,6 +29,10 @@ from .errors import Error, MismatchError, PeerLostError, TimeoutError
 from .ps import ParameterServer
 from .request import Request
 
+from . import launch
+
+launch.export_torch_env()  # under mpirun or srun: torch's RANK, WORLD_SIZE, MASTER_* (see launch.py)
+
 __all__ = ["ANY_SOURCE", "NO_COLOR", "Comm", "Context", "DType", "Error", "MismatchError", "Op",
            "ParameterServer", "PeerLostError", "RecvStatus", "Request", "TimeoutError", "version"]
 

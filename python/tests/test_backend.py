@@ -13,6 +13,7 @@ import sys
 import tempfile
 import traceback
 import unittest
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -96,6 +97,7 @@ def body_async(rank, world):
 
 
 def body_broadcast_allgather(rank, world):
+    warnings.filterwarnings("ignore", "torch.distributed.all_gather_coalesced will be deprecated")
     for dtype in DTYPES:
         t = values(rank, 17, dtype)
         dist.broadcast(t, src=world - 1)
@@ -107,6 +109,12 @@ def body_broadcast_allgather(rank, world):
         flat = torch.empty(world * 9, dtype=dtype)
         dist._all_gather_base(flat, values(rank, 9, dtype))
         assert torch.equal(flat, torch.cat([values(r, 9, dtype) for r in range(world)]))
+        # coalesced: outs[r][i] is rank r's input i, inputs of different shapes
+        outs = [[torch.empty(9, dtype=dtype), torch.empty(2, 2, dtype=dtype)] for _ in range(world)]
+        dist.all_gather_coalesced(outs, [values(rank, 9, dtype), values(rank, 4, dtype, 1).view(2, 2)])
+        for r in range(world):
+            assert torch.equal(outs[r][0], values(r, 9, dtype))
+            assert torch.equal(outs[r][1], values(r, 4, dtype, 1).view(2, 2))
 
 
 def body_reduce_scatter(rank, world):

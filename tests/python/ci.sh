@@ -7,7 +7,10 @@
 #     init_process_group("gradsync") on 1-3 ranks, every operation the
 #     backend has, DDP against gloo;
 #   python/tests/test_capi.py: the ctypes bindings of the C API over
-#     libgradsync.so on 1-3 ranks, shm and tcp, numpy arrays and tensors.
+#     libgradsync.so on 1-3 ranks, shm and tcp, numpy arrays and tensors;
+#   python/tests/test_launch.py: init_process_group("gradsync") under
+#     torchrun, gsrun, mpirun and srun's variables;
+#   PyTorch's DistributedTest (python/tests/dist_suite.py).
 # Fails (not skips) when python3-torch, python3-numpy or libtorch-dev is
 # missing: scripts/deps.sh installs them.
 set -euo pipefail
@@ -23,9 +26,33 @@ done
 echo "python: building the backend, libgradsync.so and gsrun in $out"
 cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGS_SANITIZE=OFF -DGS_BUILD_TESTS=OFF \
     -DGS_BUILD_EXAMPLES=OFF -DGS_WITH_TORCH=ON >/dev/null
-cmake --build "$out" --target gs_c10d gradsync gsrun -j"$(nproc)" >/dev/null
+cmake --build "$out" --target gs_c10d gradsync gsrun gshello -j"$(nproc)" >/dev/null
 echo "python: test_backend.py"
 PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_backend.py" -v 2>&1 |
     grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
 echo "python: test_capi.py"
 PYTHONPATH="$out/python" timeout 600 /usr/bin/python3 "$root/python/tests/test_capi.py" -v 2>&1 | tail -40
+# torchrun, gsrun, mpirun (openmpi-bin) and srun's variables; a missing launcher fails
+echo "python: test_launch.py"
+PYTHONPATH="$out/python" GS_TOOLS="$out/tools" timeout 600 /usr/bin/python3 "$root/python/tests/test_launch.py" -v \
+    2>&1 | grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
+# PyTorch's own DistributedTest suite, the tests that run on CPU (the lists
+# in python/tests/dist_suite_ws*.txt; docs/pytorch.md has the full run): every
+# one must pass, a skip among them is a failure.
+suite() {
+    local log
+    log=$(mktemp)
+    echo "python: DistributedTest at WORLD_SIZE=$1 ($(grep -cv '^#' "$2") tests)"
+    PYTHONPATH="$out/python" WORLD_SIZE=$1 GS_SUITE_TESTS=$2 timeout 1500 /usr/bin/python3 \
+        "$root/python/tests/dist_suite.py" >"$log" 2>&1 || true
+    grep -E "^(Ran|OK|FAILED)|^(FAIL|ERROR): " "$log" || true
+    if ! grep -qx OK "$log"; then
+        echo "python: FAILED: DistributedTest at WORLD_SIZE=$1: not every listed test passed" >&2
+        grep -vE "^\s*$|Warning|warnings.warn|^INFO:" "$log" | tail -80 >&2
+        rm -f "$log"
+        exit 1
+    fi
+    rm -f "$log"
+}
+suite 2 "$root/python/tests/dist_suite_ws2.txt"
+suite 3 "$root/python/tests/dist_suite_ws3.txt"

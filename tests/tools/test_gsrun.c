@@ -40,7 +40,8 @@ GS_TEST(ranks_get_their_variables_and_one_fresh_token)
     char line[160];
     run_sh(&p, args,
            "echo \"vars $GS_RANK/$GS_WORLD_SIZE/$GS_LOCAL_RANK $GS_STORE $GS_STORE_EXTERNAL $GS_TRANSPORT "
-           "$GS_TIMEOUT_MS token=$GS_JOB_TOKEN\"");
+           "$GS_TIMEOUT_MS token=$GS_JOB_TOKEN\"; "
+           "echo \"torch $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT\"");
     gs_test_proc_wait(&p, 20000);
     GS_ASSERT_RANK_EXIT(p.status, 0);
     for (int r = 0; r < 3; r++) {
@@ -52,6 +53,15 @@ GS_TEST(ranks_get_their_variables_and_one_fresh_token)
     const char *token = strstr(p.out, "token=") + 6;
     GS_ASSERT_EQ(strspn(token, "0123456789abcdef"), 64);
     snprintf(line, sizeof(line), "token=%.64s", token);
+    GS_ASSERT_EQ(gs_test_count(p.out, line), 3);
+    /* torch.distributed's env:// variables, as torchrun sets them, one port for the job */
+    for (int r = 0; r < 3; r++) {
+        snprintf(line, sizeof(line), "[%d] torch %d/3/%d/3 127.0.0.1:", r, r, r);
+        GS_ASSERT_CONTAINS(p.out, line);
+    }
+    const char *port = strstr(p.out, "torch 0/3/0/3 127.0.0.1:") + 24;
+    GS_ASSERT(atoi(port) > 0 && atoi(port) < 65536);
+    snprintf(line, sizeof(line), "127.0.0.1:%d\n", atoi(port));
     GS_ASSERT_EQ(gs_test_count(p.out, line), 3);
     static const char *const plain[] = {"-n", "1", NULL};
     run_sh(&q, plain, "echo token=$GS_JOB_TOKEN");
