@@ -38,10 +38,12 @@
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
     X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL,                                                      \
       "RoCE GID index (-1: automatic, prefers RoCE v2 routable)")                                            \
-    X(ib_timeout, "GS_IB_TIMEOUT", INT, "17", NULL,                                                          \
-      "verbs QP local ack timeout exponent, 1-31 (4.096 us * 2^n; 0, infinite on hardware, is refused): 17 " \
-      "= "                                                                                                   \
-      "0.54 s a try, 3.8 s of outage ridden out with 6 retries")                                             \
+    X(ib_timeout, "GS_IB_TIMEOUT", INT, "-1", NULL,                                                          \
+      "verbs QP local ack timeout exponent, 1-31 (4.096 us * 2^n; 0, infinite on hardware, is refused); "    \
+      "-1: "                                                                                                 \
+      "the largest up to 17 (0.54 s a try, 3.8 s of outage ridden out with 6 retries) whose retries and "    \
+      "two "                                                                                                 \
+      "heartbeats fit in GS_TIMEOUT_MS")                                                                     \
     X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "6", NULL,                                                       \
       "verbs QP retry count (0-7; Soft-RoCE retries forever at 7)")                                          \
     X(ib_rnr_retry, "GS_IB_RNR_RETRY", INT, "6", NULL,                                                       \

@@ -165,15 +165,30 @@ GS_TEST(partition_keys_parse_as_hex_or_decimal)
 
 /* The defaults ride out a few seconds of outage and still fit GS_TIMEOUT_MS
  * (docs/verbs.md has the arithmetic). */
+static double ride_out_s(const gs_config *cfg)
+{
+    return 4.096e-6 * (double)(1ull << gs_verbs_ack_timeout(cfg)) * (double)(cfg->ib_retry_cnt + 1);
+}
+
 GS_TEST(default_timeouts_ride_out_seconds_within_the_deadline)
 {
     static const char *const none[] = {NULL};
+    static const char *const short_deadline[] = {"GS_TIMEOUT_MS", "5000", NULL};
+    static const char *const tiny_deadline[] = {"GS_TIMEOUT_MS", "300", NULL};
+    static const char *const given[] = {"GS_IB_TIMEOUT", "20", NULL};
     gs_config cfg;
-    config_with(&cfg, none);
-    double ride_s = 4.096e-6 * (double)(1ull << cfg.ib_timeout) * (double)(cfg.ib_retry_cnt + 1);
-    GS_ASSERT(ride_s >= 3.0);
-    GS_ASSERT(ride_s * 1e3 + 2.0 * 1000 < (double)cfg.timeout_ms); /* plus two heartbeats */
-    GS_ASSERT(cfg.ib_retry_cnt < 7);                               /* rxe retries forever at 7 */
+    config_with(&cfg, none); /* GS_TIMEOUT_MS 30 s: the full 17, 3.8 s ridden out */
+    GS_ASSERT_EQ(gs_verbs_ack_timeout(&cfg), 17);
+    GS_ASSERT(ride_out_s(&cfg) >= 3.0);
+    GS_ASSERT(ride_out_s(&cfg) * 1e3 + 2.0 * (double)gs_verbs_heartbeat_ms(&cfg) <= (double)cfg.timeout_ms);
+    GS_ASSERT(cfg.ib_retry_cnt < 7);   /* rxe retries forever at 7 */
+    config_with(&cfg, short_deadline); /* a shorter deadline: a smaller exponent, still inside it */
+    GS_ASSERT_EQ(gs_verbs_ack_timeout(&cfg), 16);
+    GS_ASSERT(ride_out_s(&cfg) * 1e3 + 2.0 * (double)gs_verbs_heartbeat_ms(&cfg) <= 5000.0);
+    config_with(&cfg, tiny_deadline); /* never below 1 */
+    GS_ASSERT(gs_verbs_ack_timeout(&cfg) >= 1);
+    config_with(&cfg, given); /* given: taken as it is */
+    GS_ASSERT_EQ(gs_verbs_ack_timeout(&cfg), 20);
 }
 
 GS_TEST(memlock_description_names_ulimit)

@@ -265,7 +265,7 @@ static void qos_body(gs_ctx *ctx, int rank, void *arg)
     if (attr.ah_attr.is_global) /* RoCE: the traffic class carries the DSCP */
         GS_ASSERT_EQ(attr.ah_attr.grh.traffic_class, 104);
     GS_ASSERT_EQ(attr.pkey_index, ((const gs_verbs_tp *)tp)->dev.pkey_index);
-    GS_ASSERT_EQ(attr.timeout, 17);
+    GS_ASSERT_EQ(attr.timeout, gs_verbs_ack_timeout(tp->cfg));
     GS_ASSERT_EQ(attr.retry_cnt, 6);
     GS_ASSERT_OK(gs_store_barrier(ctx, "qos.done"));
     GS_ASSERT_OK(gs_tp_close(tp));

@@ -212,6 +212,14 @@ static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
 
 /* verbs_dev.c: device, port and GID. */
 gs_status gs_verbs_config_check(const gs_config *cfg);
+/* GS_IB_TIMEOUT=-1 picks at most this exponent (0.54 s a try). */
+#define GS_VERBS_ACK_TIMEOUT_MAX 17
+/* The heartbeat interval: GS_TIMEOUT_MS / 4, within 50 ms .. 1 s. */
+int64_t gs_verbs_heartbeat_ms(const gs_config *cfg);
+/* The QP's ack timeout exponent: GS_IB_TIMEOUT, or for -1 the largest up to
+ * GS_VERBS_ACK_TIMEOUT_MAX whose (GS_IB_RETRY_CNT + 1) tries and two
+ * heartbeats fit in GS_TIMEOUT_MS (at least 1). */
+int gs_verbs_ack_timeout(const gs_config *cfg);
 /* GS_IB_PKEY's text as a partition key (pkey_p may be NULL: only checked). */
 gs_status gs_verbs_pkey_parse(const char *text, uint16_t *pkey_p);
 /* dev->pkey_index for GS_IB_PKEY: its entry in the port's table, or GS_ERR_CONFIG naming what the table

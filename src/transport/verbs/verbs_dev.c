@@ -21,9 +21,9 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         {"GS_IB_PORT", offsetof(gs_config, ib_port), 1, 255, "a port number 1-255"},
         {"GS_IB_GID_INDEX", offsetof(gs_config, ib_gid_index), -1, 255,
          "-1 (automatic) or a GID index 0-255"},
-        {"GS_IB_TIMEOUT", offsetof(gs_config, ib_timeout), 1, 31,
-         "an exponent 1-31 (4.096 us * 2^n; 0 means no timeout on hardware: a dead peer would never be "
-         "found)"},
+        {"GS_IB_TIMEOUT", offsetof(gs_config, ib_timeout), -1, 31,
+         "-1 (automatic) or an exponent 1-31 (4.096 us * 2^n; 0 means no timeout on hardware: a dead peer "
+         "would never be found)"},
         {"GS_IB_SL", offsetof(gs_config, ib_sl), 0, 15, "a service level 0-15"},
         {"GS_IB_TC", offsetof(gs_config, ib_tc), 0, 255, "a traffic class 0-255 (RoCE v2: DSCP << 2)"},
         {"GS_IB_RETRY_CNT", offsetof(gs_config, ib_retry_cnt), 0, 7, "a retry count 0-7"},
@@ -36,6 +36,11 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
             return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "%s=%lld is out of range: expected %s",
                            ranges[i].var, (long long)v, ranges[i].meaning);
     }
+    if (cfg->ib_timeout == 0)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "GS_IB_TIMEOUT=0 is refused: it means no ack timeout on hardware, so a dead peer would never "
+            "be found; use -1 (automatic) or 1-31");
     gs_status st = cfg->ib_pkey[0] ? gs_verbs_pkey_parse(cfg->ib_pkey, NULL) : GS_OK;
     if (st != GS_OK)
         return st;
@@ -46,6 +51,25 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         gs_log_warn(
             VERBS, "GS_IB_RNR_RETRY=7 retries forever: a peer that stops posting receives hangs its senders");
     return GS_OK;
+}
+
+int64_t gs_verbs_heartbeat_ms(const gs_config *cfg)
+{
+    int64_t ms = cfg->timeout_ms / 4;
+    return ms < 50 ? 50 : ms > 1000 ? 1000 : ms;
+}
+
+int gs_verbs_ack_timeout(const gs_config *cfg)
+{
+    if (cfg->ib_timeout > 0)
+        return (int)cfg->ib_timeout;
+    /* the largest n <= the maximum with (retries + 1) tries of 4.096 us * 2^n, plus two heartbeats, inside
+     * the deadline */
+    double budget_s = ((double)cfg->timeout_ms - 2.0 * (double)gs_verbs_heartbeat_ms(cfg)) / 1e3;
+    int n = GS_VERBS_ACK_TIMEOUT_MAX;
+    while (n > 1 && (double)(cfg->ib_retry_cnt + 1) * 4.096e-6 * (double)(1ull << n) > budget_s)
+        n--;
+    return n;
 }
 
 gs_status gs_verbs_pkey_parse(const char *text, uint16_t *pkey_p)

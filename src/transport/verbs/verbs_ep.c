@@ -238,7 +238,7 @@ static gs_status to_rts(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
     struct ibv_qp_attr attr = {
         .qp_state = IBV_QPS_RTS,
         .sq_psn = ep->psn,
-        .timeout = (uint8_t)cfg->ib_timeout,
+        .timeout = (uint8_t)gs_verbs_ack_timeout(cfg),
         .retry_cnt = (uint8_t)cfg->ib_retry_cnt,
         .rnr_retry = (uint8_t)cfg->ib_rnr_retry,
         .max_rd_atomic = remote->rd_atomic < vt->init_rd_atomic ? remote->rd_atomic : vt->init_rd_atomic,

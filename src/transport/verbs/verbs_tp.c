@@ -88,14 +88,10 @@ static void size_queues(gs_verbs_tp *vt)
 static void plan_heartbeat(gs_verbs_tp *vt)
 {
     const gs_config *cfg = vt->base.cfg;
-    int64_t interval_ms = cfg->timeout_ms / 4;
-    double ack_s = 4.096e-6 * (double)(1ull << cfg->ib_timeout);
+    int64_t interval_ms = gs_verbs_heartbeat_ms(cfg);
+    double ack_s = 4.096e-6 * (double)(1ull << gs_verbs_ack_timeout(cfg));
     double retry_s = ack_s * (double)(cfg->ib_retry_cnt + 1);
 
-    if (interval_ms < 50)
-        interval_ms = 50;
-    if (interval_ms > 1000)
-        interval_ms = 1000;
     vt->hb_interval_ns = (uint64_t)interval_ms * 1000000ull;
     vt->next_hb_ns = gs_now_ns() + vt->hb_interval_ns;
     if (cfg->timeout_ms > 0 && (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3 > (double)cfg->timeout_ms)
@@ -103,8 +99,8 @@ static void plan_heartbeat(gs_verbs_tp *vt)
             VERBS,
             "rank %d: a dead peer is detected after about %.0f ms (GS_IB_TIMEOUT=%lld, "
             "GS_IB_RETRY_CNT=%lld), longer than GS_TIMEOUT_MS=%lld: waits may end in GS_ERR_TIMEOUT first",
-            vt->base.rank, (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3, (long long)cfg->ib_timeout,
-            (long long)cfg->ib_retry_cnt, (long long)cfg->timeout_ms);
+            vt->base.rank, (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3,
+            (long long)gs_verbs_ack_timeout(cfg), (long long)cfg->ib_retry_cnt, (long long)cfg->timeout_ms);
 }
 
 static gs_status set_nonblocking(int fd, int rank, const char *what)
@@ -362,7 +358,7 @@ static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
         d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
         d->gid_index, gid, d->gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
         128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_sl, (long long)tp->cfg->ib_tc, d->pkey_index,
-        (long long)tp->cfg->ib_timeout, (long long)tp->cfg->ib_retry_cnt);
+        (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt);
 }
 
 const gs_tp_ops gs_verbs_ops = {
