@@ -116,8 +116,33 @@ static gs_status kv_add(void *arg, const char *key, int64_t delta, int64_t *valu
 
 // ---- Work -----------------------------------------------------------------------
 
+// The name the profiler shows for an operation (torch.profiler,
+// record_function), as gloo's "gloo:all_reduce": c10d::Work opens the range
+// when the operation is queued and closes it in finish().
+static const char *profiling_title(c10d::OpType type) {
+  switch (type) {
+  case c10d::OpType::BROADCAST: return "gradsync:broadcast";
+  case c10d::OpType::ALLREDUCE: return "gradsync:all_reduce";
+  case c10d::OpType::ALLREDUCE_COALESCED: return "gradsync:all_reduce_coalesced";
+  case c10d::OpType::REDUCE: return "gradsync:reduce";
+  case c10d::OpType::ALLGATHER: return "gradsync:all_gather";
+  case c10d::OpType::_ALLGATHER_BASE: return "gradsync:_all_gather_base";
+  case c10d::OpType::GATHER: return "gradsync:gather";
+  case c10d::OpType::SCATTER: return "gradsync:scatter";
+  case c10d::OpType::REDUCE_SCATTER: return "gradsync:reduce_scatter";
+  case c10d::OpType::_REDUCE_SCATTER_BASE: return "gradsync:_reduce_scatter_base";
+  case c10d::OpType::ALLTOALL_BASE: return "gradsync:all_to_all_single";
+  case c10d::OpType::ALLTOALL: return "gradsync:all_to_all";
+  case c10d::OpType::SEND: return "gradsync:send";
+  case c10d::OpType::RECV: return "gradsync:recv";
+  case c10d::OpType::RECVANYSOURCE: return "gradsync:recvAnySource";
+  case c10d::OpType::BARRIER: return "gradsync:barrier";
+  default: return "gradsync:unknown";
+  }
+}
+
 Work::Work(std::vector<at::Tensor> outputs, c10d::OpType type, int rank)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+    : c10d::Work(rank, type, profiling_title(type), outputs), outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 bool Work::isCompleted() { return future_->completed(); }
@@ -169,7 +194,8 @@ ProcessGroupGradsync::ProcessGroupGradsync(const c10::intrusive_ptr<c10d::Store>
     gs_ctx_destroy(ctx_);
     fail("init (communicator)", st);
   }
-  worker_ = std::thread([this] { run(); });
+  for (auto &w : workers_)
+    w = std::thread([this] { run(); });
   p2p_worker_ = std::thread([this] { run_p2p(); });
 }
 
@@ -183,7 +209,8 @@ ProcessGroupGradsync::~ProcessGroupGradsync() {
   // Python drops the last reference holding the GIL; the worker may need it
   // to finish (a future's Python callbacks run as it completes): let it go.
   PyThreadState *saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
-  worker_.join();
+  for (auto &w : workers_)
+    w.join();
   p2p_worker_.join();
   close();
   if (saved)
@@ -221,8 +248,14 @@ void ProcessGroupGradsync::close() {
   gs_ctx_destroy(ctx_);
 }
 
+// Each worker takes the turn, runs the next operation, gives the turn up,
+// then completes the operation's future, which runs its callbacks: one
+// operation at a time, in queue order, while a callback that waits for a
+// later operation (PowerSGD's hook all-reduces inside its callbacks and
+// waits) leaves the other worker to run it.
 void ProcessGroupGradsync::run() {
   for (;;) {
+    std::unique_lock<std::mutex> turn(turn_);
     std::unique_lock<std::mutex> g(lock_);
     cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty())
@@ -236,6 +269,7 @@ void ProcessGroupGradsync::run() {
     } catch (...) {
       error = std::current_exception();
     }
+    turn.unlock();
     item.first->complete(error);
   }
 }

@@ -1,7 +1,8 @@
 // The "gradsync" c10d backend: a ProcessGroup over one gradsync
-// communicator. Every operation is queued on one worker thread (the same
-// order on every rank, whichever thread called: DDP calls from autograd
-// threads) and returns a Work whose future completes when the data is there.
+// communicator. Every operation is queued and run one at a time in queue
+// order (the same order on every rank, whichever thread called: DDP calls
+// from autograd threads) by two workers taking turns, and returns a Work
+// whose future completes when the data is there.
 // The C API does the work; this layer converts tensors, types and errors.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -101,7 +103,8 @@ private:
   std::condition_variable cv_;
   std::deque<std::pair<c10::intrusive_ptr<Work>, std::function<void()>>> queue_;
   bool stop_ = false;
-  std::thread worker_;
+  std::mutex turn_;                  // held by the worker running an operation
+  std::array<std::thread, 2> workers_; // see run()
   gs_comm *p2p_comm_ = nullptr;
   std::deque<std::shared_ptr<P2p>> p2p_queue_;
   std::condition_variable p2p_cv_;
