@@ -194,8 +194,8 @@ ProcessGroupGradsync::ProcessGroupGradsync(const c10::intrusive_ptr<c10d::Store>
     gs_ctx_destroy(ctx_);
     fail("init (communicator)", st);
   }
-  for (auto &w : workers_)
-    w = std::thread([this] { run(); });
+  worker_ = std::thread([this] { run(); });
+  spare_ = std::thread([this] { run_spare(); });
   p2p_worker_ = std::thread([this] { run_p2p(); });
 }
 
@@ -205,12 +205,13 @@ ProcessGroupGradsync::~ProcessGroupGradsync() {
     stop_ = true;
   }
   cv_.notify_all();
+  spare_cv_.notify_all();
   p2p_cv_.notify_all();
   // Python drops the last reference holding the GIL; the worker may need it
   // to finish (a future's Python callbacks run as it completes): let it go.
   PyThreadState *saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
-  for (auto &w : workers_)
-    w.join();
+  worker_.join();
+  spare_.join();
   p2p_worker_.join();
   close();
   if (saved)
@@ -248,11 +249,12 @@ void ProcessGroupGradsync::close() {
   gs_ctx_destroy(ctx_);
 }
 
-// Each worker takes the turn, runs the next operation, gives the turn up,
+// The worker takes the turn, runs the next operation, gives the turn up,
 // then completes the operation's future, which runs its callbacks: one
-// operation at a time, in queue order, while a callback that waits for a
-// later operation (PowerSGD's hook all-reduces inside its callbacks and
-// waits) leaves the other worker to run it.
+// operation at a time, in queue order. A callback may wait for a later
+// operation (PowerSGD's hook all-reduces inside its callbacks and waits):
+// while the worker completes, the spare thread takes the turn for what is
+// queued. The spare sleeps otherwise (no wake-up per operation).
 void ProcessGroupGradsync::run() {
   for (;;) {
     std::unique_lock<std::mutex> turn(turn_);
@@ -260,18 +262,46 @@ void ProcessGroupGradsync::run() {
     cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty())
       return; // stopped, nothing left
-    auto item = std::move(queue_.front());
-    queue_.pop_front();
-    g.unlock();
-    std::exception_ptr error;
-    try {
-      item.second();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    turn.unlock();
-    item.first->complete(error);
+    run_next(g, turn);
   }
+}
+
+void ProcessGroupGradsync::run_spare() {
+  for (;;) {
+    std::unique_lock<std::mutex> g(lock_);
+    spare_cv_.wait(g, [this] { return stop_ || (completing_ > 0 && !queue_.empty()); });
+    if (stop_)
+      return; // the worker drains the queue
+    g.unlock();
+    std::unique_lock<std::mutex> turn(turn_);
+    g.lock();
+    if (!queue_.empty())
+      run_next(g, turn);
+  }
+}
+
+// Runs the queue's first operation holding the turn (g: the queue's lock,
+// held on entry, released), then completes it without the turn.
+void ProcessGroupGradsync::run_next(std::unique_lock<std::mutex> &g, std::unique_lock<std::mutex> &turn) {
+  auto item = std::move(queue_.front());
+  queue_.pop_front();
+  g.unlock();
+  std::exception_ptr error;
+  try {
+    item.second();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  turn.unlock();
+  g.lock();
+  completing_++;
+  if (!queue_.empty())
+    spare_cv_.notify_one();
+  g.unlock();
+  item.first->complete(error);
+  g.lock();
+  completing_--;
+  g.unlock();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -280,6 +310,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, 
   {
     std::lock_guard<std::mutex> g(lock_);
     queue_.emplace_back(work, std::move(body));
+    if (completing_ > 0) // the worker may be held up in a callback
+      spare_cv_.notify_one();
   }
   cv_.notify_one();
   return work;
