@@ -317,7 +317,8 @@ def main():
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     ranks = int(os.environ["WORLD_SIZE"]) if launched else args.ranks
     if not args.json and os.environ.get("RANK", "0") == "0":
-        print(f"train_ddp: {ranks} ranks, {args.model} under DDP over {args.backend} (torch {torch.__version__}), "
+        print(f"train_ddp: {ranks} ranks, {args.model} under DDP over {args.backend} "
+              f"(torch {torch.__version__}), "
               f"global batch {args.batch}, lr {args.lr}, momentum {args.momentum}, "
               f"{args.threads} thread(s) per rank", flush=True)
     if launched:

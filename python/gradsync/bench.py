@@ -88,7 +88,8 @@ class Case:
         elif coll == "reduce_scatter":
             self.src = pattern(per * world, rank).to(dtype)
             self.buf = torch.empty(per, dtype=dtype)
-            self.want = sum(pattern(per * world, r) for r in range(world))[rank * per:(rank + 1) * per].to(dtype)
+            total = sum(pattern(per * world, r) for r in range(world))
+            self.want = total[rank * per:(rank + 1) * per].to(dtype)
         elif coll == "all_to_all":
             # block q of rank r's input holds pattern(per, r, q); rank r receives block r from each
             self.src = torch.cat([pattern(per, rank, q) for q in range(world)]).to(dtype)
@@ -144,8 +145,8 @@ def measure(case, args, group):
 
 
 HEADER = "%-9s %12s %12s %8s %6s %11s %11s %11s %11s %11s %8s %6s" % (
-    "backend", "size(B)", "count", "type", "redop", "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)",
-    "#wrong", "iters")
+    "backend", "size(B)", "count", "type", "redop", "time(us)", "min(us)", "max(us)", "algbw(GB/s)",
+    "busbw(GB/s)", "#wrong", "iters")
 
 
 def bench(args, rank, world, groups):
@@ -209,7 +210,8 @@ def _entry(rank, world, init, args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m gradsync.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--backend", default="gradsync", help="gradsync or gloo (or any torch.distributed backend)")
+    p.add_argument("--backend", default="gradsync",
+                   help="gradsync, gloo (any torch.distributed backend), or several: gradsync,gloo")
     p.add_argument("--ranks", type=int, default=2, help="processes to start when no launcher set RANK")
     p.add_argument("-c", "--collectives", default="all_reduce",
                    help=f"comma-separated: {', '.join(COLLECTIVES)} or all")

@@ -21,7 +21,6 @@ here) fails.
 import datetime
 import faulthandler
 import os
-import sys
 import tempfile
 import traceback
 import unittest
