@@ -1,9 +1,18 @@
 #!/usr/bin/python3
 """The PyTorch reference for gstrain: the same model, data, initialization,
 shuffling and hyper-parameters, trained with torch.distributed
-DistributedDataParallel over the gloo backend on localhost.
+DistributedDataParallel over the gloo or the gradsync backend on localhost.
 
-    /usr/bin/python3 examples/pytorch/train_ddp.py --ranks 4 --epochs 1
+    /usr/bin/python3 examples/pytorch/train_ddp.py --ranks 4 --epochs 1 [--backend gradsync] [--model cnn]
+    PYTHONPATH=build/python torchrun --nproc_per_node 2 examples/pytorch/train_ddp.py --backend gradsync
+
+--model mlp is gstrain's MLP; --model cnn a small ResNet (a 3x3 stem and
+three residual blocks of 16, 32 and 64 channels, batch norm, global average
+pooling) on the same images, seeded by torch.manual_seed(--seed). Under a
+launcher (RANK and WORLD_SIZE set, as torchrun does) it joins by env://;
+otherwise it starts --ranks processes itself. After training every rank
+hashes its state_dict (SHA-256 of every tensor's bytes, in key order) and
+rank 0 reports whether all ranks hold the same weights.
 
 Every rank takes its share of each global batch (as gstrain does); the loss
 of a rank is its summed cross-entropy times ranks / global batch, so that
@@ -17,6 +26,7 @@ dataset-fashion-mnist.
 import argparse
 import datetime
 import gzip
+import hashlib
 import json
 import os
 import socket
@@ -34,6 +44,7 @@ except ImportError:
     sys.exit("train_ddp.py: PyTorch is missing: apt-get install python3-torch "
              "(and run it with Debian's /usr/bin/python3)")
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 WIDTHS = (784, 512, 256, 10)
 PIXEL_MEAN, PIXEL_STD = np.float32(0.2860), np.float32(0.3530)
@@ -131,6 +142,44 @@ def build_model(seed):
     return model
 
 
+class Block(torch.nn.Module):
+    """ResNet's basic block: two 3x3 convolutions with batch norm, and the shortcut."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.short = torch.nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.short = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                             torch.nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.short(x))
+
+
+def build_cnn(seed):
+    """A small ResNet for 28x28 images (about 78,000 parameters)."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Unflatten(1, (1, 28, 28)),
+        torch.nn.Conv2d(1, 16, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+
+
+def state_hash(model):
+    """SHA-256 of the state_dict: every tensor's bytes, in key order."""
+    h = hashlib.sha256()
+    for key, value in model.state_dict().items():
+        h.update(key.encode())
+        h.update(value.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def shard(lo, global_batch, rank, ranks):
     return lo + global_batch * rank // ranks, lo + global_batch * (rank + 1) // ranks
 
@@ -138,12 +187,14 @@ def shard(lo, global_batch, rank, ranks):
 def evaluate(model, x, y, rank, ranks):
     lo, hi = shard(0, len(y), rank, ranks)
     sums = torch.zeros(2, dtype=torch.float64)
+    model.eval()  # batch norm from its running statistics
     with torch.no_grad():
         for a in range(lo, hi, 1024):
             b = min(a + 1024, hi)
             logits = model(x[a:b])
             sums[0] += torch.nn.functional.cross_entropy(logits, y[a:b], reduction="sum").double()
             sums[1] += (logits.argmax(1) == y[a:b]).sum().double()
+    model.train()
     dist.all_reduce(sums)
     return sums[0].item() / len(y), sums[1].item() / len(y)
 
@@ -168,20 +219,43 @@ def train_epoch(ddp, opt, x, y, args, epoch, rank, ranks):
     return elapsed, sums[0].item() / len(y), sums[1].item() / len(y)
 
 
+def import_gradsync():
+    """Registers the gradsync backend: from PYTHONPATH, else from the build tree."""
+    try:
+        import gradsync  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+        try:
+            import gradsync  # noqa: F401,F811
+        except ImportError as e:
+            sys.exit(f"train_ddp.py: --backend gradsync: cannot import gradsync ({e}); "
+                     "build it (cmake --build build --target gs_c10d) and set PYTHONPATH=build/python")
+
+
 def worker(rank, args, port):
     torch.set_num_threads(args.threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks,
-                            timeout=datetime.timedelta(seconds=args.timeout))
+    if args.backend == "gradsync":
+        import_gradsync()
+    timeout = datetime.timedelta(seconds=args.timeout)
+    if port is None:  # under a launcher: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are set
+        dist.init_process_group(args.backend, init_method="env://", timeout=timeout)
+        rank, args.ranks = dist.get_rank(), dist.get_world_size()
+    else:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group(args.backend, rank=rank, world_size=args.ranks, timeout=timeout)
     x, y = load(args.data, "train", args.limit)
     tx, ty = load(args.data, "t10k", args.test_limit)
-    model = build_model(args.seed)
+    model = build_model(args.seed) if args.model == "mlp" else build_cnn(args.seed)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                           weight_decay=args.weight_decay)
     epochs = []
     for epoch in range(1, args.epochs + 1):
         elapsed, loss, acc = train_epoch(ddp, opt, x, y, args, epoch, rank, args.ranks)
+        # batch norm's running statistics are each rank's own since DDP's last forward, which
+        # broadcast rank 0's: broadcast them once more, as the next forward would
+        for buf in model.buffers():
+            dist.broadcast(buf, 0)
         test_loss, test_acc = evaluate(model, tx, ty, rank, args.ranks)
         e = dict(epoch=epoch, time_s=elapsed, images_per_s=len(y) / elapsed, train_loss=loss,
                  train_acc=acc, test_loss=test_loss, test_acc=test_acc)
@@ -190,15 +264,25 @@ def worker(rank, args, port):
             print(f"epoch {epoch}/{args.epochs}  train loss {loss:.4f} acc {100 * acc:.2f}%  "
                   f"test loss {test_loss:.4f} acc {100 * test_acc:.2f}%  {elapsed:.2f} s  "
                   f"{e['images_per_s']:.0f} img/s", flush=True)
+    hashes = [None] * args.ranks
+    dist.all_gather_object(hashes, state_hash(model))
+    same = len(set(hashes)) == 1
+    if rank == 0 and not args.json:
+        print(f"weights sha256 {hashes[0][:16]}...: {'the same on all' if same else 'DIFFERENT on the'} "
+              f"{args.ranks} ranks", flush=True)
     if rank == 0 and args.json:
-        print(json.dumps(dict(framework=f"pytorch {torch.__version__} DDP gloo", ranks=args.ranks,
-                              batch=args.batch, lr=args.lr, momentum=args.momentum,
-                              threads=args.threads, train_images=len(y), epochs=epochs)), flush=True)
+        print(json.dumps(dict(framework=f"pytorch {torch.__version__} DDP {args.backend}", model=args.model,
+                              backend=args.backend, ranks=args.ranks, batch=args.batch, lr=args.lr,
+                              momentum=args.momentum, threads=args.threads, train_images=len(y),
+                              weights_sha256=hashes[0], same_weights_on_ranks=same, epochs=epochs)),
+              flush=True)
     # Leave together, and drop DDP (its reducer holds the gloo group) before
     # the group: otherwise a rank may hang in the destructors at exit.
     dist.barrier()
     del ddp, opt
     dist.destroy_process_group()
+    if not same:
+        sys.exit(f"train_ddp.py: rank {rank}: the ranks' weights differ after training")
 
 
 def free_port():
@@ -209,7 +293,9 @@ def free_port():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--ranks", type=int, default=2, help="processes to start (without a launcher)")
+    p.add_argument("--backend", default="gloo", choices=("gloo", "gradsync"))
+    p.add_argument("--model", default="mlp", choices=("mlp", "cnn"))
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch", type=int, default=256, help="global batch, split over the ranks")
     p.add_argument("--lr", type=float, default=0.05)
@@ -228,10 +314,16 @@ def main():
     # thread per core unless told: --threads per rank, as gstrain's --threads.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ[var] = str(args.threads)
-    if not args.json:
-        print(f"train_ddp: {args.ranks} ranks, DDP over gloo (torch {torch.__version__}), "
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    ranks = int(os.environ["WORLD_SIZE"]) if launched else args.ranks
+    if not args.json and os.environ.get("RANK", "0") == "0":
+        print(f"train_ddp: {ranks} ranks, {args.model} under DDP over {args.backend} "
+              f"(torch {torch.__version__}), "
               f"global batch {args.batch}, lr {args.lr}, momentum {args.momentum}, "
               f"{args.threads} thread(s) per rank", flush=True)
+    if launched:
+        worker(int(os.environ["RANK"]), args, None)
+        return
     procs = mp.spawn(worker, args=(args, free_port()), nprocs=args.ranks, join=False)
     deadline = time.monotonic() + args.timeout
     while not procs.join(timeout=1):

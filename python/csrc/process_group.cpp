@@ -116,8 +116,33 @@ static gs_status kv_add(void *arg, const char *key, int64_t delta, int64_t *valu
 
 // ---- Work -----------------------------------------------------------------------
 
+// The name the profiler shows for an operation (torch.profiler,
+// record_function), as gloo's "gloo:all_reduce": c10d::Work opens the range
+// when the operation is queued and closes it in finish().
+static const char *profiling_title(c10d::OpType type) {
+  switch (type) {
+  case c10d::OpType::BROADCAST: return "gradsync:broadcast";
+  case c10d::OpType::ALLREDUCE: return "gradsync:all_reduce";
+  case c10d::OpType::ALLREDUCE_COALESCED: return "gradsync:all_reduce_coalesced";
+  case c10d::OpType::REDUCE: return "gradsync:reduce";
+  case c10d::OpType::ALLGATHER: return "gradsync:all_gather";
+  case c10d::OpType::_ALLGATHER_BASE: return "gradsync:_all_gather_base";
+  case c10d::OpType::GATHER: return "gradsync:gather";
+  case c10d::OpType::SCATTER: return "gradsync:scatter";
+  case c10d::OpType::REDUCE_SCATTER: return "gradsync:reduce_scatter";
+  case c10d::OpType::_REDUCE_SCATTER_BASE: return "gradsync:_reduce_scatter_base";
+  case c10d::OpType::ALLTOALL_BASE: return "gradsync:all_to_all_single";
+  case c10d::OpType::ALLTOALL: return "gradsync:all_to_all";
+  case c10d::OpType::SEND: return "gradsync:send";
+  case c10d::OpType::RECV: return "gradsync:recv";
+  case c10d::OpType::RECVANYSOURCE: return "gradsync:recvAnySource";
+  case c10d::OpType::BARRIER: return "gradsync:barrier";
+  default: return "gradsync:unknown";
+  }
+}
+
 Work::Work(std::vector<at::Tensor> outputs, c10d::OpType type, int rank)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+    : c10d::Work(rank, type, profiling_title(type), outputs), outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 bool Work::isCompleted() { return future_->completed(); }
@@ -170,6 +195,7 @@ ProcessGroupGradsync::ProcessGroupGradsync(const c10::intrusive_ptr<c10d::Store>
     fail("init (communicator)", st);
   }
   worker_ = std::thread([this] { run(); });
+  spare_ = std::thread([this] { run_spare(); });
   p2p_worker_ = std::thread([this] { run_p2p(); });
 }
 
@@ -179,11 +205,13 @@ ProcessGroupGradsync::~ProcessGroupGradsync() {
     stop_ = true;
   }
   cv_.notify_all();
+  spare_cv_.notify_all();
   p2p_cv_.notify_all();
   // Python drops the last reference holding the GIL; the worker may need it
   // to finish (a future's Python callbacks run as it completes): let it go.
   PyThreadState *saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   worker_.join();
+  spare_.join();
   p2p_worker_.join();
   close();
   if (saved)
@@ -221,23 +249,59 @@ void ProcessGroupGradsync::close() {
   gs_ctx_destroy(ctx_);
 }
 
+// The worker takes the turn, runs the next operation, gives the turn up,
+// then completes the operation's future, which runs its callbacks: one
+// operation at a time, in queue order. A callback may wait for a later
+// operation (PowerSGD's hook all-reduces inside its callbacks and waits):
+// while the worker completes, the spare thread takes the turn for what is
+// queued. The spare sleeps otherwise (no wake-up per operation).
 void ProcessGroupGradsync::run() {
   for (;;) {
+    std::unique_lock<std::mutex> turn(turn_);
     std::unique_lock<std::mutex> g(lock_);
     cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty())
       return; // stopped, nothing left
-    auto item = std::move(queue_.front());
-    queue_.pop_front();
-    g.unlock();
-    std::exception_ptr error;
-    try {
-      item.second();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    item.first->complete(error);
+    run_next(g, turn);
   }
+}
+
+void ProcessGroupGradsync::run_spare() {
+  for (;;) {
+    std::unique_lock<std::mutex> g(lock_);
+    spare_cv_.wait(g, [this] { return stop_ || (completing_ > 0 && !queue_.empty()); });
+    if (stop_)
+      return; // the worker drains the queue
+    g.unlock();
+    std::unique_lock<std::mutex> turn(turn_);
+    g.lock();
+    if (!queue_.empty())
+      run_next(g, turn);
+  }
+}
+
+// Runs the queue's first operation holding the turn (g: the queue's lock,
+// held on entry, released), then completes it without the turn.
+void ProcessGroupGradsync::run_next(std::unique_lock<std::mutex> &g, std::unique_lock<std::mutex> &turn) {
+  auto item = std::move(queue_.front());
+  queue_.pop_front();
+  g.unlock();
+  std::exception_ptr error;
+  try {
+    item.second();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  turn.unlock();
+  g.lock();
+  completing_++;
+  if (!queue_.empty())
+    spare_cv_.notify_one();
+  g.unlock();
+  item.first->complete(error);
+  g.lock();
+  completing_--;
+  g.unlock();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -246,6 +310,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, 
   {
     std::lock_guard<std::mutex> g(lock_);
     queue_.emplace_back(work, std::move(body));
+    if (completing_ > 0) // the worker may be held up in a callback
+      spare_cv_.notify_one();
   }
   cv_.notify_one();
   return work;

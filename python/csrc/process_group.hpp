@@ -1,7 +1,8 @@
 // The "gradsync" c10d backend: a ProcessGroup over one gradsync
-// communicator. Every operation is queued on one worker thread (the same
-// order on every rank, whichever thread called: DDP calls from autograd
-// threads) and returns a Work whose future completes when the data is there.
+// communicator. Every operation is queued and run one at a time in queue
+// order (the same order on every rank, whichever thread called: DDP calls
+// from autograd threads) by a worker thread (and a spare, see run()), and returns a Work
+// whose future completes when the data is there.
 // The C API does the work; this layer converts tensors, types and errors.
 #pragma once
 
@@ -83,6 +84,8 @@ private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> body);
   void run();
+  void run_spare();
+  void run_next(std::unique_lock<std::mutex> &g, std::unique_lock<std::mutex> &turn);
   void close();
   // Point-to-point runs apart: a receive must not hold up the collectives
   // queued behind it (nor they it), so sends and receives go to a second
@@ -101,7 +104,10 @@ private:
   std::condition_variable cv_;
   std::deque<std::pair<c10::intrusive_ptr<Work>, std::function<void()>>> queue_;
   bool stop_ = false;
-  std::thread worker_;
+  std::mutex turn_;             // held by the thread running an operation (see run())
+  int completing_ = 0;          // threads completing a future (running its callbacks)
+  std::condition_variable spare_cv_;
+  std::thread worker_, spare_;
   gs_comm *p2p_comm_ = nullptr;
   std::deque<std::shared_ptr<P2p>> p2p_queue_;
   std::condition_variable p2p_cv_;

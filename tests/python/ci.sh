@@ -56,3 +56,9 @@ suite() {
 }
 suite 2 "$root/python/tests/dist_suite_ws2.txt"
 suite 3 "$root/python/tests/dist_suite_ws3.txt"
+# What runs on top of the backend: DDP buckets, unused parameters, no_sync,
+# the fp16/bf16/PowerSGD communication hooks and ZeroRedundancyOptimizer
+# against gloo, object collectives, profiler ranges.
+echo "python: test_on_top.py"
+PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_on_top.py" -v 2>&1 |
+    grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -20
