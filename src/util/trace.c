@@ -23,7 +23,7 @@ static bool trace_first; /* no event written yet: the next one has no leading co
 /* An event kept until its batch is written. */
 typedef struct trace_rec {
     const char *cat, *name;
-    char text[48]; /* the name, copied (copy_name) */
+    char text[48]; /* the name, copied (copy_name), quotes, backslashes and controls made _ */
     int tid;
     int nargs;
     uint64_t start_ns, end_ns;
@@ -185,8 +185,12 @@ void gs_trace_event(const char *cat, const char *name, bool copy_name, int track
     r = &recs[nrecs++];
     r->cat = cat;
     r->name = copy_name ? NULL : name;
-    if (copy_name)
-        snprintf(r->text, sizeof(r->text), "%s", name);
+    for (size_t n = 0; copy_name; n++) { /* a JSON string without escapes */
+        char ch = n + 1 < sizeof(r->text) ? name[n] : '\0';
+        r->text[n] = ch == '"' || ch == '\\' || (ch && (unsigned char)ch < 0x20) ? '_' : ch;
+        if (!ch)
+            break;
+    }
     r->tid = track == GS_TRACE_THREAD ? tid : track;
     r->start_ns = start_ns;
     r->end_ns = end_ns < start_ns ? start_ns : end_ns;
@@ -206,12 +210,6 @@ uint64_t gs_clock_ns(void)
 
 void gs_trace_span(const char *name, uint64_t start_ns, uint64_t end_ns)
 {
-    char safe[48];
-    size_t n = 0;
-    if (!gs_trace_enabled() || !name)
-        return;
-    for (; name[n] && n + 1 < sizeof(safe); n++) /* a JSON string without escapes */
-        safe[n] = name[n] == '"' || name[n] == '\\' || (unsigned char)name[n] < 0x20 ? '_' : name[n];
-    safe[n] = '\0';
-    gs_trace_event("app", safe, true, GS_TRACE_THREAD, NULL, 0, start_ns, end_ns, NULL, 0);
+    if (gs_trace_enabled() && name)
+        gs_trace_event("app", name, true, GS_TRACE_THREAD, NULL, 0, start_ns, end_ns, NULL, 0);
 }
