@@ -371,12 +371,16 @@ static void tiny_traced(const gs_comm *comm, const gs_call *c, uint64_t start_ns
                         c->count * gs_dtype_size(c->dtype), c->dtype, c->redop, -1, start_ns, 0, st);
 }
 
-/* The engine finishes a call the tiny path posted but could not finish. */
-static gs_status tiny_resume(gs_comm *comm, gs_call *c)
+/* The engine finishes a call the tiny path posted but could not finish
+ * (begun at t0_ns for GS_TRACE, 0: not traced). */
+static gs_status tiny_resume(gs_comm *comm, gs_call *c, uint64_t t0_ns)
 {
     gs_status st = prepare(comm, &comm->sync_req, c);
     comm->tiny_resumed++;
-    return st == GS_OK ? gs_engine_resume(comm, &comm->sync_req) : st;
+    if (st != GS_OK)
+        return st;
+    comm->trace_t0 = t0_ns; /* its event starts there, not at the resume */
+    return gs_engine_resume(comm, &comm->sync_req);
 }
 
 static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p);
@@ -430,10 +434,8 @@ gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t
     if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes, <= 8 bytes */
         uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
         gs_status st = gs_tiny_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
-        if (st == GS_INPROGRESS) {
-            comm->trace_t0 = t0;
-            return tiny_resume(comm, &c);
-        }
+        if (st == GS_INPROGRESS)
+            return tiny_resume(comm, &c, t0);
         if (st != GS_ERR_AGAIN && t0)
             tiny_traced(comm, &c, t0, st);
         if (st != GS_ERR_AGAIN)
@@ -513,10 +515,8 @@ gs_status gs_barrier(gs_comm *comm)
     gs_call c = {.fn = "gs_barrier", .kind = GS_COLL_BARRIER, .root = -1};
     if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes */
         uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
-        if (gs_tiny_barrier(comm) != GS_OK) {
-            comm->trace_t0 = t0;
-            return tiny_resume(comm, &c);
-        }
+        if (gs_tiny_barrier(comm) != GS_OK)
+            return tiny_resume(comm, &c, t0);
         if (t0)
             tiny_traced(comm, &c, t0, GS_OK);
         return GS_OK;
