@@ -65,6 +65,33 @@ static int check_config(gs_config *cfg, gsinfo_check *check)
     return problems;
 }
 
+/* What GS_TRANSPORT makes of the peers of this host and of other hosts. */
+static void print_choice(const gs_config *cfg)
+{
+    static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
+    const char *near = NULL, *far = NULL;
+    if (cfg->transport != GS_TRANSPORT_AUTO) {
+        printf("GS_TRANSPORT=%s: %s to every peer, on this host and on others\n", names[cfg->transport],
+               names[cfg->transport]);
+        return;
+    }
+    for (int i = 0; gs_tp_builtin(i); i++) {
+        const gs_tp_ops *ops = gs_tp_builtin(i);
+        if (ops->available && !ops->available(cfg))
+            continue;
+        if (ops->id == GS_TRANSPORT_SHM)
+            near = near ? near : ops->name;
+        else
+            far = far ? far : ops->name;
+    }
+    printf("GS_TRANSPORT=auto from this host: peers on it over %s, peers on other hosts over %s "
+           "(when every rank can use them)\n",
+           near  ? near
+           : far ? far
+                 : "none",
+           far ? far : "none");
+}
+
 static void print_summary(const gs_config *cfg)
 {
     char host_id[128];
@@ -77,7 +104,11 @@ static void print_summary(const gs_config *cfg)
         printf(" %s%s", ops->name, usable ? "" : " (unusable here: no device)");
     }
     printf("\n");
-    printf("host id: %s\n", host_id);
+    print_choice(cfg);
+    if (cfg->host_id[0])
+        printf("host id: %s (GS_HOST_ID; the machine's own: %s)\n", cfg->host_id, host_id);
+    else
+        printf("host id: %s\n", host_id);
     printf("parameters: %d (gsinfo --params)\n", gs_param_count());
 }
 

@@ -65,7 +65,14 @@ static gs_status start(gs_ctx *ctx)
     status = gs_affinity_apply(cfg->cpu_affinity, ctx->boot.local_rank, NULL);
     if (status != GS_OK)
         return status;
-    gs_boot_host_id(ctx->host_id, sizeof(ctx->host_id));
+    if (strlen(cfg->host_id) >= sizeof(ctx->host_id))
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_CONFIG,
+                       "rank %d: GS_HOST_ID is %zu bytes long: use at most %zu", ctx->rank,
+                       strlen(cfg->host_id), sizeof(ctx->host_id) - 1);
+    if (cfg->host_id[0])
+        snprintf(ctx->host_id, sizeof(ctx->host_id), "%.127s", cfg->host_id);
+    else
+        gs_boot_host_id(ctx->host_id, sizeof(ctx->host_id));
     if (ctx->has_ext) {
         status = ext_token(ctx);
         if (status == GS_OK)

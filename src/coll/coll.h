@@ -253,6 +253,7 @@ struct gs_comm {
     bool oversubscribed;    /* more ranks on this host than cores: waiting yields the CPU */
     bool all_local;         /* every rank on this host */
     int hosts;              /* hosts the ranks run on */
+    int *host_of;           /* [size]: each rank's host, numbered in the order of their first ranks */
     uint64_t trace_t0;      /* GS_TRACE: when the call the engine resumes from the tiny path began */
     int local_ranks;        /* ranks on this host */
     bool tiny;              /* small blocking calls may take the tiny path (tiny.c) */

@@ -212,7 +212,9 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->out_unit = gs_calloc((size_t)comm->out_nslots, sizeof(uint32_t));
     comm->chans = gs_calloc((size_t)comm->size, sizeof(gs_chan));
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
-    if (!comm->out_pending || !comm->out_call || !comm->out_unit || !comm->chans || !comm->peer_inbox)
+    comm->host_of = gs_calloc((size_t)comm->size, sizeof(int));
+    if (!comm->out_pending || !comm->out_call || !comm->out_unit || !comm->chans || !comm->peer_inbox ||
+        !comm->host_of)
         return GS_ERR_NOMEM;
     gs_status st2 = gs_pages_alloc(comm->box_chunk, (void **)&comm->scratch); /* the larger of the two */
     if (st2 != GS_OK)
@@ -263,7 +265,7 @@ static void note_oversubscription(gs_comm *comm, const comm_hello *all)
         int q = 0;
         while (all[q].host != all[p].host)
             q++;
-        comm->hosts += q == p;
+        comm->host_of[p] = q == p ? comm->hosts++ : comm->host_of[q];
     }
 }
 
@@ -357,6 +359,7 @@ static void release(gs_comm *comm)
     free(comm->out_unit);
     free(comm->chans);
     free(comm->peer_inbox);
+    free(comm->host_of);
     pthread_mutex_destroy(&comm->lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);

@@ -48,6 +48,21 @@ static void algo_ranges(const gs_comm *comm, gs_coll_kind kind, char *buf, size_
     }
 }
 
+/* "host 0: 0,2,4; host 1: 1,3" */
+static void host_map(const gs_comm *comm, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int h = 0; h < comm->hosts && n < cap; h++) {
+        n += (size_t)snprintf(buf + n, cap - n, "%shost %d:", h ? "; " : "", h);
+        for (int r = 0, first = 1; r < comm->size && n < cap; r++)
+            if (comm->host_of[r] == h) {
+                n += (size_t)snprintf(buf + n, cap - n, "%s%d", first ? " " : ",", r);
+                first = 0;
+            }
+    }
+}
+
 static void cpu_list(char *buf, size_t cap)
 {
     cpu_set_t set;
@@ -105,8 +120,13 @@ void gs_coll_summary(const gs_comm *comm)
     printed = true;
     gs_log_info(COLL, "gradsync %s: %d ranks on %d host%s (%d on this one), ranks from %s", GS_VERSION_STRING,
                 comm->size, comm->hosts, comm->hosts == 1 ? "" : "s", comm->local_ranks, ctx->boot.source);
+    if (comm->hosts > 1) {
+        host_map(comm, line, sizeof(line));
+        gs_log_info(COLL, "ranks by host: %s", line);
+    }
     gs_tp_describe(comm->tp, line, sizeof(line));
-    gs_log_info(COLL, "transport for every peer, on this host and on others: %s", line);
+    gs_log_info(COLL, "transport %s: %s",
+                comm->tp->ops->id == GS_TRANSPORT_MIXED ? "per peer" : "for every peer", line);
     algo_ranges(comm, GS_COLL_ALLREDUCE, a, sizeof(a));
     algo_ranges(comm, GS_COLL_BROADCAST, b, sizeof(b));
     algo_ranges(comm, GS_COLL_REDUCE, c, sizeof(c));

@@ -80,13 +80,37 @@ static uint32_t usable_here(const gs_config *cfg)
     return mask;
 }
 
-/* shm when every rank shares this host, else the first backend every rank can use. */
-static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
+/* What auto found: shm when every rank shares this host; else, when some
+ * host runs several ranks and every rank can use shm, mixed (shm there,
+ * far between hosts); else far for every peer. far is the first backend
+ * other than shm every rank can use. */
+typedef struct tp_plan {
+    const gs_tp_ops *ops;
+    const gs_tp_ops *far; /* mixed only */
+} tp_plan;
+
+/* Hosts among the ranks' ids and whether one of them runs several ranks. */
+static int count_hosts(const auto_info *all, int size, bool *shared_p)
+{
+    int hosts = 0;
+    *shared_p = false;
+    for (int r = 0; r < size; r++) {
+        int q = 0;
+        while (strncmp(all[q].host_id, all[r].host_id, sizeof(all[r].host_id)) != 0)
+            q++;
+        hosts += q == r;
+        *shared_p = *shared_p || q != r;
+    }
+    return hosts;
+}
+
+static gs_status choose_auto(gs_ctx *ctx, tp_plan *plan)
 {
     gs_status st;
     auto_info mine = {.usable = usable_here(&ctx->cfg)}, *all = gs_calloc((size_t)ctx->size, sizeof(*all));
     uint32_t usable = ~0u;
-    bool one_host = true;
+    bool shared = false;
+    int hosts = 0;
     char tag[48], built[64];
 
     if (!all)
@@ -94,29 +118,41 @@ static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
     snprintf(mine.host_id, sizeof(mine.host_id), "%s", ctx->host_id);
     snprintf(tag, sizeof(tag), "gs.tp.auto.%u", ctx->tp_open);
     st = gs_store_allgather(ctx, tag, &mine, sizeof(mine), all);
-    for (int r = 0; st == GS_OK && r < ctx->size; r++) {
+    for (int r = 0; st == GS_OK && r < ctx->size; r++)
         usable &= all[r].usable;
-        one_host = one_host && strncmp(all[r].host_id, mine.host_id, sizeof(mine.host_id)) == 0;
-    }
+    if (st == GS_OK)
+        hosts = count_hosts(all, ctx->size, &shared);
     free(all);
     if (st != GS_OK)
         return st;
+    *plan = (tp_plan){0};
     for (int i = 0; gs_tp_builtin(i); i++) {
         const gs_tp_ops *ops = gs_tp_builtin(i);
-        if (!(usable & (1u << i)) || (ops->id == GS_TRANSPORT_SHM && !one_host))
+        if (!(usable & (1u << i)))
             continue;
-        *ops_p = ops;
+        if (ops->id == GS_TRANSPORT_SHM) {
+            if (hosts == 1) {
+                plan->ops = ops;
+                return GS_OK;
+            }
+            plan->ops = shared ? &gs_mixed_ops : NULL; /* then the first far one */
+            continue;
+        }
+        if (!plan->ops)
+            plan->ops = ops;
+        else
+            plan->far = ops;
         return GS_OK;
     }
     builtin_list(built, sizeof(built));
     return gs_fail(
         GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
-        "rank %d: GS_TRANSPORT=auto found no transport every rank can use (built: %s; ranks %s one "
-        "host); build tcp or run all ranks on one host",
-        ctx->rank, built, one_host ? "share" : "do not share");
+        "rank %d: GS_TRANSPORT=auto found no transport every rank can use (built: %s; ranks on %d host%s); "
+        "build tcp or run all ranks on one host",
+        ctx->rank, built, hosts, hosts == 1 ? "" : "s");
 }
 
-static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
+static gs_status choose(gs_ctx *ctx, const char *name, tp_plan *plan)
 {
     static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
     const gs_tp_ops *ops;
@@ -124,11 +160,11 @@ static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
 
     if (!name || strcmp(name, "auto") == 0)
         name = names[ctx->cfg.transport];
-    if (strcmp(name, "auto") == 0)
-        return choose_auto(ctx, ops_p);
+    if (strcmp(name, "auto") == 0 || strcmp(name, "mixed") == 0) /* mixed: per peer, as auto chose it */
+        return choose_auto(ctx, plan);
     ops = builtin_named(name);
     if (ops) {
-        *ops_p = ops;
+        *plan = (tp_plan){.ops = ops};
         return GS_OK;
     }
     builtin_list(built, sizeof(built));
@@ -145,20 +181,20 @@ static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
 
 gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p)
 {
-    const gs_tp_ops *ops = NULL;
+    tp_plan plan = {0};
     gs_tp *tp = NULL;
     gs_status st;
 
     if (!ctx || !tp_p)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_tp_open: ctx and tp_p must not be NULL");
     ctx->tp_open = ctx->tp_next++; /* names this open's store exchanges on every rank */
-    st = choose(ctx, name, &ops);
+    st = choose(ctx, name, &plan);
     if (st != GS_OK)
         return st;
-    st = ops->open(ctx, &ctx->cfg, &tp);
+    st = plan.far ? gs_mixed_open(ctx, plan.far, &tp) : plan.ops->open(ctx, &ctx->cfg, &tp);
     if (st != GS_OK)
         return st;
-    gs_log_info(TP, "rank %d: transport %s open to %d peers", ctx->rank, ops->name, ctx->size - 1);
+    gs_log_info(TP, "rank %d: transport %s open to %d peers", ctx->rank, plan.ops->name, ctx->size - 1);
     *tp_p = tp;
     return GS_OK;
 }
@@ -321,8 +357,8 @@ static inline gs_status check_local(const gs_ep *ep, const void *buf, const gs_m
 
 static const char *transport_name(int id)
 {
-    static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
-    return id >= 0 && id < 4 ? names[id] : "unknown";
+    static const char *const names[] = {"auto", "shm", "tcp", "verbs", "mixed"};
+    return id >= 0 && id < 5 ? names[id] : "unknown";
 }
 
 static GS_COLD gs_status remote_error(const gs_ep *ep, const gs_rmr *rmr, uint64_t off, uint64_t len,

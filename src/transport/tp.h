@@ -103,7 +103,8 @@ struct gs_tp_ops {
     /* Capabilities of this instance (after open). Non-blocking. */
     unsigned (*caps)(const gs_tp *tp);
     /* Creates the backend and connects an endpoint to every peer through the
-     * bootstrap store. Collective, blocking up to GS_TIMEOUT_MS. */
+     * bootstrap store. Collective, blocking up to GS_TIMEOUT_MS. NULL for
+     * the mixed backend (gs_mixed_open). */
     gs_status (*open)(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p);
     /* Tears down everything, continuing past failures. */
     gs_status (*close)(gs_tp *tp);
@@ -154,6 +155,15 @@ extern const gs_tp_ops gs_tcp_ops;
 #ifdef GS_HAVE_VERBS
 extern const gs_tp_ops gs_verbs_ops;
 #endif
+
+/* The mixed backend (transport/mixed/): shm to the ranks of this host,
+ * far to the others. Opened by gs_tp_open when GS_TRANSPORT=auto finds
+ * ranks on several hosts and several ranks on one; collective. */
+extern const gs_tp_ops gs_mixed_ops;
+gs_status gs_mixed_open(gs_ctx *ctx, const gs_tp_ops *far, gs_tp **tp_p);
+/* shm connected to the ranks of this host only (same host id); the others
+ * have no endpoint (eps[p] NULL). Collective over ctx. */
+gs_status gs_shm_open_host(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p);
 
 /* ops->caps of tp (GS_TP_CAP_*). Non-blocking. */
 unsigned gs_tp_caps(const gs_tp *tp);

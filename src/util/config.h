@@ -61,6 +61,9 @@
     X(tcp_netns, "GS_TCP_NETNS", STR, "", NULL,                                                              \
       "network namespaces for the tcp transport's sockets: names under /run/netns, comma separated, rank r " \
       "uses entry r mod n (default: the process's own; for multi-host tests on one machine)")                \
+    X(host_id, "GS_HOST_ID", STR, "", NULL,                                                                  \
+      "this process's host, as the transports see it: ranks with equal ids share memory (shm), others talk " \
+      "over tcp or verbs (default: the kernel's boot id and namespaces; like NCCL_HOSTID)")                  \
     X(tcp_zcopy, "GS_TCP_ZCOPY", ENUM, "auto", "auto|on|off",                                                \
       "tcp: large collective payloads leave by reference (vmsplice + splice) instead of being copied into "  \
       "the socket; auto measures both and keeps the faster per call size")                                   \
@@ -119,7 +122,9 @@ typedef struct gs_config {
 } gs_config;
 
 /* Enum values, in the order of their choices strings. */
-enum { GS_TRANSPORT_AUTO, GS_TRANSPORT_SHM, GS_TRANSPORT_TCP, GS_TRANSPORT_VERBS };
+/* GS_TRANSPORT's values; MIXED is never configured: auto picks it (a
+ * transport per peer) and descriptors name it. */
+enum { GS_TRANSPORT_AUTO, GS_TRANSPORT_SHM, GS_TRANSPORT_TCP, GS_TRANSPORT_VERBS, GS_TRANSPORT_MIXED };
 enum { GS_POLL_SPIN, GS_POLL_EVENT, GS_POLL_HYBRID };
 enum { GS_ALGO_AUTO, GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT };
 enum { GS_TCP_ZCOPY_AUTO, GS_TCP_ZCOPY_ON, GS_TCP_ZCOPY_OFF };

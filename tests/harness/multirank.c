@@ -87,6 +87,11 @@ static void run_rank(const gs_test_ranks_opts *opts, int rank, int port, const c
         snprintf(name, sizeof(name), "%.*s", (int)(eq - *e), *e);
         set_env(name, eq + 1);
     }
+    if (opts->host_of) {
+        char host[48];
+        snprintf(host, sizeof(host), "gs-test-host-%d", opts->host_of[rank]);
+        set_env("GS_HOST_ID", host);
+    }
     gs_log_set_rank(rank);
     if (!opts->no_ctx) {
         gs_status st = gs_config_parse(&cfg, child_getenv, NULL);

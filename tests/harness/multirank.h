@@ -45,6 +45,8 @@ typedef struct gs_test_ranks_opts {
     const char *const *env; /* extra "NAME=VALUE" strings for every rank, NULL-terminated; or NULL */
     bool no_ctx;            /* fn gets ctx NULL and creates its own (tests of gs_ctx_create) */
     bool rank0_serves;      /* rank 0 serves the store (on a port the parent picked), not the parent */
+    const int *host_of;     /* [n] or NULL: rank r plays emulated host host_of[r] (GS_HOST_ID=gs-test-host-H:
+                             * shm among a host's ranks, tcp or verbs between hosts) */
 } gs_test_ranks_opts;
 
 /* Runs fn on n ranks and fails the test (naming each rank and how it

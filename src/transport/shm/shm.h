@@ -56,7 +56,14 @@ typedef struct gs_shm_unexp {
 
 #define GS_SHM_UNEXP_MAX 64 /* then the ring stalls until a receive is posted */
 
-typedef enum gs_shm_ep_state { GS_SHM_EP_UP = 0, GS_SHM_EP_CLOSED, GS_SHM_EP_LOST } gs_shm_ep_state;
+/* ABSENT: a rank of another host, in an instance opened for this host's
+ * ranks only (gs_shm_open_host): no endpoint, its ring here stays empty. */
+typedef enum gs_shm_ep_state {
+    GS_SHM_EP_UP = 0,
+    GS_SHM_EP_CLOSED,
+    GS_SHM_EP_LOST,
+    GS_SHM_EP_ABSENT
+} gs_shm_ep_state;
 
 typedef struct gs_shm_ep {
     gs_ep base;
@@ -115,6 +122,7 @@ struct gs_shm_tp {
     gs_shm_mr *mrs;
     gs_shm_cq cq;
     bool cma_ok;
+    bool host_only; /* connects the ranks of this host only (gs_shm_open_host) */
     char cma_why[160];
     uint32_t poll_count;    /* liveness is checked every so many polls ... */
     uint64_t next_check_ns; /* ... once this time has passed */

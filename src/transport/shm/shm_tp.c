@@ -9,6 +9,8 @@
  *      pidfd on it, and probe cross-memory attach (process_vm_readv);
  *   4. allgather the outcome, so that every rank fails together, naming the
  *      rank that could not connect.
+ * Opened for one host's ranks (gs_shm_open_host, under the mixed
+ * transport), step 3 skips the ranks of other hosts: they have no endpoint.
  */
 #include "transport/shm/shm.h"
 
@@ -261,6 +263,11 @@ gs_status gs_shm_tp_connect(gs_shm_tp *tp, const gs_shm_addr *addrs, gs_shm_read
         gs_shm_ep *ep = &tp->peers[p];
         if (p == tp->base.rank)
             continue;
+        if (tp->host_only && strncmp(addrs[p].host_id, my_host, GS_SHM_HOST_ID_MAX) != 0) {
+            ep->state = GS_SHM_EP_ABSENT;
+            ep->rx = gs_shm_ring_of(tp->ctrl, p); /* nobody writes it: polls find it empty */
+            continue;
+        }
         ep->base.tp = &tp->base;
         ep->base.peer = p;
         ep->tp = tp;
@@ -296,7 +303,7 @@ gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies)
     return GS_OK;
 }
 
-static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+static gs_status open_on(gs_ctx *ctx, const gs_config *cfg, bool host_only, gs_tp **tp_p)
 {
     gs_status st;
     gs_shm_tp *tp = NULL;
@@ -309,6 +316,7 @@ static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     if (st != GS_OK)
         goto out;
     tp->base.ctx = ctx;
+    tp->host_only = host_only;
     addrs = gs_calloc((size_t)ctx->size, sizeof(*addrs));
     readies = gs_calloc((size_t)ctx->size, sizeof(*readies));
     if (!addrs || !readies) {
@@ -335,6 +343,16 @@ out:
     free(readies);
     free(addrs);
     return st;
+}
+
+static gs_status shm_tp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+{
+    return open_on(ctx, cfg, false, tp_p);
+}
+
+gs_status gs_shm_open_host(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+{
+    return open_on(ctx, cfg, true, tp_p);
 }
 
 gs_status gs_shm_close(gs_tp *base)
@@ -370,7 +388,8 @@ gs_status gs_shm_close(gs_tp *base)
 static unsigned shm_caps(const gs_tp *base)
 {
     const gs_shm_tp *tp = (const gs_shm_tp *)base;
-    return GS_TP_CAP_ATOMIC | GS_TP_CAP_LOCAL_MAP | (tp->cma_ok ? GS_TP_CAP_USER_MEM : 0u);
+    return GS_TP_CAP_ATOMIC | (tp->host_only ? 0u : GS_TP_CAP_LOCAL_MAP) |
+           (tp->cma_ok ? GS_TP_CAP_USER_MEM : 0u);
 }
 
 static gs_status shm_ep_error(gs_ep *base, char *buf, size_t cap)
