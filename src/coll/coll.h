@@ -12,6 +12,7 @@
  *   layout.c    cutting a call into chunk columns
  *   ring.c      pipelined ring (reduce-scatter + all-gather, chains)
  *   rd.c        recursive doubling (butterfly, any rank count)
+ *   hier.c      hierarchical allreduce: inside each host, across hosts, inside again
  *   direct.c    every rank to every rank in one step (small messages)
  *   rooted.c    reduce, gather, scatter over the boxes (direct's steps for them)
  *   alltoall.c  alltoall over the boxes (direct's steps for it)
@@ -144,6 +145,7 @@ extern const gs_coll_algo gs_rd_algo;
 extern const gs_coll_algo gs_direct_algo;
 extern const gs_coll_algo gs_local_algo;
 extern const gs_coll_algo gs_pairwise_algo;
+extern const gs_coll_algo gs_hier_algo;
 
 /* One call: its descriptor, buffers and the schedule's cursor. */
 struct gs_coll_op {
@@ -249,11 +251,15 @@ struct gs_comm {
     const gs_config *cfg;
     int rank;
     int size;
-    unsigned id;            /* creation number in this process: names store keys */
-    bool oversubscribed;    /* more ranks on this host than cores: waiting yields the CPU */
-    bool all_local;         /* every rank on this host */
-    int hosts;              /* hosts the ranks run on */
-    int *host_of;           /* [size]: each rank's host, numbered in the order of their first ranks */
+    unsigned id;         /* creation number in this process: names store keys */
+    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
+    bool all_local;      /* every rank on this host */
+    int hosts;           /* hosts the ranks run on */
+    int *host_of;        /* [size]: each rank's host, numbered in the order of their first ranks */
+    /* hier.c's places: hier_hosts hosts of hier_local ranks each (0: the ranks are not placed so) */
+    int hier_hosts, hier_local;
+    int hier_h, hier_l;     /* this rank's host and its index among the host's ranks */
+    int *hier_rank;         /* [hier_hosts * hier_local]: the rank at (host, index) */
     uint64_t trace_t0;      /* GS_TRACE: when the call the engine resumes from the tiny path began */
     int local_ranks;        /* ranks on this host */
     bool tiny;              /* small blocking calls may take the tiny path (tiny.c) */

@@ -30,9 +30,9 @@
 #include <stdint.h>
 
 #define GS_COLL_PROTO_VERSION                                                                                \
-    3                         /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference */
-#define GS_COLL_SLOTS      4  /* data slots per peer (credits) */
-#define GS_COLL_HDR_BYTES  48 /* payload starts here: up to 16 payload bytes share the header's line */
+    4 /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference; 4: hier */
+#define GS_COLL_SLOTS      4    /* data slots per peer (credits) */
+#define GS_COLL_HDR_BYTES  48   /* payload starts here: up to 16 payload bytes share the header's line */
 #define GS_COLL_CTRL_BYTES 1024 /* the control slot */
 #define GS_COLL_LINE       64
 
@@ -61,6 +61,7 @@ typedef enum gs_coll_algo_id {
     GS_COLL_ALGO_RD,
     GS_COLL_ALGO_DIRECT,
     GS_COLL_ALGO_PAIRWISE,
+    GS_COLL_ALGO_HIER,
 } gs_coll_algo_id;
 
 typedef struct gs_coll_hdr {

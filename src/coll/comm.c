@@ -213,8 +213,9 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->chans = gs_calloc((size_t)comm->size, sizeof(gs_chan));
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
     comm->host_of = gs_calloc((size_t)comm->size, sizeof(int));
+    comm->hier_rank = gs_calloc((size_t)comm->size, sizeof(int));
     if (!comm->out_pending || !comm->out_call || !comm->out_unit || !comm->chans || !comm->peer_inbox ||
-        !comm->host_of)
+        !comm->host_of || !comm->hier_rank)
         return GS_ERR_NOMEM;
     gs_status st2 = gs_pages_alloc(comm->box_chunk, (void **)&comm->scratch); /* the larger of the two */
     if (st2 != GS_OK)
@@ -250,6 +251,35 @@ static uint64_t host_hash(const char *id)
     return h;
 }
 
+/* Each rank's place for the hierarchical algorithms (hier.c): its host and
+ * its index among that host's ranks; they run when there are several hosts
+ * with the same number of ranks, more than one, on each. */
+static void hier_places(gs_comm *comm)
+{
+    int hosts = comm->hosts, local = comm->size / hosts;
+    int *seen = gs_calloc((size_t)hosts, sizeof(int));
+    comm->hier_hosts = comm->hier_local = 0;
+    if (!seen || hosts < 2 || local < 2 || local * hosts != comm->size) {
+        free(seen);
+        return;
+    }
+    for (int r = 0; r < comm->size; r++) {
+        int h = comm->host_of[r];
+        if (seen[h] == local) { /* uneven hosts */
+            free(seen);
+            return;
+        }
+        if (r == comm->rank) {
+            comm->hier_h = h;
+            comm->hier_l = seen[h];
+        }
+        comm->hier_rank[h * local + seen[h]++] = r;
+    }
+    free(seen);
+    comm->hier_hosts = hosts;
+    comm->hier_local = local;
+}
+
 /* More ranks on this host than CPUs to run them: waiting ranks must yield. */
 static void note_oversubscription(gs_comm *comm, const comm_hello *all)
 {
@@ -267,6 +297,7 @@ static void note_oversubscription(gs_comm *comm, const comm_hello *all)
             q++;
         comm->host_of[p] = q == p ? comm->hosts++ : comm->host_of[q];
     }
+    hier_places(comm);
 }
 
 static uint32_t usable_cores(void)
@@ -360,6 +391,7 @@ static void release(gs_comm *comm)
     free(comm->chans);
     free(comm->peer_inbox);
     free(comm->host_of);
+    free(comm->hier_rank);
     pthread_mutex_destroy(&comm->lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);

@@ -53,6 +53,7 @@ static const gs_coll_algo *forced(int algo)
     case GS_ALGO_RING: return &gs_ring_algo;
     case GS_ALGO_RD: return &gs_rd_algo;
     case GS_ALGO_DIRECT: return &gs_direct_algo;
+    case GS_ALGO_HIER: return &gs_hier_algo;
     default: return NULL;
     }
 }
@@ -81,6 +82,8 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
     case GS_COLL_ALLREDUCE:
     case GS_COLL_ALLREDUCE_MULTI:
     case GS_COLL_BARRIER:
+        if (want == &gs_hier_algo && !comm->hier_hosts)
+            return &gs_ring_algo; /* hier needs hosts of equal rank counts */
         if (want)
             return want;
         /* 3 to BOX_MAX_RANKS ranks over the boxes: direct at every size
@@ -92,8 +95,12 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
          * 1 MiB the ring's halved reduction work wins (tcp, measured) */
         if (n <= DIRECT_MAX_RANKS && bytes <= (n == 2 ? PAIR_MAX_BYTES : DIRECT_MAX_BYTES))
             return &gs_direct_algo;
-        return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
-    default: /* reduce_scatter, allgather, broadcast: ring or direct (rd means ring) */
+        if (bytes <= RD_MAX_BYTES)
+            return &gs_rd_algo;
+        /* several hosts of several ranks: across hosts once per host's share, not at every
+         * host boundary of the ring */
+        return comm->hier_hosts ? &gs_hier_algo : &gs_ring_algo;
+    default: /* reduce_scatter, allgather, broadcast: ring or direct (rd, hier mean ring) */
         if (want == &gs_direct_algo || want == &gs_ring_algo)
             return want;
         if (want)

@@ -30,9 +30,9 @@
     X(poll, "GS_POLL", ENUM, "hybrid", "spin|event|hybrid",                                                  \
       "completion wait: busy poll, block on an fd/futex, or spin GS_SPIN_US then block")                     \
     X(spin_us, "GS_SPIN_US", INT, "100", NULL, "hybrid polling: microseconds to spin before blocking")       \
-    X(algo, "GS_ALGO", ENUM, "auto", "auto|ring|rd|direct",                                                  \
-      "allreduce algorithm: auto by size and ranks, pipelined ring, recursive doubling/halving, direct "     \
-      "shared memory")                                                                                       \
+    X(algo, "GS_ALGO", ENUM, "auto", "auto|ring|rd|direct|hier",                                             \
+      "allreduce algorithm: auto by size, ranks and hosts, pipelined ring, recursive doubling/halving, "     \
+      "direct, hierarchical (inside each host, across, inside again; where hosts hold equal rank counts)")   \
     X(chunk_bytes, "GS_CHUNK_BYTES", SIZE, "256K", NULL, "pipeline chunk of the ring algorithms")            \
     X(ib_dev, "GS_IB_DEV", STR, "", NULL, "verbs device name (default: the first with an active port)")      \
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
@@ -126,7 +126,7 @@ typedef struct gs_config {
  * transport per peer) and descriptors name it. */
 enum { GS_TRANSPORT_AUTO, GS_TRANSPORT_SHM, GS_TRANSPORT_TCP, GS_TRANSPORT_VERBS, GS_TRANSPORT_MIXED };
 enum { GS_POLL_SPIN, GS_POLL_EVENT, GS_POLL_HYBRID };
-enum { GS_ALGO_AUTO, GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT };
+enum { GS_ALGO_AUTO, GS_ALGO_RING, GS_ALGO_RD, GS_ALGO_DIRECT, GS_ALGO_HIER };
 enum { GS_TCP_ZCOPY_AUTO, GS_TCP_ZCOPY_ON, GS_TCP_ZCOPY_OFF };
 enum { GS_ROLE_AUTO, GS_ROLE_WORKER, GS_ROLE_SERVER };
 enum { GS_PS_SYNC, GS_PS_ASYNC };

@@ -4,9 +4,10 @@
  * ranks, tcp between hosts) exactly when the ranks span hosts and some
  * host runs several; the collectives and point-to-point over it, for
  * contiguous, interleaved and uneven placements, exact and bitwise the
- * same on every rank; sub-communicators of one host run over shm; a rank
- * killed on one host is reported by every rank of every host. (The netns
- * test runs the same with the tcp sockets in separate network namespaces.)
+ * same on every rank; the hierarchical allreduce (GS_ALGO=hier, and auto
+ * above the small sizes where hosts hold equal rank counts); sub-communicators of one host run over shm; a
+ * rank killed on one host is reported by every rank of every host. (The netns test runs the same with the tcp
+ * sockets in separate network namespaces.)
  */
 #include "coll_check.h"
 
@@ -294,6 +295,60 @@ GS_TEST(collectives_on_three_hosts_round_robin)
 {
     hosts_arg a = {.pl = &three_by_two};
     run_placed(&three_by_two, collectives_body, &a, NULL);
+}
+
+/* ---- the hierarchical allreduce --------------------------------------------------- */
+
+/* GS_ALGO=hier on every rank: every type and operation, counts around the
+ * parts (H * L of them) and many chunk columns, in and out of place. */
+static void hier_body(gs_ctx *ctx, int rank, void *argp)
+{
+    static const gs_dtype types[] = {GS_F32, GS_F64, GS_BF16, GS_I32, GS_I64, GS_U8};
+    static const gs_redop ops[] = {GS_SUM, GS_AVG, GS_MAX, GS_PROD, GS_BXOR};
+    const hosts_arg *a = argp;
+    int n = gs_ctx_size(ctx), parts = n;
+    size_t hier_counts[] = {0, 1, (size_t)parts - 1, (size_t)parts, (size_t)parts + 1, 70001};
+    gs_comm *comm = NULL;
+    uint64_t h = 7;
+    (void)a;
+    cc_set_algo(ctx, GS_ALGO_HIER);
+    GS_ASSERT_OK(gs_comm_create(ctx, NULL, &comm));
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            bool is_int = cc_is_int(types[t]);
+            if ((is_int && ops[o] == GS_AVG) || (!is_int && ops[o] == GS_BXOR))
+                continue;
+            for (size_t c = 0; c < sizeof(hier_counts) / sizeof(hier_counts[0]); c++)
+                h = allreduce_case(comm, rank, n, types[t], ops[o], hier_counts[c], h);
+        }
+    /* in place, with 4 KiB chunks: many columns */
+    ctx->cfg.chunk_bytes = 4096;
+    {
+        size_t count = 100003, bytes = count * 4;
+        uint8_t *buf = cc_alloc(bytes);
+        gs_comm *small = NULL;
+        GS_ASSERT_OK(gs_comm_create(ctx, NULL, &small));
+        cc_fill(GS_F32, GS_SUM, rank, buf, count);
+        GS_ASSERT_OK(gs_allreduce(small, buf, buf, count, GS_F32, GS_SUM));
+        cc_check_reduced("in place", GS_F32, GS_SUM, n, buf, 0, count);
+        cc_check_guard(buf, bytes, "in place");
+        h = cc_hash(h, buf, bytes);
+        GS_ASSERT_OK(gs_comm_destroy(small));
+        free(buf);
+    }
+    cc_same_everywhere(ctx, "hier.results", h);
+    GS_ASSERT_OK(gs_comm_destroy(comm));
+}
+
+GS_TEST(hierarchical_allreduce_on_even_hosts)
+{
+    static const placement two_by_three = {"2x3 interleaved", 6, {0, 1, 0, 1, 0, 1}};
+    hosts_arg a = {.pl = &two_by_two};
+    run_placed(&two_by_two, hier_body, &a, NULL);
+    a.pl = &three_by_two;
+    run_placed(&three_by_two, hier_body, &a, NULL);
+    a.pl = &two_by_three;
+    run_placed(&two_by_three, hier_body, &a, NULL);
 }
 
 /* ---- sub-communicators ----------------------------------------------------------- */
