@@ -18,6 +18,9 @@
 #      rank 1 measures its clock against the store's in r0 over the network
 #      (the two "hosts" share the machine's clock, so the true offset is 0 and
 #      the measured one must lie within the bound it states).
+#   3. tests/netns/hosts.sh: hosts of several ranks (shm inside, tcp between
+#      through tbf-shaped links): 2x2, 3+2 and 3x2, every collective exact,
+#      a killed rank reported by every rank of every host.
 # A machine where it cannot run (no root, no ip, no network namespaces or
 # veth) fails it, saying what is missing and how to get it: never a skip.
 set -uo pipefail
@@ -127,6 +130,19 @@ gsperf_two_hosts IPv4 192.168.77.2
 gsperf_two_hosts IPv6 "[fd00:77:0::2]"
 for r in $(seq 0 $((ranks - 1))); do ip -n "${tag}r$r" -4 addr flush dev gsv0; done
 conformance IPv6
+
+# ---- 3. emulated hosts of several ranks (tests/netns/hosts.sh: its own namespaces) ----
+cleanup
+for shape in "--hosts 2 --ranks 2" "--hosts 2 --ranks 3,2" "--hosts 3 --ranks 2 --placement block"; do
+    # shellcheck disable=SC2086
+    if out=$(bash "$(dirname "$0")/hosts.sh" "$build" $shape --check 2>&1); then
+        echo "netns: emulated hosts ($shape): $(echo "$out" | grep -c 'exact on every rank') collective runs exact, lost rank seen by all"
+    else
+        echo "$out" | tail -25
+        echo "netns: FAILED: emulated hosts ($shape)" >&2
+        failed=1
+    fi
+done
 
 [ $failed -eq 0 ] && echo "netns: passed" || echo "netns: FAILED" >&2
 exit $failed

@@ -32,17 +32,19 @@ typedef struct gs_mixed_ep {
 
 typedef struct gs_mixed_tp {
     gs_tp base;
-    gs_tp *near;        /* shm to the ranks of this host */
-    gs_tp *far;         /* tcp or verbs to the ranks of other hosts */
-    gs_mixed_ep *peers; /* [size]: the endpoints tp.eps points at */
-    int local;          /* ranks on this host, this one included */
-    bool far_first;     /* which instance the next poll asks first: they take turns */
+    gs_tp *near;             /* shm to the ranks of this host */
+    gs_tp *far;              /* tcp or verbs to the ranks of other hosts */
+    gs_mixed_ep *peers;      /* [size]: the endpoints tp.eps points at */
+    struct gs_mixed_mr *mrs; /* the regions, a list */
+    int local;               /* ranks on this host, this one included */
+    bool far_first;          /* which instance the next poll asks first: they take turns */
 } gs_mixed_tp;
 
 typedef struct gs_mixed_mr {
     gs_mr base;
     gs_mr *near;
     gs_mr *far;
+    struct gs_mixed_mr *next, *prev; /* every region of the tp: close deregisters what is left */
 } gs_mixed_mr;
 
 /* Where the descriptor's tail keeps each part. */

@@ -32,6 +32,10 @@ static gs_status wrap(gs_tp *base, gs_mr *near, gs_mr *far, bool owned, gs_mr **
         (gs_mr){.tp = base, .addr = near->addr, .len = near->len, .access = near->access, .owned = owned};
     mr->near = near;
     mr->far = far;
+    mr->next = tp_of(base)->mrs;
+    if (mr->next)
+        mr->next->prev = mr;
+    tp_of(base)->mrs = mr;
     *mr_p = &mr->base;
     return GS_OK;
 }
@@ -71,8 +75,15 @@ gs_status gs_mixed_mr_reg(gs_tp *base, void *addr, size_t len, unsigned access, 
 gs_status gs_mixed_mr_dereg(gs_mr *base)
 {
     gs_mixed_mr *mr = (gs_mixed_mr *)base;
+    gs_mixed_tp *tp = tp_of(base->tp);
     gs_status st = mr->far->tp->ops->mr_dereg(mr->far);
     gs_status st2 = mr->near->tp->ops->mr_dereg(mr->near);
+    if (mr->prev)
+        mr->prev->next = mr->next;
+    else
+        tp->mrs = mr->next;
+    if (mr->next)
+        mr->next->prev = mr->prev;
     free(mr);
     return st != GS_OK ? st : st2;
 }

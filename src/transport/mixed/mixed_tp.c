@@ -35,6 +35,8 @@ static gs_status mixed_close(gs_tp *base)
 {
     gs_mixed_tp *tp = tp_of(base);
     gs_status st = GS_OK, st2 = GS_OK;
+    while (tp->mrs) /* what the caller left registered, as the backends do */
+        gs_mixed_mr_dereg(&tp->mrs->base);
     if (tp->far)
         st = tp->far->ops->close(tp->far);
     if (tp->near)
