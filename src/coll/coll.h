@@ -1,5 +1,9 @@
 /*
  * The collectives layer's internal objects and the functions its files share.
+ * The layer does not know which transport runs underneath: it chooses by
+ * gs_tp_caps (LOCAL_MAP, ZCOPY_SEND, USER_MEM), never by name (the name
+ * appears only in logs, traces and when a sub-communicator opens the same
+ * kind again).
  *
  *   comm.c      communicator: staging buffers, descriptor exchange, teardown
  *   chan.c      per-peer channels: slots, credits, completions, arrival checks
