@@ -10,8 +10,8 @@
  *                      [--inplace] [--offset B] [--no-pin] [--json]
  *   gsbench --kernels      reduction-kernel throughput, one process, no gsrun
  *
- * Method (the same as ../shared/bench, so the numbers compare with Open MPI
- * and gloo measured there): per size, a warm-up, then iterations each
+ * Method (the same as the Open MPI and gloo baselines', docs/figures.md, so
+ * the numbers compare): per size, a warm-up, then iterations each
  * preceded by a barrier; each rank times its own call; an iteration's time is
  * the max over ranks; the table shows the median (and min, max) over the
  * iterations. Iterations per size: 2^28 / bytes (about 256 MiB moved) times
@@ -22,7 +22,7 @@
  * alltoall(v), gather and scatter (the root's), allgatherv and
  * reduce_scatter_v (their blocks uneven: weights 1..n). algbw = size / time;
  * busbw = algbw x 2(n-1)/n for allreduce, x 1 for broadcast and reduce,
- * x (n-1)/n for the rest (../shared/bench/src/mpi_coll.c, nccl-tests).
+ * x (n-1)/n for the rest (as the Open MPI baseline's mpi_coll and nccl-tests).
  * sendrecv: ranks 0 and 1 ping-pong (gs_send, then gs_recv of the answer;
  * the others idle), the time is half the round trip and busbw = algbw, as
  * nccl-tests' sendrecv and mpi_coll's sendrecv count it.

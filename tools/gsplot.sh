@@ -6,8 +6,8 @@
 #
 # A FILE is either gsbench --json output (as gsrun prints it, "[0] " prefixes
 # and all) or a baseline's text output, one row per size
-# ("COLL BYTES MEDIAN_US MIN_US MAX_US ALGBW BUSBW ITERS": ../shared/bench's
-# mpi_coll and gloo_allreduce.py). LABEL names the curve (default: gsbench's
+# ("COLL BYTES MEDIAN_US MIN_US MAX_US ALGBW BUSBW ITERS": the baselines'
+# mpi_coll and gloo_allreduce.py, docs/figures.md). LABEL names the curve (default: gsbench's
 # "gradsync <collective> <transport>", a baseline's file name).
 set -euo pipefail
 out= title="gradsync beside its baselines" size=1200x500 sources=()

@@ -1,5 +1,9 @@
 /*
  * The collectives layer's internal objects and the functions its files share.
+ * The layer does not know which transport runs underneath: it chooses by
+ * gs_tp_caps (LOCAL_MAP, ZCOPY_SEND, USER_MEM), never by name (the name
+ * appears only in logs, traces and when a sub-communicator opens the same
+ * kind again).
  *
  *   comm.c      communicator: staging buffers, descriptor exchange, teardown
  *   chan.c      per-peer channels: slots, credits, completions, arrival checks
@@ -402,8 +406,8 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 /* 2 ranks through the network (tcp, verbs): a slot, and so a column, is
  * this many GS_CHUNK_BYTES. Each message costs both ends system calls and
  * a turn of the wait loop; over tcp on loopback 512K columns measured
- * faster than 256K from 1 to 64 MiB (1 MiB: 200 against 250 us), 1M ones
- * slower from 4 MiB (docs/collectives.md). */
+ * faster than 256K from 1 to 64 MiB, 1M ones slower from 4 MiB (the
+ * figures: docs/collectives.md). */
 #define GS_PAIR_CHUNK_FACTOR 2
 
 /* 2 ranks over the boxes: allreduces this large run by parts (halves). */
@@ -414,10 +418,10 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 
 /* By parts, 2 ranks: data posts are written with streaming stores when the
  * peer's post line took at least this long to arrive in the last such call.
- * Where the two cores share a cache (a line moves in about 50 ns) the peer
- * reads the post from it; between cores that do not (200 ns and more),
- * reading lines dirty in the other core's cache is slower than reading them
- * from memory (docs/collectives.md). */
+ * Where the two cores share a cache (a line moves fast) the peer reads the
+ * post from it; between cores that do not (a line takes several times as
+ * long), reading lines dirty in the other core's cache is slower than
+ * reading them from memory (the placements: docs/figures.md). */
 #define GS_BOX_FAR_NS 120
 enum { GS_BOX_STREAM_AUTO, GS_BOX_STREAM_ALWAYS, GS_BOX_STREAM_NEVER };
 
@@ -426,8 +430,8 @@ enum { GS_BOX_STREAM_AUTO, GS_BOX_STREAM_ALWAYS, GS_BOX_STREAM_NEVER };
  * when cross-memory attach works (the shm transport's caller-memory
  * registrations): one copy, the reader's process_vm_readv from the
  * poster's buffer, instead of two through the box, in one column and a
- * last empty one that keeps each buffer until every reader is done.
- * Measured here: 64 KiB broadcast 8.7-11 us by the box, 6 us by CMA. */
+ * last empty one that keeps each buffer until every reader is done
+ * (measured beside the box at 64 KiB: docs/collectives.md). */
 #define GS_BOX_REF_BYTES (32u << 10)
 
 /* Results of calls this large are written with non-temporal stores. */

@@ -2,9 +2,9 @@
  * Over tcp, the send mode of large calls: copied into the socket, or by
  * reference (GS_OP_ZCOPY, the tcp transport's vmsplice + splice). On
  * loopback between cores that share a cache the kernel's copy is cheap and
- * the page references cost more (16 MiB: 4.9 against 7.2 ms); between cores
- * that do not, the copy into the socket is most of the time and the
- * references win (11.9 against 9.5 ms; docs/collectives.md). The host may
+ * the page references cost more; between cores that do not, the copy into
+ * the socket is most of the time and the references win (the figures:
+ * docs/collectives.md, "Two data planes"). The host may
  * move the processes between the two, so neither is fixed: each kind and
  * size class keeps both modes' last three call times per byte; the mode
  * in use gives way when the other's median is 5% lower, and every

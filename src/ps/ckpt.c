@@ -1,3 +1,6 @@
+/* A server's checkpoint files: writing one (temporary file, fsync, rename)
+ * and reading one back with every size and both CRCs checked (ckpt.h; the
+ * format is ps_proto.h's). Knows files and shards, not the transport. */
 #include "ps/ckpt.h"
 
 #include "ps/crc32c.h"

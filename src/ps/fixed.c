@@ -1,3 +1,7 @@
+/* Fixed-point encoding of gradients for atomic aggregation: the bound that
+ * keeps W workers' sum inside int64, encoding with every element checked,
+ * decoding (fixed.h; the wrap check on FETCH_ADD's old value is inline
+ * there). Pure arithmetic: no transport, no server state. */
 #include "ps/fixed.h"
 
 #include "util/log.h"

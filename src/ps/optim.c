@@ -1,3 +1,6 @@
+/* The server-side optimizers (SGD, momentum, Adam) on one shard, fused with
+ * the sum of the workers' slots (optim.h). Pure arithmetic over f32 arrays:
+ * no transport, no shard layout beyond the pointers it is given. */
 #include "ps/optim.h"
 
 #include "coll/reduce.h"

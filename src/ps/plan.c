@@ -1,3 +1,6 @@
+/* The sharding plan: keys cut into shards and placed on the server with the
+ * fewest bytes, the same on every rank from the same registrations (plan.h).
+ * Computes only: it sends nothing and touches no memory region. */
 #include "ps/plan.h"
 
 #include "ps/ps_proto.h"

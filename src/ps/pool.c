@@ -1,3 +1,7 @@
+/* A server's apply threads: helpers and the serve loop take chunks of one
+ * shard's sum + optimizer in turn, the result bit for bit the
+ * single-threaded one (pool.h). Knows chunks and futexes, not the
+ * transport or the protocol. */
 #include "ps/pool.h"
 
 #include "util/alloc.h"

@@ -1,5 +1,8 @@
 /*
  * The parameter server's internal objects and the functions its files share.
+ * It reaches the other ranks through the transport's ops and capabilities
+ * only, and borrows nothing of the collectives but their reduction kernels
+ * (coll/reduce.h).
  *
  *   ps.c          parameters, roles, create/destroy, the control region
  *   register.c    collective registration of keys: regions, descriptors, init
@@ -382,8 +385,7 @@ static inline gs_status gs_ps_again(gs_ps *ps, gs_status st)
  * step moves several times the key through memory (every worker's slot, the
  * parameters, every worker's copy), more than a last-level cache holds, so
  * streaming stores win; a smaller key's shards stay in the cache for their
- * reader. push_pull, 2 workers + 1 server on shm, plain -> streamed: 4 MiB
- * 0.68 -> 1.18 ms, 8 MiB 2.41 -> 2.14 ms, 16 MiB 6.0 -> 4.9 ms, 64 MiB 27.6 -> 21.2 ms. */
+ * reader. The crossover was measured (docs/ps.md, "Large keys stream"). */
 #define GS_PS_STREAM_BYTES (8u << 20)
 static inline unsigned gs_ps_stream_flag(const gs_ps_wkey *wk)
 {

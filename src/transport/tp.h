@@ -9,6 +9,10 @@
  * backend checks the remote side (key, bounds, permission) at the target, or
  * at the initiator where it maps the target's memory (shm).
  *
+ * A transport knows nothing of the layers above it (collectives, parameter
+ * server); they know it only through this table and its capabilities.
+ * docs/transport.md is this contract for readers.
+ *
  * Rules every backend keeps:
  *  - post ops (write ... send, recv) never block on the network: they queue
  *    and return; GS_ERR_AGAIN when the send queue is full.

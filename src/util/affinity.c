@@ -1,3 +1,5 @@
+/* GS_CPU_AFFINITY: parsing the spec and pinning a local rank to its core
+ * (affinity.h). Knows nothing of the layers above. */
 #include "util/affinity.h"
 
 #include "util/log.h"

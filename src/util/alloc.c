@@ -1,3 +1,5 @@
+/* Page-aligned, pre-touched allocation and its rounding helpers (alloc.h).
+ * Knows nothing of the layers above. */
 #include "util/alloc.h"
 
 #include "util/log.h"

@@ -1,3 +1,6 @@
+/* memcpy with streaming (non-temporal) stores and a closing fence, for
+ * buffers too large for the cache; plain memcpy where the CPU has no AVX
+ * (copy.h). Knows nothing of the layers above. */
 #include "util/copy.h"
 
 #include <stdint.h>

@@ -72,7 +72,7 @@ typedef struct gs_trace_arg {
 /* One complete event: category ("coll", "ps", "app"), name (a literal, or
  * copied when longer-lived text is not at hand: copy_name), track, its span
  * on gs_now_ns's clock and nargs arguments. A track's first event names it
- * (label_fmt with its one number, formatted then). Thread-safe; about 0.1 us. */
+ * (label_fmt with its one number, formatted then). Thread-safe; its cost: docs/trace.md. */
 void gs_trace_event(const char *cat, const char *name, bool copy_name, int track, const char *label_fmt,
                     unsigned long long label_arg, uint64_t start_ns, uint64_t end_ns,
                     const gs_trace_arg *args, int nargs);

@@ -8,8 +8,8 @@
  *
  * WRITE and READ with GS_OP_STREAM copy with streaming stores: the bytes
  * go to memory without first reading every destination line in and without
- * evicting the cache (the caller says the stream is too large for it; a
- * parameter server's 64 MiB push_pull step: 27.6 -> 21.2 ms). A copy that would
+ * evicting the cache (the caller says the stream is too large for it, as
+ * the parameter server's large keys: docs/ps.md). A copy that would
  * fit stays in the cache for its reader: only the caller knows which.
  *
  * RC ordering: a WRITE's bytes are in the peer's memory when it returns
