@@ -38,6 +38,7 @@ typedef struct gs_mixed_tp {
     struct gs_mixed_mr *mrs; /* the regions, a list */
     int local;               /* ranks on this host, this one included */
     bool far_first;          /* which instance the next poll asks first: they take turns */
+    bool sleep_far;          /* the last completion came from far: a wait sleeps there */
 } gs_mixed_tp;
 
 typedef struct gs_mixed_mr {

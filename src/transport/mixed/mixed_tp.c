@@ -6,10 +6,12 @@
  * Waiting on two instances: neither backend can wake the other's sleep
  * (shm sleeps on a futex in its segment, tcp in poll(2), verbs on its
  * completion channel), so a wait first polls both for the spin budget
- * (GS_POLL, GS_SPIN_US), then waits on each in turn for a slice that
- * doubles while nothing comes (from MIXED_SLICE_MIN_NS to
- * MIXED_SLICE_MAX_NS). A completion on the instance not waited on is seen
- * within one slice; one that comes soon after the last is seen at once.
+ * (GS_POLL, GS_SPIN_US), then sleeps on the instance that delivered the
+ * last completion (a collective's next message mostly comes the way its
+ * last one did: across hosts in a ring's network phase, over shm in a
+ * host's phase) for a slice that doubles while nothing comes (from
+ * MIXED_SLICE_MIN_NS to MIXED_SLICE_MAX_NS), polling both between slices.
+ * A completion on the other instance is seen within one slice.
  */
 #include "transport/mixed/mixed.h"
 
@@ -23,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIXED_SLICE_MIN_NS 200000ull   /* 0.2 ms */
-#define MIXED_SLICE_MAX_NS 20000000ull /* 20 ms */
+#define MIXED_SLICE_MIN_NS 200000ull  /* 0.2 ms */
+#define MIXED_SLICE_MAX_NS 2000000ull /* 2 ms */
 
 static gs_mixed_tp *tp_of(gs_tp *base)
 {
@@ -124,6 +126,7 @@ static gs_status mixed_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
     if (sa != GS_OK)
         na = 0;
     if (sa == GS_OK && na == max) {
+        tp->sleep_far = a == tp->far;
         *n_p = na;
         return GS_OK;
     }
@@ -133,6 +136,8 @@ static gs_status mixed_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
     if (sb != GS_OK)
         nb = 0;
     if (na + nb > 0 || (sa == GS_OK && sb == GS_OK)) {
+        if (na + nb > 0) /* where the next wait sleeps */
+            tp->sleep_far = (a == tp->far) == (na > 0);
         *n_p = na + nb;
         return GS_OK;
     }
@@ -157,7 +162,6 @@ static gs_status mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t
     gs_mixed_tp *tp = tp_of(base);
     uint64_t start = gs_now_ns(), slice = MIXED_SLICE_MIN_NS;
     uint64_t spin = spin_budget_ns(base->cfg);
-    bool far_turn = true;
 
     for (unsigned idle = 0;; idle++) {
         uint64_t now, until;
@@ -178,16 +182,15 @@ static gs_status mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t
                 gs_cpu_relax();
             continue;
         }
-        sub = far_turn ? tp->far : tp->near;
-        far_turn = !far_turn;
+        sub = tp->sleep_far ? tp->far : tp->near;
         until = deadline_ns - now > slice ? now + slice : deadline_ns;
         st = sub->ops->wait(sub, wcs, max, n_p, until);
         if (st == GS_OK && *n_p > 0)
             return GS_OK;
         if (st != GS_OK && st != GS_ERR_TIMEOUT)
             return mixed_poll(base, wcs, max, n_p); /* the other's completions first, then the failure */
-        if (!far_turn && slice < MIXED_SLICE_MAX_NS)
-            slice *= 2; /* both had their turn: idle for longer */
+        if (slice < MIXED_SLICE_MAX_NS)
+            slice *= 2; /* idle for longer */
     }
 }
 
