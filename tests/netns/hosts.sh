@@ -9,21 +9,24 @@
 #   tests/netns/hosts.sh BUILD [--hosts H] [--ranks L|L1,L2,..] [--rate R] [--delay D]
 #                              [--placement block|cyclic] [--check | --bench] [--sizes LIST]
 #                              [--env NAME=VALUE]...   (for every rank, after the script's own)
+#                              [--mpi BENCH_DIR] [--scale S]  (--bench: Open MPI's mpi_coll from
+#                              BENCH_DIR/bin beside, launched into the same namespaces)
 #
 # --check (default): gsbench over every collective, GS_ALGO auto, ring and
 #   hier (allreduce), exact results (gsbench exits 1 on a wrong element);
 #   the init summary must name the mixed transport; then a rank killed on
 #   host 1 must end every rank of every host with a lost-peer error within
 #   the deadline.
-# --bench: allreduce, hier and flat ring, 8 B to 64 MiB, with the network
-#   lower bound (each host sends 2(H-1)/H of the data through its link at
-#   RATE) beside each median.
+# --bench: allreduce, GS_ALGO auto, hier and the flat ring, 8 B to 64 MiB,
+#   with the network lower bound (each host sends 2(H-1)/H of the data
+#   through its link at RATE) and, with --mpi, Open MPI (vader inside a
+#   host, tcp between) beside each median.
 # Needs root (namespaces) and iproute2; a machine that cannot fails it.
 set -uo pipefail
 build=${1:?usage: tests/netns/hosts.sh BUILD [options]}
 build=$(cd "$build" && pwd)
 shift
-hosts=2 ranks=2 rate=2gbit delay="" placement=cyclic mode=check sizes="" extra_env=()
+hosts=2 ranks=2 rate=2gbit delay="" placement=cyclic mode=check sizes="" extra_env=() mpi="" scale=
 while [ $# -gt 0 ]; do
     case $1 in
     --hosts) hosts=$2; shift ;;
@@ -35,6 +38,8 @@ while [ $# -gt 0 ]; do
     --bench) mode=bench ;;
     --sizes) sizes=$2; shift ;;
     --env) extra_env+=("$2"); shift ;;
+    --mpi) mpi=$2; shift ;;
+    --scale) scale=$2; shift ;;
     *) echo "hosts: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -181,24 +186,57 @@ if [ "$mode" = check ]; then
 else
     bits=$(echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
         m = u == "gbit" ? 1e9 : u == "mbit" ? 1e6 : u == "kbit" ? 1e3 : 1; printf "%.0f", v * m }')
-    for algo in hier ring; do
-        job "bench-$algo" GS_ALGO=$algo -- "$gsbench" --sizes ${sizes:-8,1K,64K,1M,16M,64M} --json --no-pin
+    for algo in auto hier ring; do
+        job "bench-$algo" GS_ALGO=$algo -- "$gsbench" --sizes "${sizes:-8,1K,64K,1M,16M,64M}" --json --no-pin \
+            --scale "${scale:-1}"
         [ $job_rc -eq 0 ] || { echo "hosts: FAILED: bench GS_ALGO=$algo" >&2; failed=1; }
     done
-    echo "hosts: allreduce f32, $world ranks on $hosts hosts, links $rate; median time (us)"
-    printf "%12s %12s %12s %12s %8s\n" "size(B)" "hier" "ring" "bound" "hier/bd"
-    python3 - "$build/hosts-bench-hier.r0.log" "$build/hosts-bench-ring.r0.log" "$hosts" "$bits" <<'EOF'
+    mpi_log=$build/hosts-bench-mpi.log
+    : >"$mpi_log"
+    if [ -n "$mpi" ]; then
+        # Open MPI across the same namespaces: mpirun in host 0's, orted started in each other
+        # host's by an rsh agent, each in a UTS namespace of its own hostname (h0, h1, ...: Open MPI
+        # tells hosts apart by name); vader (shared memory) inside a host, tcp between, each host's
+        # vader files apart (the namespaces share /dev/shm)
+        agent=$build/hosts-mpi-agent.sh
+        printf '#!/bin/sh\nhost=$1; shift\nmkdir -p /tmp/%s-vader-$host\nexec ip netns exec %sh${host#h} unshare --uts sh -c "hostname $host; export OMPI_MCA_btl_vader_backing_directory=/tmp/%s-vader-$host; $*"\n' \
+            "$tag" "$tag" "$tag" >"$agent"
+        chmod +x "$agent"
+        hostlist="h0:${per_host[0]}"
+        for h in $(seq 1 $((hosts - 1))); do hostlist="$hostlist,h$h:${per_host[h]}"; done
+        mkdir -p "/tmp/$tag-vader-h0"
+        ip netns exec "${tag}h0" unshare --uts env "OMPI_MCA_btl_vader_backing_directory=/tmp/$tag-vader-h0" \
+            sh -c 'hostname h0; exec "$@"' sh timeout 900 mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent "$agent" -H "$hostlist" \
+            --map-by node -np "$world" --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none \
+            --mca btl_tcp_if_include gsv0 \
+            --mca oob_tcp_if_include gsv0 "$mpi/bin/mpi_coll" allreduce "${mpi_scale:-0.05}" >"$mpi_log" 2>&1 ||
+            { tail -5 "$mpi_log"; echo "hosts: FAILED: Open MPI across the namespaces" >&2; failed=1; }
+        rm -rf /tmp/"$tag"-vader-*
+    fi
+    echo "hosts: allreduce f32, $world ranks on $hosts hosts ($placement), links $rate; median time (us)"
+    printf "%10s %10s %10s %10s %10s %10s %8s %8s\n" "size(B)" "auto" "hier" "ring" "OpenMPI" "bound" \
+        "auto/bd" "MPI/auto"
+    python3 - "$build" "$hosts" "$bits" "$mpi_log" <<'EOF2'
 import json, sys
 def rows(path):
     text = open(path).read()
     obj = json.loads(text[text.index("{"):])
     return {r["bytes"]: r["time_us"] for r in obj["rows"]}
-hier, ring, H, bits = rows(sys.argv[1]), rows(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-for size in sorted(hier):
+build, H, bits = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+t = {a: rows("%s/hosts-bench-%s.r0.log" % (build, a)) for a in ("auto", "hier", "ring")}
+mpi = {}
+for line in open(sys.argv[4]):
+    f = line.split()
+    if len(f) >= 3 and f[0] == "allreduce" and f[1].isdigit():
+        mpi[int(f[1])] = float(f[2])
+nan = float("nan")
+for size in sorted(t["auto"]):
     bound = 2 * (H - 1) / H * size * 8 / bits * 1e6
-    print("%12d %12.1f %12.1f %12.1f %8.2f" % (size, hier[size], ring.get(size, float("nan")), bound,
-                                             hier[size] / bound if bound else float("nan")))
-EOF
+    a = t["auto"][size]
+    print("%10d %10.1f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f" % (
+        size, a, t["hier"].get(size, nan), t["ring"].get(size, nan), mpi.get(size, nan), bound,
+        a / bound if bound else nan, mpi.get(size, nan) / a))
+EOF2
 fi
 [ $failed -eq 0 ] && echo "hosts: passed" || echo "hosts: FAILED" >&2
 exit $failed
