@@ -264,6 +264,9 @@ struct gs_comm {
     int hier_hosts, hier_local;
     int hier_h, hier_l;     /* this rank's host and its index among the host's ranks */
     int *hier_rank;         /* [hier_hosts * hier_local]: the rank at (host, index) */
+    int *ring;              /* [size]: the rings' order, host by host (ring.c): the rank at each position */
+    int *ring_pos_of;       /* [size]: each rank's position in it */
+    int ring_pos;           /* this rank's */
     uint64_t trace_t0;      /* GS_TRACE: when the call the engine resumes from the tiny path began */
     int local_ranks;        /* ranks on this host */
     bool tiny;              /* small blocking calls may take the tiny path (tiny.c) */

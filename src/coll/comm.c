@@ -214,8 +214,10 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
     comm->host_of = gs_calloc((size_t)comm->size, sizeof(int));
     comm->hier_rank = gs_calloc((size_t)comm->size, sizeof(int));
+    comm->ring = gs_calloc((size_t)comm->size, sizeof(int));
+    comm->ring_pos_of = gs_calloc((size_t)comm->size, sizeof(int));
     if (!comm->out_pending || !comm->out_call || !comm->out_unit || !comm->chans || !comm->peer_inbox ||
-        !comm->host_of || !comm->hier_rank)
+        !comm->host_of || !comm->hier_rank || !comm->ring || !comm->ring_pos_of)
         return GS_ERR_NOMEM;
     gs_status st2 = gs_pages_alloc(comm->box_chunk, (void **)&comm->scratch); /* the larger of the two */
     if (st2 != GS_OK)
@@ -280,6 +282,19 @@ static void hier_places(gs_comm *comm)
     comm->hier_local = local;
 }
 
+/* The rings' order: host by host, rank order inside each. */
+static void ring_order(gs_comm *comm)
+{
+    int pos = 0;
+    for (int h = 0; h < comm->hosts; h++)
+        for (int r = 0; r < comm->size; r++)
+            if (comm->host_of[r] == h) {
+                comm->ring_pos_of[r] = pos;
+                comm->ring[pos++] = r;
+            }
+    comm->ring_pos = comm->ring_pos_of[comm->rank];
+}
+
 /* More ranks on this host than CPUs to run them: waiting ranks must yield. */
 static void note_oversubscription(gs_comm *comm, const comm_hello *all)
 {
@@ -298,6 +313,7 @@ static void note_oversubscription(gs_comm *comm, const comm_hello *all)
         comm->host_of[p] = q == p ? comm->hosts++ : comm->host_of[q];
     }
     hier_places(comm);
+    ring_order(comm);
 }
 
 static uint32_t usable_cores(void)
@@ -392,6 +408,8 @@ static void release(gs_comm *comm)
     free(comm->peer_inbox);
     free(comm->host_of);
     free(comm->hier_rank);
+    free(comm->ring);
+    free(comm->ring_pos_of);
     pthread_mutex_destroy(&comm->lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);

@@ -19,6 +19,11 @@
  * broadcast: a chain root -> root+1 -> ... -> root-1 (the tail); once the
  * tail has checked the first chunk it sends every rank a token, and every
  * rank waits for it: a rank returns only after all ranks agreed on the call.
+ *
+ * The ring's order is comm->ring: the ranks host by host (rank order
+ * inside a host, hosts in the order of their first ranks), so that it
+ * crosses from host to host H times, whatever the placement; on one host
+ * it is rank order. Positions are numbered along it.
  */
 #include "coll/coll.h"
 
@@ -34,8 +39,9 @@ static void segment(const gs_coll_op *op, int i, size_t *off_p, size_t *len_p)
 
 static bool allreduce_next(gs_coll_op *op, gs_prim *p)
 {
-    int n = op->comm->size, r = op->comm->rank, j = op->step;
-    int left = gs_coll_mod(r - 1, n), right = gs_coll_mod(r + 1, n);
+    const gs_comm *c = op->comm;
+    int n = c->size, r = c->ring_pos, j = op->step; /* segments are numbered by ring position */
+    int left = c->ring[gs_coll_mod(r - 1, n)], right = c->ring[gs_coll_mod(r + 1, n)];
     int seg = j == 0 ? r : j <= n - 1 ? gs_coll_mod(r - j, n) : gs_coll_mod(r + 1 - (j - (n - 1)), n);
     size_t off, len, first, cnt;
     if (op->col == op->ncols)
@@ -79,9 +85,10 @@ static bool allreduce_next(gs_coll_op *op, gs_prim *p)
 
 static bool reduce_scatter_next(gs_coll_op *op, gs_prim *p)
 {
-    int n = op->comm->size, r = op->comm->rank, j = op->step;
-    int left = gs_coll_mod(r - 1, n), right = gs_coll_mod(r + 1, n);
-    int blk = gs_coll_mod(r - 1 - j, n); /* step n-1 reaches block r */
+    const gs_comm *c = op->comm;
+    int n = c->size, r = c->ring_pos, j = op->step;
+    int left = c->ring[gs_coll_mod(r - 1, n)], right = c->ring[gs_coll_mod(r + 1, n)];
+    int blk = c->ring[gs_coll_mod(r - 1 - j, n)]; /* step n-1 reaches this rank's block */
     size_t first, cnt;
     if (op->col == op->ncols)
         return false;
@@ -112,9 +119,10 @@ static bool reduce_scatter_next(gs_coll_op *op, gs_prim *p)
 
 static bool allgather_next(gs_coll_op *op, gs_prim *p)
 {
-    int n = op->comm->size, r = op->comm->rank, j = op->step;
-    int left = gs_coll_mod(r - 1, n), right = gs_coll_mod(r + 1, n);
-    int blk = gs_coll_mod(r - j, n);
+    const gs_comm *c = op->comm;
+    int n = c->size, r = c->ring_pos, j = op->step;
+    int left = c->ring[gs_coll_mod(r - 1, n)], right = c->ring[gs_coll_mod(r + 1, n)];
+    int blk = c->ring[gs_coll_mod(r - j, n)];
     size_t first, cnt;
     if (op->col == op->ncols)
         return false;
@@ -145,8 +153,10 @@ static bool allgather_next(gs_coll_op *op, gs_prim *p)
 
 static bool broadcast_next(gs_coll_op *op, gs_prim *p)
 {
-    int n = op->comm->size, r = op->comm->rank;
-    int left = gs_coll_mod(r - 1, n), right = gs_coll_mod(r + 1, n), tail = gs_coll_mod(op->root - 1, n);
+    const gs_comm *c = op->comm;
+    int n = c->size, r = c->ring_pos, root = c->ring_pos_of[op->root];
+    int left = c->ring[gs_coll_mod(r - 1, n)], right = c->ring[gs_coll_mod(r + 1, n)];
+    int tail = gs_coll_mod(root - 1, n); /* positions: r, root and tail */
     size_t first, cnt;
     if (op->step == 1) { /* the tail's token: every rank agreed */
         op->step = 2;
@@ -159,7 +169,7 @@ static bool broadcast_next(gs_coll_op *op, gs_prim *p)
         if (op->step == 3 || r == tail)
             return false;
         op->step = 3;
-        *p = gs_prim_pair(-1, tail, GS_PRIM_COPY, NULL, NULL, 0);
+        *p = gs_prim_pair(-1, c->ring[tail], GS_PRIM_COPY, NULL, NULL, 0);
         p->recv_unit = TOKEN_UNIT;
         return true;
     }
@@ -167,7 +177,7 @@ static bool broadcast_next(gs_coll_op *op, gs_prim *p)
     const uint8_t *in = gs_coll_at(op->send, first * op->es);
     uint8_t *out = gs_coll_at(op->recv, first * op->es);
     size_t bytes = cnt * op->es;
-    if (r == op->root) { /* send (and store) */
+    if (r == root) { /* send (and store) */
         *p = gs_prim_pair(right, -1, GS_PRIM_COPY, in, out, bytes);
         p->send_local = true;
     } else if (r != tail) { /* store and forward */
