@@ -1,8 +1,8 @@
 /*
  * The transport conformance suite: written once, run against every built
- * transport (gs_tp_builtin), or only the one named by GS_TEST_TRANSPORT.
- * Each case is registered once per transport as "<transport>.<case>", so
- * `test_conformance shm.` runs one backend and skips are counted per backend.
+ * transport (GS_TEST_TP: "<transport>.<case>", or only the one named by
+ * GS_TEST_TRANSPORT), so `test_conformance shm.` or `--transport shm` runs
+ * one backend and skips are counted per backend.
  *
  * Every case runs its ranks as forked processes of one job (multirank.h).
  * Access errors may surface either as the post's return value or as the
@@ -27,68 +27,6 @@
 #define CT_TIMEOUT_MS 60000 /* the whole multirank run */
 #define KIB           1024u
 #define MIB           (1024u * 1024u)
-
-/* ---- registration: one test per (transport, case) -------------------------- */
-
-typedef void (*ct_case_fn)(const char *transport);
-
-#define CT_MAX_TRANSPORTS 4
-
-static const char *ct_transport_at(int i)
-{
-    const gs_tp_ops *ops = gs_tp_builtin(i);
-    return ops ? ops->name : NULL;
-}
-
-static void ct_register(const char *name, ct_case_fn fn, const gs_test_fn *tramp)
-{
-    const char *only = getenv("GS_TEST_TRANSPORT");
-    (void)fn;
-    for (int i = 0; i < CT_MAX_TRANSPORTS && ct_transport_at(i); i++) {
-        char *full;
-        if (only && *only && strcmp(only, ct_transport_at(i)) != 0)
-            continue;
-        if (asprintf(&full, "%s.%s", ct_transport_at(i), name) < 0)
-            abort();
-        gs_test_register(full, tramp[i], __FILE__); /* full stays reachable in the test table */
-    }
-}
-
-/* A built transport this machine cannot use (verbs without an active port)
- * skips, counted; tests/rxe-vm/ci.sh runs verbs where a device exists. */
-static const char *ct_usable(int i)
-{
-    const gs_tp_ops *ops = gs_tp_builtin(i);
-    const gs_config *cfg = NULL;
-    if (ops->available && gs_config_get(&cfg) == GS_OK && !ops->available(cfg))
-        GS_SKIP("this machine cannot use the transport (verbs: no active port; tests/rxe-vm/ci.sh runs it)");
-    return ops->name;
-}
-
-#define CT_TEST(name)                                                                                        \
-    static void name(const char *transport);                                                                 \
-    static void name##_t0(void)                                                                              \
-    {                                                                                                        \
-        name(ct_usable(0));                                                                                  \
-    }                                                                                                        \
-    static void name##_t1(void)                                                                              \
-    {                                                                                                        \
-        name(ct_usable(1));                                                                                  \
-    }                                                                                                        \
-    static void name##_t2(void)                                                                              \
-    {                                                                                                        \
-        name(ct_usable(2));                                                                                  \
-    }                                                                                                        \
-    static void name##_t3(void)                                                                              \
-    {                                                                                                        \
-        name(ct_usable(3));                                                                                  \
-    }                                                                                                        \
-    __attribute__((constructor)) static void ct_reg_##name(void)                                             \
-    {                                                                                                        \
-        static const gs_test_fn tramp[CT_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \
-        ct_register(#name, name, tramp);                                                                     \
-    }                                                                                                        \
-    static void name(const char *transport)
 
 /* ---- per-rank helpers --------------------------------------------------------- */
 
@@ -260,7 +198,7 @@ static void open_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(open_gives_an_endpoint_per_peer_with_2_3_4_ranks)
+GS_TEST_TP(open_gives_an_endpoint_per_peer_with_2_3_4_ranks)
 {
     for (int n = 2; n <= 4; n++)
         ct_run(n, open_body, transport, 0, NULL);
@@ -332,18 +270,18 @@ static void write_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(write_every_size_and_alignment_lands_exactly)
+GS_TEST_TP(write_every_size_and_alignment_lands_exactly)
 {
     ct_run(2, write_body, transport, 0, NULL);
 }
 
-CT_TEST(write_imm_every_size_and_alignment_lands_before_its_notification)
+GS_TEST_TP(write_imm_every_size_and_alignment_lands_before_its_notification)
 {
     ct_run(2, write_body, transport, 1, NULL);
 }
 
 /* GS_OP_STREAM (streaming stores on shm, a hint others ignore): the same bytes. */
-CT_TEST(streamed_write_and_write_imm_land_exactly)
+GS_TEST_TP(streamed_write_and_write_imm_land_exactly)
 {
     ct_run(2, write_body, transport, 2, NULL);
     ct_run(2, write_body, transport, 3, NULL);
@@ -395,12 +333,12 @@ static void read_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(read_every_size_and_alignment_returns_the_target_bytes)
+GS_TEST_TP(read_every_size_and_alignment_returns_the_target_bytes)
 {
     ct_run(2, read_body, transport, 0, NULL);
 }
 
-CT_TEST(streamed_read_returns_the_target_bytes)
+GS_TEST_TP(streamed_read_returns_the_target_bytes)
 {
     ct_run(2, read_body, transport, 1, NULL);
 }
@@ -456,7 +394,7 @@ static void send_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(send_recv_every_size_posted_before_and_after_arrival)
+GS_TEST_TP(send_recv_every_size_posted_before_and_after_arrival)
 {
     ct_run(2, send_body, transport, 0, NULL);
 }
@@ -507,7 +445,7 @@ static void atomic_basic_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(atomics_return_the_old_value)
+GS_TEST_TP(atomics_return_the_old_value)
 {
     ct_run(2, atomic_basic_body, transport, 0, NULL);
 }
@@ -574,7 +512,7 @@ static void atomic_contention_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(atomics_under_contention_from_2_3_4_ranks_count_exactly)
+GS_TEST_TP(atomics_under_contention_from_2_3_4_ranks_count_exactly)
 {
     for (int n = 2; n <= 4; n++)
         ct_run(n, atomic_contention_body, transport, 0, NULL);
@@ -639,7 +577,7 @@ static void order_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(write_then_write_imm_is_ordered_under_load)
+GS_TEST_TP(write_then_write_imm_is_ordered_under_load)
 {
     ct_run(2, order_body, transport, 0, NULL);
 }
@@ -670,7 +608,7 @@ static void backlog_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(notifications_to_a_late_poller_back_up_and_arrive_in_order)
+GS_TEST_TP(notifications_to_a_late_poller_back_up_and_arrive_in_order)
 {
     ct_run(2, backlog_body, transport, 0, NULL);
 }
@@ -725,19 +663,19 @@ static const char *const ct_env_spin[] = {"GS_POLL=spin", NULL};
 static const char *const ct_env_event[] = {"GS_POLL=event", NULL};
 static const char *const ct_env_hybrid[] = {"GS_POLL=hybrid", "GS_SPIN_US=20", NULL};
 
-CT_TEST(all_to_all_with_2_3_4_ranks_in_spin_mode)
+GS_TEST_TP(all_to_all_with_2_3_4_ranks_in_spin_mode)
 {
     for (int n = 2; n <= 4; n++)
         ct_run(n, all_to_all_body, transport, 0, ct_env_spin);
 }
 
-CT_TEST(all_to_all_with_2_3_4_ranks_in_event_mode)
+GS_TEST_TP(all_to_all_with_2_3_4_ranks_in_event_mode)
 {
     for (int n = 2; n <= 4; n++)
         ct_run(n, all_to_all_body, transport, 0, ct_env_event);
 }
 
-CT_TEST(all_to_all_with_2_3_4_ranks_in_hybrid_mode)
+GS_TEST_TP(all_to_all_with_2_3_4_ranks_in_hybrid_mode)
 {
     for (int n = 2; n <= 4; n++)
         ct_run(n, all_to_all_body, transport, 0, ct_env_hybrid);
@@ -779,7 +717,7 @@ static void event_sleeps_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(event_mode_waits_without_burning_cpu)
+GS_TEST_TP(event_mode_waits_without_burning_cpu)
 {
     ct_run(2, event_sleeps_body, transport, 0, ct_env_event);
 }
@@ -888,7 +826,7 @@ static void violation_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(access_violations_fail_with_remote_access_and_touch_nothing)
+GS_TEST_TP(access_violations_fail_with_remote_access_and_touch_nothing)
 {
     for (int v = 0; v < CT_VIOLATIONS; v++) {
         fprintf(stderr, "  case: %s\n", ct_violation_names[v]);
@@ -945,7 +883,7 @@ static void args_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(bad_arguments_are_rejected_before_anything_moves)
+GS_TEST_TP(bad_arguments_are_rejected_before_anything_moves)
 {
     ct_run(2, args_body, transport, 0, NULL);
 }
@@ -998,7 +936,7 @@ static void user_mem_body(gs_ctx *ctx, int rank, void *varg)
     free(out);
 }
 
-CT_TEST(caller_memory_is_written_and_read_where_supported)
+GS_TEST_TP(caller_memory_is_written_and_read_where_supported)
 {
     gs_test_ranks_opts opts = {.n = 2, .timeout_ms = CT_TIMEOUT_MS, .rank_timeout_ms = 20000};
     ct_arg arg = {.transport = transport};
@@ -1086,7 +1024,7 @@ static void ct_run_killed(const char *transport, int n, const char *const *env)
     GS_ASSERT_RANK_SIGNAL(status[n - 1], SIGKILL);
 }
 
-CT_TEST(a_peer_killed_mid_stream_is_reported_lost_in_every_mode)
+GS_TEST_TP(a_peer_killed_mid_stream_is_reported_lost_in_every_mode)
 {
     ct_run_killed(transport, 2, ct_env_spin);
     ct_run_killed(transport, 2, ct_env_event);
@@ -1133,7 +1071,7 @@ static void send_stream_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(send_stream_of_mixed_sizes_arrives_whole_and_in_order)
+GS_TEST_TP(send_stream_of_mixed_sizes_arrives_whole_and_in_order)
 {
     ct_run(2, send_stream_body, transport, 0, NULL);
 }
@@ -1169,7 +1107,7 @@ static void send_early_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(sends_before_any_receive_is_posted_are_kept_in_order)
+GS_TEST_TP(sends_before_any_receive_is_posted_are_kept_in_order)
 {
     ct_run(2, send_early_body, transport, 0, NULL);
 }
@@ -1194,7 +1132,7 @@ static void timeout_body(gs_ctx *ctx, int rank, void *varg)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CT_TEST(wait_with_nothing_coming_times_out_naming_the_rank)
+GS_TEST_TP(wait_with_nothing_coming_times_out_naming_the_rank)
 {
     static const char *const event[] = {"GS_POLL=event", NULL};
     ct_run(2, timeout_body, transport, 0, NULL);
