@@ -24,7 +24,8 @@
  *      the names it would run, one a line, none run.
  * Groups: test_binary --transports
  *      "none" if it has cases that take no transport, then each transport
- *      it has cases over that this machine can use, one a line.
+ *      it has cases over that this machine can use, one a line: ctest makes
+ *      one entry of each (tests/harness/ctest_entries.cmake).
  */
 #ifndef GS_TEST_H
 #define GS_TEST_H
