@@ -1,8 +1,8 @@
 /*
- * Helpers for the collective tests: one test per (built transport, case)
- * registered as "<transport>.<case>" (GS_TEST_TRANSPORT keeps one), input
- * values whose reductions are exact in every type, the expected result
- * computed here independently, and a hash to compare results across ranks.
+ * Helpers for the collective tests (GS_TEST_TP cases, one per built
+ * transport): communicators over the case's transport, input values whose
+ * reductions are exact in every type, the expected result computed here
+ * independently, and a hash to compare results across ranks.
  */
 #ifndef GS_TESTS_COLL_CHECK_H
 #define GS_TESTS_COLL_CHECK_H
@@ -20,65 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- one test per built transport ------------------------------------------ */
-
-#define CC_MAX_TRANSPORTS 4
-
-static inline const char *cc_transport_at(int i)
-{
-    const gs_tp_ops *ops = gs_tp_builtin(i);
-    return ops ? ops->name : NULL;
-}
-
-static inline void cc_register(const char *name, const gs_test_fn *tramp)
-{
-    const char *only = getenv("GS_TEST_TRANSPORT");
-    for (int i = 0; i < CC_MAX_TRANSPORTS && cc_transport_at(i); i++) {
-        char *full;
-        if (only && *only && strcmp(only, cc_transport_at(i)) != 0)
-            continue;
-        if (asprintf(&full, "%s.%s", cc_transport_at(i), name) < 0)
-            abort();
-        gs_test_register(full, tramp[i], __FILE__); /* full stays in the test table */
-    }
-}
-
-/* A built transport this machine cannot use (verbs without an active port)
- * skips, counted; tests/rxe-vm runs verbs where a device exists. */
-static inline const char *cc_usable(int i)
-{
-    const gs_tp_ops *ops = gs_tp_builtin(i);
-    const gs_config *cfg = NULL;
-    if (ops->available && gs_config_get(&cfg) == GS_OK && !ops->available(cfg))
-        GS_SKIP("this machine cannot use the transport (verbs: no active port; tests/rxe-vm runs it)");
-    return ops->name;
-}
-
-#define CC_TEST(name)                                                                                        \
-    static void name(const char *transport);                                                                 \
-    static void name##_t0(void)                                                                              \
-    {                                                                                                        \
-        name(cc_usable(0));                                                                                  \
-    }                                                                                                        \
-    static void name##_t1(void)                                                                              \
-    {                                                                                                        \
-        name(cc_usable(1));                                                                                  \
-    }                                                                                                        \
-    static void name##_t2(void)                                                                              \
-    {                                                                                                        \
-        name(cc_usable(2));                                                                                  \
-    }                                                                                                        \
-    static void name##_t3(void)                                                                              \
-    {                                                                                                        \
-        name(cc_usable(3));                                                                                  \
-    }                                                                                                        \
-    __attribute__((constructor)) static void cc_reg_##name(void)                                             \
-    {                                                                                                        \
-        static const gs_test_fn tramp[CC_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \
-        cc_register(#name, tramp);                                                                           \
-    }                                                                                                        \
-    static void name(const char *transport)
 
 /* What a multirank body gets. */
 typedef struct cc_arg {

@@ -83,11 +83,11 @@ static void run_matrix(const char *transport, int n)
     run_matrix_opts(transport, n, MATRIX_PLAIN);
 }
 
-CC_TEST(allreduce_matrix_streamed_2_ranks)
+GS_TEST_TP(allreduce_matrix_streamed_2_ranks)
 {
     run_matrix_opts(transport, 2, MATRIX_STREAMED);
 }
-CC_TEST(allreduce_matrix_streamed_3_ranks)
+GS_TEST_TP(allreduce_matrix_streamed_3_ranks)
 {
     run_matrix_opts(transport, 3, MATRIX_STREAMED);
 }
@@ -99,47 +99,47 @@ static void run_matrix_parts(const char *transport, int n)
         GS_SKIP("allreduce by parts runs over the shm transport's boxes only");
     run_matrix_opts(transport, n, MATRIX_PARTS);
 }
-CC_TEST(allreduce_matrix_parts_3_ranks)
+GS_TEST_TP(allreduce_matrix_parts_3_ranks)
 {
     run_matrix_parts(transport, 3);
 }
-CC_TEST(allreduce_matrix_parts_4_ranks)
+GS_TEST_TP(allreduce_matrix_parts_4_ranks)
 {
     run_matrix_parts(transport, 4);
 }
-CC_TEST(allreduce_matrix_parts_5_ranks)
+GS_TEST_TP(allreduce_matrix_parts_5_ranks)
 {
     run_matrix_parts(transport, 5);
 }
-CC_TEST(allreduce_matrix_1_rank)
+GS_TEST_TP(allreduce_matrix_1_rank)
 {
     run_matrix(transport, 1);
 }
-CC_TEST(allreduce_matrix_2_ranks)
+GS_TEST_TP(allreduce_matrix_2_ranks)
 {
     run_matrix(transport, 2);
 }
-CC_TEST(allreduce_matrix_3_ranks)
+GS_TEST_TP(allreduce_matrix_3_ranks)
 {
     run_matrix(transport, 3);
 }
-CC_TEST(allreduce_matrix_4_ranks)
+GS_TEST_TP(allreduce_matrix_4_ranks)
 {
     run_matrix(transport, 4);
 }
-CC_TEST(allreduce_matrix_5_ranks)
+GS_TEST_TP(allreduce_matrix_5_ranks)
 {
     run_matrix(transport, 5);
 }
-CC_TEST(allreduce_matrix_6_ranks)
+GS_TEST_TP(allreduce_matrix_6_ranks)
 {
     run_matrix(transport, 6);
 }
-CC_TEST(allreduce_matrix_7_ranks)
+GS_TEST_TP(allreduce_matrix_7_ranks)
 {
     run_matrix(transport, 7);
 }
-CC_TEST(allreduce_matrix_8_ranks)
+GS_TEST_TP(allreduce_matrix_8_ranks)
 {
     run_matrix(transport, 8);
 }
@@ -190,11 +190,11 @@ static void run_from_user(const char *transport, int streamed)
     cc_run_env(transport, 2, from_user_body, streamed, env);
 }
 
-CC_TEST(allreduce_ring_from_user_2_ranks)
+GS_TEST_TP(allreduce_ring_from_user_2_ranks)
 {
     run_from_user(transport, 0);
 }
-CC_TEST(allreduce_ring_from_user_streamed_2_ranks)
+GS_TEST_TP(allreduce_ring_from_user_streamed_2_ranks)
 {
     run_from_user(transport, 1);
 }
@@ -249,15 +249,15 @@ static void run_large(const char *transport, int n)
     gs_test_run_ranks(n, large_body, &arg, 110000);
 }
 
-CC_TEST(allreduce_large_2_ranks)
+GS_TEST_TP(allreduce_large_2_ranks)
 {
     run_large(transport, 2);
 }
-CC_TEST(allreduce_large_3_ranks)
+GS_TEST_TP(allreduce_large_3_ranks)
 {
     run_large(transport, 3);
 }
-CC_TEST(allreduce_large_4_ranks)
+GS_TEST_TP(allreduce_large_4_ranks)
 {
     run_large(transport, 4);
 }
@@ -275,11 +275,11 @@ static void run_zcopy(const char *transport, int n)
     cc_run_env(transport, n, large_body, 1, env);
 }
 
-CC_TEST(allreduce_zcopy_2_ranks)
+GS_TEST_TP(allreduce_zcopy_2_ranks)
 {
     run_zcopy(transport, 2);
 }
-CC_TEST(allreduce_zcopy_3_ranks)
+GS_TEST_TP(allreduce_zcopy_3_ranks)
 {
     run_zcopy(transport, 3);
 }
@@ -322,7 +322,7 @@ static void repeat_body(gs_ctx *ctx, int rank, void *argp)
     free(out[1]);
 }
 
-CC_TEST(allreduce_rounding_sums_identical_everywhere)
+GS_TEST_TP(allreduce_rounding_sums_identical_everywhere)
 {
     const char *env[] = {SMALL_CHUNK_ENV, NULL};
     cc_arg arg = {.transport = transport};

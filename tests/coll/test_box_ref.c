@@ -108,11 +108,11 @@ static void body(gs_ctx *ctx, int rank, void *argp)
     free(out);
 }
 
-CC_TEST(by_reference_2_ranks)
+GS_TEST_TP(by_reference_2_ranks)
 {
     cc_run_env(transport, 2, body, 0, NULL);
 }
-CC_TEST(by_reference_3_ranks)
+GS_TEST_TP(by_reference_3_ranks)
 {
     cc_run_env(transport, 3, body, 0, NULL);
 }

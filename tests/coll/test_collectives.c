@@ -139,35 +139,35 @@ static void run_matrix(const char *transport, int n)
     run_matrix_opts(transport, n, 0);
 }
 
-CC_TEST(collectives_matrix_streamed_3_ranks)
+GS_TEST_TP(collectives_matrix_streamed_3_ranks)
 {
     run_matrix_opts(transport, 3, 1);
 }
-CC_TEST(collectives_matrix_1_rank)
+GS_TEST_TP(collectives_matrix_1_rank)
 {
     run_matrix(transport, 1);
 }
-CC_TEST(collectives_matrix_2_ranks)
+GS_TEST_TP(collectives_matrix_2_ranks)
 {
     run_matrix(transport, 2);
 }
-CC_TEST(collectives_matrix_3_ranks)
+GS_TEST_TP(collectives_matrix_3_ranks)
 {
     run_matrix(transport, 3);
 }
-CC_TEST(collectives_matrix_4_ranks)
+GS_TEST_TP(collectives_matrix_4_ranks)
 {
     run_matrix(transport, 4);
 }
-CC_TEST(collectives_matrix_5_ranks)
+GS_TEST_TP(collectives_matrix_5_ranks)
 {
     run_matrix(transport, 5);
 }
-CC_TEST(collectives_matrix_7_ranks)
+GS_TEST_TP(collectives_matrix_7_ranks)
 {
     run_matrix(transport, 7);
 }
-CC_TEST(collectives_matrix_8_ranks)
+GS_TEST_TP(collectives_matrix_8_ranks)
 {
     run_matrix(transport, 8);
 }
@@ -193,7 +193,7 @@ static void barrier_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(barrier_waits_for_the_last_rank)
+GS_TEST_TP(barrier_waits_for_the_last_rank)
 {
     cc_arg arg = {.transport = transport};
     gs_test_run_ranks(5, barrier_body, &arg, 60000);

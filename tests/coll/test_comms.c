@@ -62,7 +62,7 @@ static void split_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(world, tp);
 }
 
-CC_TEST(split_into_three_colors_at_five_ranks)
+GS_TEST_TP(split_into_three_colors_at_five_ranks)
 {
     cc_run_env(transport, 5, split_body, 0, NULL);
 }
@@ -89,7 +89,7 @@ static void group_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(world, tp);
 }
 
-CC_TEST(groups_from_a_list_of_ranks)
+GS_TEST_TP(groups_from_a_list_of_ranks)
 {
     cc_run_env(transport, 4, group_body, 0, NULL);
 }
@@ -140,7 +140,7 @@ static void threads_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(world, tp);
 }
 
-CC_TEST(two_threads_drive_two_communicators)
+GS_TEST_TP(two_threads_drive_two_communicators)
 {
     cc_run_env(transport, 3, threads_body, 0, NULL);
 }
@@ -189,7 +189,7 @@ static void abort_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(world, tp);
 }
 
-CC_TEST(abort_mid_collective_is_quick_everywhere)
+GS_TEST_TP(abort_mid_collective_is_quick_everywhere)
 {
     const char *env[] = {"GS_TIMEOUT_MS=20000", NULL};
     cc_run_env(transport, 3, abort_body, 0, env);

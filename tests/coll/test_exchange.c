@@ -194,27 +194,27 @@ static void run_matrix(const char *transport, int n)
     cc_run_env(transport, n, matrix_body, 0, env);
 }
 
-CC_TEST(exchange_matrix_1_rank)
+GS_TEST_TP(exchange_matrix_1_rank)
 {
     run_matrix(transport, 1);
 }
-CC_TEST(exchange_matrix_2_ranks)
+GS_TEST_TP(exchange_matrix_2_ranks)
 {
     run_matrix(transport, 2);
 }
-CC_TEST(exchange_matrix_3_ranks)
+GS_TEST_TP(exchange_matrix_3_ranks)
 {
     run_matrix(transport, 3);
 }
-CC_TEST(exchange_matrix_4_ranks)
+GS_TEST_TP(exchange_matrix_4_ranks)
 {
     run_matrix(transport, 4);
 }
-CC_TEST(exchange_matrix_5_ranks)
+GS_TEST_TP(exchange_matrix_5_ranks)
 {
     run_matrix(transport, 5);
 }
-CC_TEST(exchange_matrix_8_ranks)
+GS_TEST_TP(exchange_matrix_8_ranks)
 {
     run_matrix(transport, 8);
 }
@@ -247,11 +247,11 @@ static void large_body(gs_ctx *ctx, int rank, void *argp)
     free(b.out);
 }
 
-CC_TEST(exchange_large_2_ranks)
+GS_TEST_TP(exchange_large_2_ranks)
 {
     cc_run_env(transport, 2, large_body, 0, NULL);
 }
-CC_TEST(exchange_large_3_ranks)
+GS_TEST_TP(exchange_large_3_ranks)
 {
     cc_run_env(transport, 3, large_body, 0, NULL);
 }

@@ -154,75 +154,75 @@ static void run_mismatch(const char *transport, mm_kind kind, const char *want0,
     }
 }
 
-CC_TEST(mismatch_count)
+GS_TEST_TP(mismatch_count)
 {
     run_mismatch(transport, MM_COUNT, "count 40", "count 41");
 }
-CC_TEST(mismatch_count_zero)
+GS_TEST_TP(mismatch_count_zero)
 {
     run_mismatch(transport, MM_COUNT_ZERO, "count 5", "count 0");
 }
-CC_TEST(mismatch_dtype)
+GS_TEST_TP(mismatch_dtype)
 {
     run_mismatch(transport, MM_DTYPE, "f32", "i32");
 }
-CC_TEST(mismatch_op)
+GS_TEST_TP(mismatch_op)
 {
     run_mismatch(transport, MM_OP, "sum", "max");
 }
-CC_TEST(mismatch_root)
+GS_TEST_TP(mismatch_root)
 {
     run_mismatch(transport, MM_ROOT, "root 0", "root 1");
 }
-CC_TEST(mismatch_broadcast_vs_allreduce)
+GS_TEST_TP(mismatch_broadcast_vs_allreduce)
 {
     run_mismatch(transport, MM_BCAST_VS_ALLREDUCE, "broadcast", "allreduce");
 }
-CC_TEST(mismatch_barrier_vs_allreduce)
+GS_TEST_TP(mismatch_barrier_vs_allreduce)
 {
     run_mismatch(transport, MM_BARRIER_VS_ALLREDUCE, "barrier", "allreduce");
 }
-CC_TEST(mismatch_allgather_vs_reduce_scatter)
+GS_TEST_TP(mismatch_allgather_vs_reduce_scatter)
 {
     run_mismatch(transport, MM_ALLGATHER_VS_REDUCE_SCATTER, "allgather", "reduce_scatter");
 }
-CC_TEST(mismatch_algorithm)
+GS_TEST_TP(mismatch_algorithm)
 {
     run_mismatch(transport, MM_ALGO, "GS_ALGO", NULL);
 }
-CC_TEST(mismatch_broadcast_count)
+GS_TEST_TP(mismatch_broadcast_count)
 {
     run_mismatch(transport, MM_BCAST_COUNT, "count 40", "count 3000");
 }
-CC_TEST(mismatch_reduce_root)
+GS_TEST_TP(mismatch_reduce_root)
 {
     run_mismatch(transport, MM_REDUCE_ROOT, "reduce #2 (count 40, f32, sum, root 0)", "root 1)");
 }
-CC_TEST(mismatch_reduce_vs_allreduce)
+GS_TEST_TP(mismatch_reduce_vs_allreduce)
 {
     run_mismatch(transport, MM_REDUCE_VS_ALLREDUCE, "root 0", "allreduce #2");
 }
-CC_TEST(mismatch_gather_vs_scatter)
+GS_TEST_TP(mismatch_gather_vs_scatter)
 {
     run_mismatch(transport, MM_GATHER_VS_SCATTER, "gather #2", "scatter #2");
 }
-CC_TEST(mismatch_scatter_count)
+GS_TEST_TP(mismatch_scatter_count)
 {
     run_mismatch(transport, MM_SCATTER_COUNT, "count 4,", "count 7,");
 }
-CC_TEST(mismatch_alltoall_count)
+GS_TEST_TP(mismatch_alltoall_count)
 {
     run_mismatch(transport, MM_ALLTOALL_COUNT, "count 4 per rank", "count 5 per rank");
 }
-CC_TEST(mismatch_allgatherv_counts)
+GS_TEST_TP(mismatch_allgatherv_counts)
 {
     run_mismatch(transport, MM_ALLGATHERV_COUNTS, "allgatherv #2 (total count", "counts 0x");
 }
-CC_TEST(mismatch_reduce_scatter_v_counts)
+GS_TEST_TP(mismatch_reduce_scatter_v_counts)
 {
     run_mismatch(transport, MM_REDUCE_SCATTER_V_COUNTS, "reduce_scatter_v #2", "counts 0x");
 }
-CC_TEST(mismatch_alltoallv_counts)
+GS_TEST_TP(mismatch_alltoallv_counts)
 {
     run_mismatch(transport, MM_ALLTOALLV_COUNTS, "alltoallv #2 (f32)", "elements and receiving 3 from it");
 }
@@ -250,7 +250,7 @@ static void absent_body(gs_ctx *ctx, int rank, void *argp)
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
-CC_TEST(absent_rank_times_out_with_its_name)
+GS_TEST_TP(absent_rank_times_out_with_its_name)
 {
     const char *env[] = {"GS_TIMEOUT_MS=1000", NULL};
     cc_arg a = {.transport = transport};
@@ -276,7 +276,7 @@ static void dying_body(gs_ctx *ctx, int rank, void *argp)
     gs_tp_close(tp);
 }
 
-CC_TEST(dead_rank_is_an_error_not_a_hang)
+GS_TEST_TP(dead_rank_is_an_error_not_a_hang)
 {
     cc_arg a = {.transport = transport};
     gs_test_ranks_opts opts = {.n = 3, .timeout_ms = 30000, .rank_timeout_ms = 5000};

@@ -96,22 +96,22 @@ static void pingpong_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(pingpong_2)
+GS_TEST_TP(pingpong_2)
 {
     cc_run_env(transport, 2, pingpong_body, 0, NULL);
 }
 
-CC_TEST(pingpong_2_fragments)
+GS_TEST_TP(pingpong_2_fragments)
 {
     cc_run_env(transport, 2, pingpong_body, 1, NULL);
 }
 
-CC_TEST(ring_3)
+GS_TEST_TP(ring_3)
 {
     cc_run_env(transport, 3, pingpong_body, 0, NULL);
 }
 
-CC_TEST(ring_4)
+GS_TEST_TP(ring_4)
 {
     cc_run_env(transport, 4, pingpong_body, 0, NULL);
 }
@@ -169,12 +169,12 @@ static void fifo_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(fifo_2)
+GS_TEST_TP(fifo_2)
 {
     cc_run_env(transport, 2, fifo_body, 0, NULL);
 }
 
-CC_TEST(fifo_3)
+GS_TEST_TP(fifo_3)
 {
     cc_run_env(transport, 3, fifo_body, 1, NULL);
 }
@@ -226,7 +226,7 @@ static void any_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(any_source_4)
+GS_TEST_TP(any_source_4)
 {
     cc_run_env(transport, 4, any_body, 0, NULL);
 }
@@ -276,7 +276,7 @@ static void before_after_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(posted_before_and_after)
+GS_TEST_TP(posted_before_and_after)
 {
     cc_run_env(transport, 2, before_after_body, 0, NULL);
 }
@@ -333,12 +333,12 @@ static void mixed_body(gs_ctx *ctx, int rank, void *argp)
     free(in);
 }
 
-CC_TEST(beside_allreduce_2)
+GS_TEST_TP(beside_allreduce_2)
 {
     cc_run_env(transport, 2, mixed_body, 0, NULL);
 }
 
-CC_TEST(beside_allreduce_3)
+GS_TEST_TP(beside_allreduce_3)
 {
     cc_run_env(transport, 3, mixed_body, 0, NULL);
 }
@@ -417,7 +417,7 @@ static void errors_body(gs_ctx *ctx, int rank, void *argp)
     free(in);
 }
 
-CC_TEST(self_and_errors)
+GS_TEST_TP(self_and_errors)
 {
     static const char *const env[] = {"GS_TIMEOUT_MS=1000", NULL};
     cc_run_env(transport, 2, errors_body, 0, env);
@@ -473,12 +473,12 @@ static void run_dead(const char *transport, int n)
             GS_ASSERT_RANK_EXIT(status[r], 0);
 }
 
-CC_TEST(dead_peer_2)
+GS_TEST_TP(dead_peer_2)
 {
     run_dead(transport, 2);
 }
 
-CC_TEST(dead_peer_3)
+GS_TEST_TP(dead_peer_3)
 {
     run_dead(transport, 3);
 }

@@ -89,7 +89,7 @@ static void run_killed(const char *transport, int n)
             GS_ASSERT_RANK_EXIT(status[r], 0);
 }
 
-CC_TEST(rank_killed_mid_allreduce_is_one_whole_sentence)
+GS_TEST_TP(rank_killed_mid_allreduce_is_one_whole_sentence)
 {
     run_killed(transport, 3);
     run_killed(transport, 4);

@@ -81,11 +81,11 @@ static void run_inflight(const char *transport, int n, bool thread)
     GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, inflight_body, &a, status), n);
 }
 
-CC_TEST(nonblocking_in_flight_complete_in_order)
+GS_TEST_TP(nonblocking_in_flight_complete_in_order)
 {
     run_inflight(transport, 3, false);
 }
-CC_TEST(nonblocking_with_progress_thread)
+GS_TEST_TP(nonblocking_with_progress_thread)
 {
     run_inflight(transport, 4, true);
 }
@@ -110,7 +110,7 @@ static void overlap_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(progress_thread_overlaps_compute)
+GS_TEST_TP(progress_thread_overlaps_compute)
 {
     const char *env[] = {"GS_PROGRESS_THREAD=1", "GS_CHUNK_BYTES=4096", "GS_ALGO=ring", NULL};
     cc_arg a = {.transport = transport};
@@ -173,7 +173,7 @@ static void mixed_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(mixed_sizes_in_a_row)
+GS_TEST_TP(mixed_sizes_in_a_row)
 {
     const char *env[] = {"GS_CHUNK_BYTES=4096", NULL};
     cc_arg a = {.transport = transport};
@@ -224,7 +224,7 @@ static void multi_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(allreduce_multi_fuses_tensors)
+GS_TEST_TP(allreduce_multi_fuses_tensors)
 {
     cc_arg a = {.transport = transport};
     gs_test_run_ranks(3, multi_body, &a, 60000);
@@ -243,7 +243,7 @@ static void multi_mismatch_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(allreduce_multi_checks_the_tensor_list)
+GS_TEST_TP(allreduce_multi_checks_the_tensor_list)
 {
     cc_arg a = {.transport = transport};
     gs_test_run_ranks(2, multi_mismatch_body, &a, 30000);
@@ -281,7 +281,7 @@ static void args_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(bad_arguments_are_refused_locally)
+GS_TEST_TP(bad_arguments_are_refused_locally)
 {
     cc_arg a = {.transport = transport};
     gs_test_run_ranks(2, args_body, &a, 30000);

@@ -137,27 +137,27 @@ static void run_matrix(const char *transport, int n)
     cc_run_env(transport, n, matrix_body, 0, env);
 }
 
-CC_TEST(rooted_matrix_1_rank)
+GS_TEST_TP(rooted_matrix_1_rank)
 {
     run_matrix(transport, 1);
 }
-CC_TEST(rooted_matrix_2_ranks)
+GS_TEST_TP(rooted_matrix_2_ranks)
 {
     run_matrix(transport, 2);
 }
-CC_TEST(rooted_matrix_3_ranks)
+GS_TEST_TP(rooted_matrix_3_ranks)
 {
     run_matrix(transport, 3);
 }
-CC_TEST(rooted_matrix_4_ranks)
+GS_TEST_TP(rooted_matrix_4_ranks)
 {
     run_matrix(transport, 4);
 }
-CC_TEST(rooted_matrix_5_ranks)
+GS_TEST_TP(rooted_matrix_5_ranks)
 {
     run_matrix(transport, 5);
 }
-CC_TEST(rooted_matrix_8_ranks)
+GS_TEST_TP(rooted_matrix_8_ranks)
 {
     run_matrix(transport, 8);
 }
@@ -187,11 +187,11 @@ static void large_body(gs_ctx *ctx, int rank, void *argp)
     free(b.out);
 }
 
-CC_TEST(rooted_large_2_ranks)
+GS_TEST_TP(rooted_large_2_ranks)
 {
     cc_run_env(transport, 2, large_body, 0, NULL);
 }
-CC_TEST(rooted_large_3_ranks)
+GS_TEST_TP(rooted_large_3_ranks)
 {
     cc_run_env(transport, 3, large_body, 0, NULL);
 }

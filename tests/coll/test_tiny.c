@@ -140,7 +140,7 @@ static void same_bits_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(tiny_same_bits_as_the_engine)
+GS_TEST_TP(tiny_same_bits_as_the_engine)
 {
     run2(transport, same_bits_body, 20000);
 }
@@ -167,7 +167,7 @@ static void late_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(tiny_late_peer_resumes_in_the_engine)
+GS_TEST_TP(tiny_late_peer_resumes_in_the_engine)
 {
     run2(transport, late_body, 20000);
 }
@@ -217,7 +217,7 @@ static void mismatch_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(tiny_mismatch_on_every_rank)
+GS_TEST_TP(tiny_mismatch_on_every_rank)
 {
     for (int k = 0; k < TM_KINDS; k++) {
         cc_arg a = {.transport = transport, .param = k};
@@ -271,7 +271,7 @@ static void mixed_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
 }
 
-CC_TEST(tiny_mixed_with_requests_and_collectives)
+GS_TEST_TP(tiny_mixed_with_requests_and_collectives)
 {
     run2(transport, mixed_body, 20000);
 }
@@ -299,7 +299,7 @@ static void absent_body(gs_ctx *ctx, int rank, void *argp)
     gs_tp_close(tp);
 }
 
-CC_TEST(tiny_announced_timeout_is_not_a_result)
+GS_TEST_TP(tiny_announced_timeout_is_not_a_result)
 {
     run2(transport, absent_body, 1000);
 }
@@ -324,7 +324,7 @@ static void dying_body(gs_ctx *ctx, int rank, void *argp)
     gs_tp_close(tp);
 }
 
-CC_TEST(tiny_dead_peer_is_an_error_not_a_hang)
+GS_TEST_TP(tiny_dead_peer_is_an_error_not_a_hang)
 {
     cc_arg a = {.transport = transport};
     gs_test_ranks_opts opts = {.n = 2, .timeout_ms = 30000, .rank_timeout_ms = 5000};

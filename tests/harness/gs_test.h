@@ -6,9 +6,26 @@
  *
  *   GS_TEST(config_rejects_bad_size) { ... GS_ASSERT_EQ(st, GS_ERR_CONFIG); }
  *
- * Run: test_binary [substring...]   (only tests whose name contains one)
+ * A case written once for every transport takes the transport's name:
+ *
+ *   GS_TEST_TP(write_lands_exactly) { ct_run(2, write_body, transport, 0, NULL); }
+ *
+ * registers "<transport>.write_lands_exactly" once per built transport
+ * (gs_tp_builtin), or only for the one GS_TEST_TRANSPORT names. On a
+ * transport this machine cannot use (verbs without an active port) the case
+ * skips, counted; tests/rxe-vm runs verbs where a device exists.
+ *
+ * Run: test_binary [--transport NAME] [substring...]
+ *      only the cases whose name contains one of the substrings (all without
+ *      any); --transport NAME: only the cases over that transport,
+ *      --transport none: only the cases that take no transport.
  * The last line is "N passed, N failed, N skipped".
- * List: test_binary --list [substring...]   (the names it would run, one a line)
+ * List: test_binary --list [--transport NAME] [substring...]
+ *      the names it would run, one a line, none run.
+ * Groups: test_binary --transports
+ *      "none" if it has cases that take no transport, then each transport
+ *      it has cases over that this machine can use, one a line: ctest makes
+ *      one entry of each (tests/harness/ctest_entries.cmake).
  */
 #ifndef GS_TEST_H
 #define GS_TEST_H
@@ -21,7 +38,9 @@
 #include <string.h>
 
 typedef void (*gs_test_fn)(void);
+typedef void (*gs_test_tp_fn)(const char *transport);
 void gs_test_register(const char *name, gs_test_fn fn, const char *file);
+void gs_test_register_tp(const char *name, gs_test_tp_fn fn, const char *file);
 void gs_test_fail_here(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 void gs_test_skip_here(const char *why) __attribute__((noreturn));
@@ -33,6 +52,14 @@ void gs_test_skip_here(const char *why) __attribute__((noreturn));
         gs_test_register(#name, name, __FILE__);                                                             \
     }                                                                                                        \
     static void name(void)
+
+#define GS_TEST_TP(name)                                                                                     \
+    static void name(const char *transport);                                                                 \
+    __attribute__((constructor)) static void gs_test_reg_##name(void)                                        \
+    {                                                                                                        \
+        gs_test_register_tp(#name, name, __FILE__);                                                          \
+    }                                                                                                        \
+    static void name(const char *transport)
 
 #define GS_SKIP(why) gs_test_skip_here(why)
 

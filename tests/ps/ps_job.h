@@ -2,11 +2,11 @@
  * Parameter-server test jobs: S servers and W workers as forked ranks of one
  * job (multirank.h), over every built transport.
  *
- *   PS_TEST(sync_matches_reference) { ps_job job = ps_job_default(transport, 1, 2); ... ps_job_run(&job); }
+ *   GS_TEST_TP(sync_matches_reference) { ps_job job = ps_job_default(transport, 1, 2); ... ps_job_run(&job);
+ * }
  *
  * registers "<transport>.sync_matches_reference" once per built transport
- * (or only GS_TEST_TRANSPORT's). A transport this host cannot run (verbs
- * without an active port) is skipped, counted.
+ * (gs_test.h: GS_TEST_TP; a transport this host cannot run is skipped, counted).
  *
  * Each rank creates its gs_ps from job->params (GS_* from the environment,
  * then the job's overrides), registers job->keys, then a server serves
@@ -20,8 +20,6 @@
 #include "multirank.h"
 
 #include "bootstrap/boot.h"
-#include "transport/tp.h"
-#include "util/config.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,8 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define PS_MAX_TRANSPORTS 4
-#define PS_MAX_KEYS       8
+#define PS_MAX_KEYS 8
 
 typedef struct ps_job ps_job;
 typedef void (*ps_worker_fn)(gs_ps *ps, ps_job *job);
@@ -61,63 +58,6 @@ struct ps_job {
     void *arg;
     volatile uint64_t *shared; /* 512 words every rank shares */
 };
-
-static inline const char *ps_transport_at(int i)
-{
-    const gs_tp_ops *ops = gs_tp_builtin(i);
-    return ops ? ops->name : NULL;
-}
-
-static inline void ps_register_case(const char *name, const gs_test_fn *tramp)
-{
-    const char *only = getenv("GS_TEST_TRANSPORT");
-    for (int i = 0; i < PS_MAX_TRANSPORTS && ps_transport_at(i); i++) {
-        char *full;
-        if (only && *only && strcmp(only, ps_transport_at(i)) != 0)
-            continue;
-        if (asprintf(&full, "%s.%s", ps_transport_at(i), name) < 0)
-            abort();
-        gs_test_register(full, tramp[i], __FILE__);
-    }
-}
-
-#define PS_TEST(name)                                                                                        \
-    static void name(const char *transport);                                                                 \
-    static void name##_t0(void)                                                                              \
-    {                                                                                                        \
-        name(ps_transport_at(0));                                                                            \
-    }                                                                                                        \
-    static void name##_t1(void)                                                                              \
-    {                                                                                                        \
-        name(ps_transport_at(1));                                                                            \
-    }                                                                                                        \
-    static void name##_t2(void)                                                                              \
-    {                                                                                                        \
-        name(ps_transport_at(2));                                                                            \
-    }                                                                                                        \
-    static void name##_t3(void)                                                                              \
-    {                                                                                                        \
-        name(ps_transport_at(3));                                                                            \
-    }                                                                                                        \
-    __attribute__((constructor)) static void ps_reg_##name(void)                                             \
-    {                                                                                                        \
-        static const gs_test_fn tramp[PS_MAX_TRANSPORTS] = {name##_t0, name##_t1, name##_t2, name##_t3};     \
-        ps_register_case(#name, tramp);                                                                      \
-    }                                                                                                        \
-    static void name(const char *transport)
-
-/* Skips (counted) a transport this host cannot run. */
-static inline void ps_skip_unusable(const char *transport)
-{
-    const gs_config *cfg;
-    for (int i = 0; ps_transport_at(i); i++) {
-        const gs_tp_ops *ops = gs_tp_builtin(i);
-        if (strcmp(ops->name, transport) != 0)
-            continue;
-        if (gs_config_get(&cfg) == GS_OK && ops->available && !ops->available(cfg))
-            GS_SKIP("this transport has no usable device on this host");
-    }
-}
 
 static inline ps_job ps_job_default(const char *transport, int servers, int workers)
 {
@@ -238,7 +178,6 @@ static inline void ps_job_run(ps_job *job)
     int n = job->servers + job->workers;
     gs_test_ranks_opts opts = {
         .n = n, .timeout_ms = job->timeout_ms, .rank_timeout_ms = job->rank_timeout_ms, .env = env};
-    ps_skip_unusable(job->transport);
     snprintf(to, sizeof(to), "GS_TIMEOUT_MS=%d", job->rank_timeout_ms);
     int ok = gs_test_run_ranks_opts(&opts, ps_rank_main, job, status);
     for (int r = 0; r < n; r++) {

@@ -53,7 +53,7 @@ static void async_worker(gs_ps *ps, ps_job *job)
     free(out);
 }
 
-PS_TEST(async_applies_every_push_once)
+GS_TEST_TP(async_applies_every_push_once)
 {
     ps_job job = ps_job_default(transport, 2, 2);
     job.mode = GS_PS_MODE_ASYNC;
@@ -104,12 +104,12 @@ static void run_ssp(const char *transport, int s)
     ps_job_run(&job);
 }
 
-PS_TEST(ssp_bound_holds_under_a_slow_worker)
+GS_TEST_TP(ssp_bound_holds_under_a_slow_worker)
 {
     run_ssp(transport, 3);
 }
 
-PS_TEST(ssp_zero_is_lockstep)
+GS_TEST_TP(ssp_zero_is_lockstep)
 {
     run_ssp(transport, 0);
 }
@@ -162,7 +162,7 @@ static void tear_worker(gs_ps *ps, ps_job *job)
     free(buf);
 }
 
-PS_TEST(pull_never_tears_under_concurrent_updates)
+GS_TEST_TP(pull_never_tears_under_concurrent_updates)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.mode = GS_PS_MODE_ASYNC;

@@ -42,7 +42,7 @@ static void exact_worker(gs_ps *ps, ps_job *job)
     free(ref);
 }
 
-PS_TEST(atomic_is_exact_for_integer_gradients)
+GS_TEST_TP(atomic_is_exact_for_integer_gradients)
 {
     ps_job job = ps_job_default(transport, 2, 3);
     job.agg = GS_PS_AGG_FETCH_ADD;
@@ -79,7 +79,7 @@ static void rounding_worker(gs_ps *ps, ps_job *job)
     free(ref);
 }
 
-PS_TEST(atomic_rounds_other_gradients_to_the_scale)
+GS_TEST_TP(atomic_rounds_other_gradients_to_the_scale)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.agg = GS_PS_AGG_FETCH_ADD;
@@ -117,7 +117,7 @@ static void bound_worker(gs_ps *ps, ps_job *job)
     free(ref);
 }
 
-PS_TEST(atomic_refuses_gradients_beyond_the_bound)
+GS_TEST_TP(atomic_refuses_gradients_beyond_the_bound)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.agg = GS_PS_AGG_FETCH_ADD;
@@ -165,7 +165,7 @@ static void wrap_worker(gs_ps *ps, ps_job *job)
     free(ref);
 }
 
-PS_TEST(atomic_wrap_refuses_the_step_on_every_worker)
+GS_TEST_TP(atomic_wrap_refuses_the_step_on_every_worker)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.agg = GS_PS_AGG_FETCH_ADD;

@@ -97,7 +97,7 @@ static void remove_checkpoints(const char *prefix)
     }
 }
 
-PS_TEST(checkpoint_on_request_and_resume_in_a_new_job)
+GS_TEST_TP(checkpoint_on_request_and_resume_in_a_new_job)
 {
     char prefix[128], path[160];
     gs_ps_ckpt *ck = NULL;
@@ -140,7 +140,7 @@ PS_TEST(checkpoint_on_request_and_resume_in_a_new_job)
     remove_checkpoints(prefix);
 }
 
-PS_TEST(checkpoint_of_another_job_shape_is_refused)
+GS_TEST_TP(checkpoint_of_another_job_shape_is_refused)
 {
     char prefix[128];
     snprintf(prefix, sizeof(prefix), "/tmp/gs_ps_ckpt_shape_%s_%d", transport, (int)getpid());

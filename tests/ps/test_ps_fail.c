@@ -53,7 +53,7 @@ static void dying_worker(gs_ps *ps, ps_job *job)
     free(out);
 }
 
-PS_TEST(sync_reports_a_dead_worker)
+GS_TEST_TP(sync_reports_a_dead_worker)
 {
     ps_job job = ps_job_default(transport, 1, 3);
     ps_job_key(&job, 1, 2000);
@@ -84,7 +84,7 @@ static void hung_worker(gs_ps *ps, ps_job *job)
     free(out);
 }
 
-PS_TEST(sync_reports_a_hung_worker_at_the_deadline)
+GS_TEST_TP(sync_reports_a_hung_worker_at_the_deadline)
 {
     ps_job job = ps_job_default(transport, 1, 3);
     job.rank_timeout_ms = 1500;
@@ -94,7 +94,7 @@ PS_TEST(sync_reports_a_hung_worker_at_the_deadline)
     ps_job_run(&job);
 }
 
-PS_TEST(sync_atomic_reports_a_hung_worker_at_the_deadline)
+GS_TEST_TP(sync_atomic_reports_a_hung_worker_at_the_deadline)
 {
     ps_job job = ps_job_default(transport, 1, 3);
     job.agg = GS_PS_AGG_FETCH_ADD;
@@ -144,7 +144,7 @@ static void async_survivor(gs_ps *ps, ps_job *job)
     free(out);
 }
 
-PS_TEST(async_goes_on_without_a_dead_worker)
+GS_TEST_TP(async_goes_on_without_a_dead_worker)
 {
     ps_job job = ps_job_default(transport, 1, 4);
     job.mode = GS_PS_MODE_ASYNC;
@@ -191,7 +191,7 @@ static void orphan_worker(gs_ps *ps, ps_job *job)
     free(out);
 }
 
-PS_TEST(workers_hear_of_a_dead_server)
+GS_TEST_TP(workers_hear_of_a_dead_server)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     ps_job_key(&job, 1, 1000);
@@ -229,7 +229,7 @@ static void waiting_worker(gs_ps *ps, ps_job *job)
     free(out);
 }
 
-PS_TEST(a_wait_that_finds_the_server_dead_says_what_to_do)
+GS_TEST_TP(a_wait_that_finds_the_server_dead_says_what_to_do)
 {
     ps_job job = ps_job_default(transport, 1, 1);
     ps_job_key(&job, 1, 1000);

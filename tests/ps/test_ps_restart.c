@@ -178,7 +178,6 @@ static void run_restart(const char *transport, int servers, int workers, int vic
     const char *env[] = {to, NULL};
     int status[GS_TEST_RANKS_MAX];
     ps_job job = ps_job_default(transport, servers, workers);
-    ps_skip_unusable(transport);
     snprintf(prefix, sizeof(prefix), "/tmp/gs_ps_restart_%s_%s_%d", name, transport, (int)getpid());
     job.optim = (gs_ps_optim){.kind = GS_PS_MOMENTUM, .lr = 0.05f, .momentum = 0.9f};
     job.checkpoint = prefix;
@@ -198,12 +197,12 @@ static void run_restart(const char *transport, int servers, int workers, int vic
     GS_ASSERT_EQ(job.shared[SH_RECOVERIES], workers);
 }
 
-PS_TEST(killed_server_restarts_and_loses_nothing)
+GS_TEST_TP(killed_server_restarts_and_loses_nothing)
 {
     run_restart(transport, 1, 2, 0, "one");
 }
 
-PS_TEST(killed_server_among_two_restarts_and_loses_nothing)
+GS_TEST_TP(killed_server_among_two_restarts_and_loses_nothing)
 {
     run_restart(transport, 2, 3, 1, "two");
 }

@@ -80,7 +80,7 @@ static void sync_worker(gs_ps *ps, ps_job *job)
     }
 }
 
-PS_TEST(sync_sgd_one_server_two_workers)
+GS_TEST_TP(sync_sgd_one_server_two_workers)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     ps_job_key(&job, 1, 3000); /* three shards of 4 KiB */
@@ -93,7 +93,7 @@ PS_TEST(sync_sgd_one_server_two_workers)
 /* Shards big enough for the server's apply threads (GS_PS_APPLY_THREADS,
  * default 2) to share, and a key big enough to be streamed (GS_OP_STREAM):
  * the result is still the single-process run's. */
-PS_TEST(sync_adam_big_shards_shared_by_apply_threads_and_streamed)
+GS_TEST_TP(sync_adam_big_shards_shared_by_apply_threads_and_streamed)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.optim = (gs_ps_optim){.kind = GS_PS_ADAM, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
@@ -108,7 +108,7 @@ PS_TEST(sync_adam_big_shards_shared_by_apply_threads_and_streamed)
 /* Far more shards than a verbs peer has receive credits (64): each step's
  * notices outrun the credits, and the server must retry them as the credits
  * come back (silently, without a completion), never sleep on them. */
-PS_TEST(sync_notices_outrun_the_receive_credits)
+GS_TEST_TP(sync_notices_outrun_the_receive_credits)
 {
     ps_job job = ps_job_default(transport, 1, 2);
     job.shard_bytes = 256;
@@ -119,7 +119,7 @@ PS_TEST(sync_notices_outrun_the_receive_credits)
     ps_job_run(&job);
 }
 
-PS_TEST(sync_momentum_two_servers_three_workers)
+GS_TEST_TP(sync_momentum_two_servers_three_workers)
 {
     ps_job job = ps_job_default(transport, 2, 3);
     job.optim = (gs_ps_optim){.kind = GS_PS_MOMENTUM, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f};
@@ -130,7 +130,7 @@ PS_TEST(sync_momentum_two_servers_three_workers)
     ps_job_run(&job);
 }
 
-PS_TEST(sync_adam_three_servers_two_workers_served_by_thread)
+GS_TEST_TP(sync_adam_three_servers_two_workers_served_by_thread)
 {
     ps_job job = ps_job_default(transport, 3, 2);
     job.optim = (gs_ps_optim){.kind = GS_PS_ADAM, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
@@ -185,7 +185,7 @@ static void nonblocking_worker(gs_ps *ps, ps_job *job)
     }
 }
 
-PS_TEST(sync_nonblocking_requests)
+GS_TEST_TP(sync_nonblocking_requests)
 {
     ps_job job = ps_job_default(transport, 2, 2);
     ps_job_key(&job, 100, 2500);
