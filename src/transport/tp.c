@@ -80,14 +80,14 @@ static uint32_t usable_here(const gs_config *cfg)
     return mask;
 }
 
-/* shm when every rank shares this host, else the first backend every rank can use. */
-static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
+/* The backends every rank may use (bit i: gs_tp_builtin(i)), and whether all ranks share one host. */
+static gs_status agree_usable(gs_ctx *ctx, uint32_t *usable_p, bool *one_host_p)
 {
     gs_status st;
     auto_info mine = {.usable = usable_here(&ctx->cfg)}, *all = gs_calloc((size_t)ctx->size, sizeof(*all));
     uint32_t usable = ~0u;
     bool one_host = true;
-    char tag[48], built[64];
+    char tag[48];
 
     if (!all)
         return GS_ERR_NOMEM;
@@ -99,15 +99,39 @@ static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
         one_host = one_host && strncmp(all[r].host_id, mine.host_id, sizeof(mine.host_id)) == 0;
     }
     free(all);
-    if (st != GS_OK)
-        return st;
-    for (int i = 0; gs_tp_builtin(i); i++) {
+    *usable_p = usable;
+    *one_host_p = one_host;
+    return st;
+}
+
+/*
+ * GS_TRANSPORT=auto: shm when every rank shares this host, else the first
+ * backend every rank can use. A backend whose open fails with the ranks'
+ * common verdict (open_agrees, GS_ERR_UNSUPPORTED: verbs whose data-path
+ * probe failed on some rank) hands over to the next one, with the reason
+ * logged; every rank got the same verdict, so every rank moves on together.
+ */
+static gs_status open_auto(gs_ctx *ctx, const gs_tp_ops **ops_p, gs_tp **tp_p)
+{
+    uint32_t usable = 0;
+    bool one_host = true;
+    char built[64];
+    gs_status st = agree_usable(ctx, &usable, &one_host);
+
+    for (int i = 0; st == GS_OK && gs_tp_builtin(i); i++) {
         const gs_tp_ops *ops = gs_tp_builtin(i);
         if (!(usable & (1u << i)) || (ops->id == GS_TRANSPORT_SHM && !one_host))
             continue;
         *ops_p = ops;
-        return GS_OK;
+        st = ops->open(ctx, &ctx->cfg, tp_p);
+        if (st != GS_ERR_UNSUPPORTED || !ops->open_agrees)
+            return st;
+        gs_log_warn(TP, "rank %d: GS_TRANSPORT=auto: not using %s, trying the next transport: %s", ctx->rank,
+                    ops->name, gs_last_error());
+        st = GS_OK;
     }
+    if (st != GS_OK)
+        return st;
     builtin_list(built, sizeof(built));
     return gs_fail(
         GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
@@ -116,16 +140,18 @@ static gs_status choose_auto(gs_ctx *ctx, const gs_tp_ops **ops_p)
         ctx->rank, built, one_host ? "share" : "do not share");
 }
 
+/* The backend GS_TRANSPORT or the caller names; NULL in *ops_p for auto. */
 static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
 {
     static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
     const gs_tp_ops *ops;
     char built[64];
 
+    *ops_p = NULL;
     if (!name || strcmp(name, "auto") == 0)
         name = names[ctx->cfg.transport];
     if (strcmp(name, "auto") == 0)
-        return choose_auto(ctx, ops_p);
+        return GS_OK;
     ops = builtin_named(name);
     if (ops) {
         *ops_p = ops;
@@ -147,17 +173,24 @@ gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p)
 {
     const gs_tp_ops *ops = NULL;
     gs_tp *tp = NULL;
+    bool named;
     gs_status st;
 
     if (!ctx || !tp_p)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_tp_open: ctx and tp_p must not be NULL");
     ctx->tp_open = ctx->tp_next++; /* names this open's store exchanges on every rank */
     st = choose(ctx, name, &ops);
-    if (st != GS_OK)
+    named = ops != NULL;
+    if (st == GS_OK && named)
+        st = ops->open(ctx, &ctx->cfg, &tp);
+    else if (st == GS_OK)
+        st = open_auto(ctx, &ops, &tp);
+    if (st != GS_OK) {
+        /* A verdict the ranks agreed on was recorded, not logged: unless auto moved on, it is the error. */
+        if (ops && ops->open_agrees && (st == GS_ERR_CONFIG || (named && st == GS_ERR_UNSUPPORTED)))
+            gs_fail(GS_SUBSYS_TP, st, "%s", gs_last_error());
         return st;
-    st = ops->open(ctx, &ctx->cfg, &tp);
-    if (st != GS_OK)
-        return st;
+    }
     gs_log_info(TP, "rank %d: transport %s open to %d peers", ctx->rank, ops->name, ctx->size - 1);
     *tp_p = tp;
     return GS_OK;

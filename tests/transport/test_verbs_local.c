@@ -208,6 +208,17 @@ GS_TEST(connection_blob_layout)
     GS_ASSERT_EQ(sizeof(gs_verbs_ctrl), 64);
 }
 
+GS_TEST(only_infiniband_transport_devices_with_ib_or_ethernet_ports_are_used)
+{
+    GS_ASSERT(gs_verbs_kind_refusal(IBV_TRANSPORT_IB, IBV_LINK_LAYER_INFINIBAND) == NULL);
+    GS_ASSERT(gs_verbs_kind_refusal(IBV_TRANSPORT_IB, IBV_LINK_LAYER_ETHERNET) == NULL);
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_IWARP, IBV_LINK_LAYER_ETHERNET), "iWARP");
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_UNSPECIFIED, IBV_LINK_LAYER_UNSPECIFIED), "EFA");
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_USNIC_UDP, IBV_LINK_LAYER_ETHERNET), "usNIC");
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_IB, IBV_LINK_LAYER_UNSPECIFIED), "link layer");
+    GS_ASSERT(gs_verbs_kind_refusal(IBV_TRANSPORT_UNKNOWN, IBV_LINK_LAYER_INFINIBAND) != NULL);
+}
+
 /* Whether this machine has a verbs device at all (the rxe guest does). */
 static int device_count(void)
 {
