@@ -306,6 +306,9 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
 /* Drains the CQ and runs the housekeeping (re-posts, credits, heartbeats). */
 gs_status gs_verbs_progress(gs_verbs_tp *vt);
 gs_status gs_verbs_outq_push(gs_verbs_tp *vt, const gs_wc *wc);
+/* Sleeps on the completion channel (and the async fd) until an event, the deadline or the next heartbeat;
+ * an unarmed CQ is armed instead, and the call returns at once (the caller polls once more first). */
+gs_status gs_verbs_block_once(gs_verbs_tp *vt, uint64_t deadline_ns);
 /* Puts ep in error with status (first error wins) and completes what it had outstanding. */
 void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq);
 /* Acts on one asynchronous event of the device: DEVICE_FATAL and CQ_ERR fail every endpoint with

@@ -558,8 +558,7 @@ static void take_cq_event(gs_verbs_tp *vt)
     }
 }
 
-/* Sleeps on the completion channel (and the async fd) until an event, the deadline or the next heartbeat. */
-static gs_status block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
+gs_status gs_verbs_block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
 {
     uint64_t wake = deadline_ns < vt->next_hb_ns ? deadline_ns : vt->next_hb_ns;
     struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN},
@@ -642,7 +641,7 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
                 gs_cpu_relax();
             continue;
         }
-        status = block_once(vt, deadline_ns);
+        status = gs_verbs_block_once(vt, deadline_ns);
         if (status != GS_OK)
             return status;
     }

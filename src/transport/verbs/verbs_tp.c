@@ -13,7 +13,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,8 +301,9 @@ static gs_status probe_peers(gs_verbs_tp *vt)
             else
                 pending |= ep->probe_outstanding;
         }
-        if (status == GS_OK && pending)
-            sched_yield();
+        if (status == GS_OK &&
+            pending) /* sleep: more ranks than cores, and rxe's kernel work, need the CPU */
+            status = gs_verbs_block_once(vt, deadline);
     }
     if (status == GS_OK)
         gs_log_debug(VERBS, "rank %d: data-path probe of %d peers over %s port %u passed in %.1f ms",
