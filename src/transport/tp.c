@@ -80,91 +80,103 @@ static uint32_t usable_here(const gs_config *cfg)
     return mask;
 }
 
-/* What auto found: shm when every rank shares this host; else, when some
- * host runs several ranks and every rank can use shm, mixed (shm there,
- * far between hosts); else far for every peer. far is the first backend
- * other than shm every rank can use. */
-typedef struct tp_plan {
-    const gs_tp_ops *ops;
-    const gs_tp_ops *far; /* mixed only */
-} tp_plan;
+/* What the ranks agreed for auto: the backends every rank may use (bit i:
+ * gs_tp_builtin(i)), how many hosts they run on and whether one of them
+ * runs several ranks. */
+typedef struct auto_view {
+    uint32_t usable;
+    int hosts;
+    bool shared;
+} auto_view;
 
-/* Hosts among the ranks' ids and whether one of them runs several ranks. */
-static int count_hosts(const auto_info *all, int size, bool *shared_p)
-{
-    int hosts = 0;
-    *shared_p = false;
-    for (int r = 0; r < size; r++) {
-        int q = 0;
-        while (strncmp(all[q].host_id, all[r].host_id, sizeof(all[r].host_id)) != 0)
-            q++;
-        hosts += q == r;
-        *shared_p = *shared_p || q != r;
-    }
-    return hosts;
-}
-
-static gs_status choose_auto(gs_ctx *ctx, tp_plan *plan)
+static gs_status agree_usable(gs_ctx *ctx, auto_view *view)
 {
     gs_status st;
     auto_info mine = {.usable = usable_here(&ctx->cfg)}, *all = gs_calloc((size_t)ctx->size, sizeof(*all));
-    uint32_t usable = ~0u;
-    bool shared = false;
-    int hosts = 0;
-    char tag[48], built[64];
+    char tag[48];
 
     if (!all)
         return GS_ERR_NOMEM;
+    *view = (auto_view){.usable = ~0u};
     snprintf(mine.host_id, sizeof(mine.host_id), "%s", ctx->host_id);
     snprintf(tag, sizeof(tag), "gs.tp.auto.%u", ctx->tp_open);
     st = gs_store_allgather(ctx, tag, &mine, sizeof(mine), all);
-    for (int r = 0; st == GS_OK && r < ctx->size; r++)
-        usable &= all[r].usable;
-    if (st == GS_OK)
-        hosts = count_hosts(all, ctx->size, &shared);
+    for (int r = 0; st == GS_OK && r < ctx->size; r++) {
+        int q = 0; /* a host counts at its first rank */
+        view->usable &= all[r].usable;
+        while (strncmp(all[q].host_id, all[r].host_id, sizeof(all[r].host_id)) != 0)
+            q++;
+        view->hosts += q == r;
+        view->shared = view->shared || q != r;
+    }
     free(all);
-    if (st != GS_OK)
-        return st;
-    *plan = (tp_plan){0};
-    for (int i = 0; gs_tp_builtin(i); i++) {
+    return st;
+}
+
+/*
+ * GS_TRANSPORT=auto: shm when every rank shares this host; else, when some
+ * host runs several ranks and every rank can use shm, mixed (shm among a
+ * host's ranks, the far backend between hosts: a transport per peer);
+ * else the far backend for every peer. The far backend is the first other
+ * than shm every rank can use; one whose open fails with the ranks' common
+ * verdict (open_agrees, GS_ERR_UNSUPPORTED: verbs whose data-path probe
+ * failed on some rank) hands over to the next one, with the reason logged;
+ * every rank got the same verdict, so every rank moves on together.
+ */
+static gs_status open_auto(gs_ctx *ctx, const gs_tp_ops **ops_p, gs_tp **tp_p)
+{
+    auto_view v;
+    bool shm_ok = false;
+    char built[64];
+    gs_status st = agree_usable(ctx, &v);
+
+    for (int i = 0; st == GS_OK && gs_tp_builtin(i); i++) {
         const gs_tp_ops *ops = gs_tp_builtin(i);
-        if (!(usable & (1u << i)))
+        bool mixed;
+        if (!(v.usable & (1u << i)))
             continue;
         if (ops->id == GS_TRANSPORT_SHM) {
-            if (hosts == 1) {
-                plan->ops = ops;
-                return GS_OK;
-            }
-            plan->ops = shared ? &gs_mixed_ops : NULL; /* then the first far one */
-            continue;
+            shm_ok = true;
+            if (v.hosts > 1)
+                continue;
         }
-        if (!plan->ops)
-            plan->ops = ops;
-        else
-            plan->far = ops;
-        return GS_OK;
+        mixed = ops->id != GS_TRANSPORT_SHM && shm_ok && v.shared;
+        *ops_p = mixed ? &gs_mixed_ops : ops;
+        st = mixed ? gs_mixed_open(ctx, ops, tp_p) : ops->open(ctx, &ctx->cfg, tp_p);
+        if (st != GS_ERR_UNSUPPORTED || !ops->open_agrees) {
+            if (st != GS_OK)
+                *ops_p = ops; /* the backend that failed speaks for the error */
+            return st;
+        }
+        gs_log_warn(TP, "rank %d: GS_TRANSPORT=auto: not using %s, trying the next transport: %s", ctx->rank,
+                    ops->name, gs_last_error());
+        st = GS_OK;
     }
+    if (st != GS_OK)
+        return st;
     builtin_list(built, sizeof(built));
     return gs_fail(
         GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
         "rank %d: GS_TRANSPORT=auto found no transport every rank can use (built: %s; ranks on %d host%s); "
         "build tcp or run all ranks on one host",
-        ctx->rank, built, hosts, hosts == 1 ? "" : "s");
+        ctx->rank, built, v.hosts, v.hosts == 1 ? "" : "s");
 }
 
-static gs_status choose(gs_ctx *ctx, const char *name, tp_plan *plan)
+/* The backend GS_TRANSPORT or the caller names; NULL in *ops_p for auto. */
+static gs_status choose(gs_ctx *ctx, const char *name, const gs_tp_ops **ops_p)
 {
     static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
     const gs_tp_ops *ops;
     char built[64];
 
+    *ops_p = NULL;
     if (!name || strcmp(name, "auto") == 0)
         name = names[ctx->cfg.transport];
-    if (strcmp(name, "auto") == 0 || strcmp(name, "mixed") == 0) /* mixed: per peer, as auto chose it */
-        return choose_auto(ctx, plan);
+    if (strcmp(name, "auto") == 0 || strcmp(name, "mixed") == 0) /* mixed: per peer, as auto chooses it */
+        return GS_OK;
     ops = builtin_named(name);
     if (ops) {
-        *plan = (tp_plan){.ops = ops};
+        *ops_p = ops;
         return GS_OK;
     }
     builtin_list(built, sizeof(built));
@@ -181,20 +193,27 @@ static gs_status choose(gs_ctx *ctx, const char *name, tp_plan *plan)
 
 gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p)
 {
-    tp_plan plan = {0};
+    const gs_tp_ops *ops = NULL;
     gs_tp *tp = NULL;
+    bool named;
     gs_status st;
 
     if (!ctx || !tp_p)
         return gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID, "gs_tp_open: ctx and tp_p must not be NULL");
     ctx->tp_open = ctx->tp_next++; /* names this open's store exchanges on every rank */
-    st = choose(ctx, name, &plan);
-    if (st != GS_OK)
+    st = choose(ctx, name, &ops);
+    named = ops != NULL;
+    if (st == GS_OK && named)
+        st = ops->open(ctx, &ctx->cfg, &tp);
+    else if (st == GS_OK)
+        st = open_auto(ctx, &ops, &tp);
+    if (st != GS_OK) {
+        /* A verdict the ranks agreed on was recorded, not logged: unless auto moved on, it is the error. */
+        if (ops && ops->open_agrees && (st == GS_ERR_CONFIG || (named && st == GS_ERR_UNSUPPORTED)))
+            gs_fail(GS_SUBSYS_TP, st, "%s", gs_last_error());
         return st;
-    st = plan.far ? gs_mixed_open(ctx, plan.far, &tp) : plan.ops->open(ctx, &ctx->cfg, &tp);
-    if (st != GS_OK)
-        return st;
-    gs_log_info(TP, "rank %d: transport %s open to %d peers", ctx->rank, plan.ops->name, ctx->size - 1);
+    }
+    gs_log_info(TP, "rank %d: transport %s open to %d peers", ctx->rank, ops->name, ctx->size - 1);
     *tp_p = tp;
     return GS_OK;
 }

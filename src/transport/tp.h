@@ -110,6 +110,10 @@ struct gs_tp_ops {
      * bootstrap store. Collective, blocking up to GS_TIMEOUT_MS. NULL for
      * the mixed backend (gs_mixed_open). */
     gs_status (*open)(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p);
+    /* open's GS_ERR_UNSUPPORTED is a verdict the ranks agreed on through the
+     * store: every rank's open returns it (recorded in gs_last_error(), not
+     * logged), so GS_TRANSPORT=auto may fall back to the next backend. */
+    bool open_agrees;
     /* Tears down everything, continuing past failures. */
     gs_status (*close)(gs_tp *tp);
 

@@ -15,8 +15,9 @@
  * STR (free text), ENUM (one of choices, stored as its index). */
 #define GS_PARAM_TABLE(X)                                                                                    \
     X(transport, "GS_TRANSPORT", ENUM, "auto", "auto|shm|tcp|verbs",                                         \
-      "transport between ranks: auto = shm among the ranks of a host, and between hosts verbs if built and " \
-      "a port is active, else tcp (a transport per peer); any other value: that one for every peer")         \
+      "transport between ranks: auto = shm among the ranks of a host, and between hosts verbs if built, a "  \
+      "port is active and its data-path probe passes on every rank, else tcp (a transport per peer); any "   \
+      "other value: that one for every peer")                                                                \
     X(timeout_ms, "GS_TIMEOUT_MS", INT, "30000", NULL,                                                       \
       "deadline of every wait in milliseconds; on expiry the error names the rank, peer and operation")      \
     X(log_level, "GS_LOG_LEVEL", ENUM, "warn", "none|error|warn|info|debug|trace", "log level")              \

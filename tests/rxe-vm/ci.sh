@@ -8,7 +8,9 @@
 #      `GS_TEST_TRANSPORT=verbs BIN --list` shows them on the host), with
 #      GS_TEST_TRANSPORT=verbs: the conformance suite, the collectives, the
 #      parameter server's tests, and whatever test joins them later. Where a
-#      binary runs only some of its cases here, GUEST_CASES says which and why.
+#      binary runs only some of its cases here, GUEST_CASES says which and why,
+#   5. last, the fault tests (test_verbs_faults): they take rxe0's netdev down
+#      and up and add a second rxe device for a while, so nothing runs beside them.
 # A guest that does not boot or whose rxe0 does not come up fails this step
 # (run.sh exits 125); so does any failed or skipped case inside the guest, and
 # a build without the verbs transport.
@@ -21,6 +23,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The verbs transport's own tests, run whole (their cases are not per transport).
 VERBS_TESTS=(test_verbs_local test_verbs_rc)
+# Tests that change the guest's network (and put it back): run after everything else.
+FAULT_TESTS=(test_verbs_faults)
 # Cases (substrings, as the test binaries take them) of the binaries that run
 # only some of theirs in the guest. test_allreduce: the matrix at 2-4 ranks and
 # the rounding test; its 5-8 rank, large and zero-copy cases pass too but take
@@ -43,6 +47,9 @@ guest_main() { # BUILD_DIR TEST...: the binaries with verbs cases
     for t in "$@"; do
         # shellcheck disable=SC2086 # GUEST_CASES holds words
         step "${t#test_}" 600 env GS_TEST_TRANSPORT=verbs "tests/$t" ${GUEST_CASES[$t]:-} || failed=1
+    done
+    for t in "${FAULT_TESTS[@]}"; do
+        step "${t#test_}" 300 "tests/$t" || failed=1
     done
     echo "== rxe-vm ci: $([ $failed -eq 0 ] && echo 'all steps passed' || echo 'FAILED')"
     return $failed
@@ -106,7 +113,7 @@ verbs_test_binaries() { # BUILD_DIR
 
 [ $# -eq 1 ] || { echo "usage: tests/rxe-vm/ci.sh BUILD_DIR" >&2; exit 2; }
 build=$(cd "$1" && pwd)
-for f in tools/gsinfo tools/gsrun tools/gsperf "${VERBS_TESTS[@]/#/tests/}"; do
+for f in tools/gsinfo tools/gsrun tools/gsperf "${VERBS_TESTS[@]/#/tests/}" "${FAULT_TESTS[@]/#/tests/}"; do
     [ -x "$build/$f" ] || { echo "rxe-vm ci: $build/$f is missing: build the tree first" >&2; exit 1; }
 done
 if ! env -i "$build/tools/gsinfo" | grep -q '^transports:.* verbs'; then

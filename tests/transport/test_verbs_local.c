@@ -9,6 +9,7 @@
 #ifdef GS_HAVE_VERBS
 #include "transport/verbs/verbs.h"
 #include "util/config.h"
+#include "util/log.h"
 
 #include <arpa/inet.h>
 
@@ -206,6 +207,229 @@ GS_TEST(connection_blob_layout)
     GS_ASSERT_EQ(sizeof(gs_verbs_conn_blob), 64);
     GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, version), 0);
     GS_ASSERT_EQ(sizeof(gs_verbs_ctrl), 64);
+}
+
+GS_TEST(only_infiniband_transport_devices_with_ib_or_ethernet_ports_are_used)
+{
+    GS_ASSERT(gs_verbs_kind_refusal(IBV_TRANSPORT_IB, IBV_LINK_LAYER_INFINIBAND) == NULL);
+    GS_ASSERT(gs_verbs_kind_refusal(IBV_TRANSPORT_IB, IBV_LINK_LAYER_ETHERNET) == NULL);
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_IWARP, IBV_LINK_LAYER_ETHERNET), "iWARP");
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_UNSPECIFIED, IBV_LINK_LAYER_UNSPECIFIED), "EFA");
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_USNIC_UDP, IBV_LINK_LAYER_ETHERNET), "usNIC");
+    GS_ASSERT_CONTAINS(gs_verbs_kind_refusal(IBV_TRANSPORT_IB, IBV_LINK_LAYER_UNSPECIFIED), "link layer");
+    GS_ASSERT(gs_verbs_kind_refusal(IBV_TRANSPORT_UNKNOWN, IBV_LINK_LAYER_INFINIBAND) != NULL);
+}
+
+/* ---- the peer's connection blob: every field checked ---------------------------------------------- */
+
+/* Rank 1 on a RoCE v2 port with a GID, as the peer rank 0 sees it. */
+static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
+{
+    memset(vt, 0, sizeof(*vt));
+    vt->base.rank = 1;
+    vt->base.size = 2;
+    vt->dev.link_layer = link_layer;
+    vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
+    vt->dev.gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
+}
+
+static gs_verbs_conn_blob good_blob(uint8_t link_layer)
+{
+    gs_verbs_conn_blob b = {
+        .version = GS_VERBS_PROTO_VERSION,
+        .link_layer = link_layer,
+        .mtu = IBV_MTU_1024,
+        .gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB,
+        .magic = GS_VERBS_CONN_MAGIC,
+        .src_rank = 0,
+        .dst_rank = 1,
+        .qpn = 0x11,
+        .psn = 0xabcdef,
+        .lid = link_layer == IBV_LINK_LAYER_ETHERNET ? 0 : 7,
+        .gid_index = 1,
+        .rd_atomic = 16,
+        .rq_depth = 64,
+        .ctrl_addr = 0x7f0000001040ull,
+        .ctrl_rkey = 0x1234,
+    };
+    GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.1", b.gid), 1);
+    return b;
+}
+
+typedef struct blob_case {
+    const char *what; /* the phrase the error must contain */
+    void (*spoil)(gs_verbs_conn_blob *b);
+} blob_case;
+
+static void spoil_ll(gs_verbs_conn_blob *b)
+{
+    b->link_layer = 0;
+}
+static void spoil_mtu(gs_verbs_conn_blob *b)
+{
+    b->mtu = 6;
+}
+static void spoil_mtu0(gs_verbs_conn_blob *b)
+{
+    b->mtu = 0;
+}
+static void spoil_gid_type(gs_verbs_conn_blob *b)
+{
+    b->gid_type = 3;
+}
+static void spoil_qpn_wide(gs_verbs_conn_blob *b)
+{
+    b->qpn = 0x1000000;
+}
+static void spoil_qpn_gsi(gs_verbs_conn_blob *b)
+{
+    b->qpn = 1;
+}
+static void spoil_psn(gs_verbs_conn_blob *b)
+{
+    b->psn = 0x1000000;
+}
+static void spoil_roce_lid(gs_verbs_conn_blob *b)
+{
+    b->lid = 5;
+}
+static void spoil_rd0(gs_verbs_conn_blob *b)
+{
+    b->rd_atomic = 0;
+}
+static void spoil_rd_big(gs_verbs_conn_blob *b)
+{
+    b->rd_atomic = 200;
+}
+static void spoil_rq0(gs_verbs_conn_blob *b)
+{
+    b->rq_depth = 0;
+}
+static void spoil_rq_big(gs_verbs_conn_blob *b)
+{
+    b->rq_depth = 65;
+}
+static void spoil_gid_empty(gs_verbs_conn_blob *b)
+{
+    memset(b->gid, 0, sizeof(b->gid));
+}
+static void spoil_gid_mcast(gs_verbs_conn_blob *b)
+{
+    b->gid[0] = 0xff;
+}
+static void spoil_ctrl0(gs_verbs_conn_blob *b)
+{
+    b->ctrl_addr = 0;
+}
+static void spoil_ctrl_odd(gs_verbs_conn_blob *b)
+{
+    b->ctrl_addr |= 4;
+}
+static void spoil_reserved(gs_verbs_conn_blob *b)
+{
+    b->reserved = 1;
+}
+static void spoil_version(gs_verbs_conn_blob *b)
+{
+    b->version = 2;
+}
+static void spoil_magic(gs_verbs_conn_blob *b)
+{
+    b->magic ^= 1;
+}
+static void spoil_dst(gs_verbs_conn_blob *b)
+{
+    b->dst_rank = 2;
+}
+
+GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
+{
+    static const blob_case cases[] = {
+        {"link layer neither", spoil_ll},
+        {"MTU code", spoil_mtu},
+        {"MTU code", spoil_mtu0},
+        {"unknown GID type", spoil_gid_type},
+        {"24 bits", spoil_qpn_wide},
+        {"management QPs", spoil_qpn_gsi},
+        {"PSN wider", spoil_psn},
+        {"a LID on an Ethernet", spoil_roce_lid},
+        {"READ/atomic depth", spoil_rd0},
+        {"READ/atomic depth", spoil_rd_big},
+        {"receive depth", spoil_rq0},
+        {"receive depth", spoil_rq_big},
+        {"empty GID", spoil_gid_empty},
+        {"multicast GID", spoil_gid_mcast},
+        {"control slot", spoil_ctrl0},
+        {"control slot", spoil_ctrl_odd},
+        {"reserved bytes", spoil_reserved},
+        {"version 2", spoil_version},
+        {"magic", spoil_magic},
+        {"names 0 -> 2", spoil_dst},
+    };
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        b = good_blob(IBV_LINK_LAYER_ETHERNET);
+        cases[i].spoil(&b);
+        GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+        GS_ASSERT_CONTAINS(gs_last_error(), cases[i].what);
+        GS_ASSERT_CONTAINS(gs_last_error(), "rank 1: ");
+        GS_ASSERT_CONTAINS(gs_last_error(), "peer rank 0");
+    }
+    /* a well-formed blob from the other kind of fabric is a configuration error */
+    b = good_blob(IBV_LINK_LAYER_INFINIBAND);
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+}
+
+GS_TEST(infiniband_blobs_need_a_unicast_lid_and_may_lack_a_gid)
+{
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_INFINIBAND);
+    b = good_blob(IBV_LINK_LAYER_INFINIBAND);
+    memset(b.gid, 0, sizeof(b.gid)); /* no GRH without GS_IB_GID_INDEX: the GID is not used */
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    b.lid = 0;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "LID outside");
+    b.lid = 0xc000; /* multicast */
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    b.lid = 0xbfff;
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    vt.dev.gid_index = 0; /* GS_IB_GID_INDEX: a GRH, so the GID must be there */
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "empty GID");
+}
+
+/* Random corruption of a good blob: whatever is accepted is within every bound the connect relies on. */
+GS_TEST(randomly_corrupted_blobs_never_pass_out_of_bounds_values)
+{
+    gs_verbs_tp vt;
+    unsigned seed = 18;
+    int accepted = 0;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    int level = gs_log_level_now;
+    gs_log_level_now = GS_LOG_NONE; /* thousands of refusals */
+    for (int i = 0; i < 20000; i++) {
+        gs_verbs_conn_blob b = good_blob(IBV_LINK_LAYER_ETHERNET);
+        uint8_t *raw = (uint8_t *)&b;
+        int flips = 1 + (int)(rand_r(&seed) % 3);
+        for (int f = 0; f < flips; f++)
+            raw[rand_r(&seed) % sizeof(b)] = (uint8_t)rand_r(&seed);
+        if (gs_verbs_ep_check_blob(&vt, 0, &b) != GS_OK)
+            continue;
+        accepted++;
+        GS_ASSERT(b.qpn >= 2 && b.qpn <= 0xffffff && b.psn <= 0xffffff);
+        GS_ASSERT(b.rd_atomic >= 1 && b.rd_atomic <= GS_VERBS_RD_ATOMIC_MAX);
+        GS_ASSERT(b.rq_depth >= 1 && b.rq_depth <= GS_VERBS_RQ_DEPTH);
+        GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved == 0 && b.lid == 0);
+        GS_ASSERT(b.ctrl_addr != 0 && (b.ctrl_addr & 7) == 0 && b.gid[0] != 0xff);
+    }
+    gs_log_level_now = level;
+    GS_ASSERT_GT(accepted, 0); /* flips of the free fields (rkey, GID bytes, gid_index) pass */
 }
 
 /* Whether this machine has a verbs device at all (the rxe guest does). */

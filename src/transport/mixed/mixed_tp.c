@@ -61,9 +61,11 @@ gs_status gs_mixed_open(gs_ctx *ctx, const gs_tp_ops *far, gs_tp **tp_p)
     tp->peers = gs_calloc((size_t)ctx->size, sizeof(*tp->peers));
     if (!tp->base.eps || !tp->peers)
         goto fail;
-    st = gs_shm_open_host(ctx, &ctx->cfg, &tp->near);
+    /* far first: when it fails with the ranks' common verdict (verbs' probe),
+     * auto tries the next far backend, and shm's store keys are still unused */
+    st = far->open(ctx, &ctx->cfg, &tp->far);
     if (st == GS_OK)
-        st = far->open(ctx, &ctx->cfg, &tp->far);
+        st = gs_shm_open_host(ctx, &ctx->cfg, &tp->near);
     if (st != GS_OK)
         goto fail;
     tp->local = 1;

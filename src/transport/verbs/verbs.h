@@ -63,6 +63,7 @@ typedef enum gs_verbs_slot_kind {
     GS_VERBS_SLOT_CREDIT,   /* credit return to the peer */
     GS_VERBS_SLOT_HEARTBEAT,
     GS_VERBS_SLOT_CLOSE, /* close notice to the peer */
+    GS_VERBS_SLOT_PROBE, /* the data-path probe of the open (a heartbeat READ, waited for) */
 } gs_verbs_slot_kind;
 
 enum { GS_VERBS_SLOT_SIGNALED = 1, GS_VERBS_SLOT_FENCED = 2 };
@@ -131,6 +132,10 @@ typedef struct gs_verbs_ep {
     /* Liveness. */
     uint64_t last_alive_ns;
     bool hb_outstanding;
+    bool probe_outstanding;
+    /* An affiliated asynchronous error of the queue pair (IBV_EVENT_QP_*), applied after the CQ is polled
+     * once more (a completion's own error, more precise, wins); 0: none. */
+    int qp_event;
 } gs_verbs_ep;
 
 /* One ibv_mr, shared by every handle that registered the same memory. */
@@ -168,6 +173,13 @@ typedef struct gs_verbs_tp {
     uint8_t init_rd_atomic; /* READ/atomic requests we may have in flight (initiator) */
     uint64_t hb_interval_ns, next_hb_ns;
     struct rlimit memlock;
+    bool up; /* the open completed on every rank: close notifies the peers */
+
+    /* Device faults (IBV_EVENT_PORT_ERR): since when our port is down (0: it is up), and how long an
+     * outage is ridden out before every endpoint fails with GS_ERR_IO (the QP's retry budget). */
+    uint64_t port_down_ns;
+    uint64_t port_grace_ns;
+    bool qp_events; /* some endpoint has a qp_event to apply */
 
     /* Control slots, one per rank (ours unused), registered. */
     gs_verbs_ctrl *ctrl;
@@ -225,6 +237,10 @@ gs_status gs_verbs_pkey_parse(const char *text, uint16_t *pkey_p);
 /* dev->pkey_index for GS_IB_PKEY: its entry in the port's table, or GS_ERR_CONFIG naming what the table
  * holds. */
 gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev);
+/* Why a device of this ibv_transport_type whose port has this link layer cannot carry the verbs
+ * transport (one phrase: "an iWARP device: ..."), or NULL: InfiniBand transport type, InfiniBand or
+ * Ethernet (RoCE) link layer. */
+const char *gs_verbs_kind_refusal(int transport_type, uint8_t link_layer);
 bool gs_verbs_available(const gs_config *cfg);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
 void gs_verbs_dev_close(gs_verbs_dev *dev);
@@ -290,8 +306,16 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
 /* Drains the CQ and runs the housekeeping (re-posts, credits, heartbeats). */
 gs_status gs_verbs_progress(gs_verbs_tp *vt);
 gs_status gs_verbs_outq_push(gs_verbs_tp *vt, const gs_wc *wc);
+/* Sleeps on the completion channel (and the async fd) until an event, the deadline or the next heartbeat;
+ * an unarmed CQ is armed instead, and the call returns at once (the caller polls once more first). */
+gs_status gs_verbs_block_once(gs_verbs_tp *vt, uint64_t deadline_ns);
 /* Puts ep in error with status (first error wins) and completes what it had outstanding. */
 void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq);
+/* Acts on one asynchronous event of the device: DEVICE_FATAL and CQ_ERR fail every endpoint with
+ * GS_ERR_IO, PORT_ERR of our port does so unless the port is ACTIVE again within port_grace_ns, a QP's
+ * fatal event fails its endpoint. The progress path reads the events (never blocking) and passes each
+ * here; a test may pass one it made up. Does not ack the event. */
+void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev);
 /* The gradsync status of a work completion status, and a hint for the log. */
 gs_status gs_verbs_wc_status_map(enum ibv_wc_status status, const char **hint_p);
 

@@ -113,6 +113,7 @@ static const char *slot_name(const gs_verbs_slot *slot)
     switch (slot->kind) {
     case GS_VERBS_SLOT_CREDIT: return "credit return";
     case GS_VERBS_SLOT_HEARTBEAT: return "heartbeat READ";
+    case GS_VERBS_SLOT_PROBE: return "data-path probe (an 8-byte READ of its control slot)";
     case GS_VERBS_SLOT_CLOSE: return "close notice";
     default:
         return slot->opcode < sizeof(names) / sizeof(names[0]) && names[slot->opcode] ? names[slot->opcode]
@@ -164,6 +165,7 @@ void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
     }
     ep->sq_done = ep->sq_posted;
     ep->hb_outstanding = false;
+    ep->probe_outstanding = false;
     fail_user_recvs(vt, ep);
 }
 
@@ -177,6 +179,22 @@ static void ep_mark_closed(gs_verbs_ep *ep)
     ep->err_reported = true;
 }
 
+static void drain_async(gs_verbs_tp *vt);
+
+/* While our port is down, any failed work request is the port's fault, not the peer's. */
+static bool blame_port(gs_verbs_tp *vt, gs_verbs_ep *ep, const char *what, const char *id,
+                       const struct ibv_wc *wc)
+{
+    if (!vt->port_down_ns)
+        return false;
+    snprintf(ep->why, sizeof(ep->why),
+             "rank %d: %s%s to rank %d failed (%s) while device %s port %u is down (IBV_EVENT_PORT_ERR %.0f "
+             "ms ago): check the link (ibv_devinfo, ip link, the cable or switch port)",
+             vt->base.rank, what, id, ep->base.peer, ibv_wc_status_str(wc->status), vt->dev.name,
+             vt->dev.port, (double)(gs_now_ns() - vt->port_down_ns) / 1e6);
+    return true;
+}
+
 static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t seq)
 {
     const char *hint;
@@ -184,7 +202,10 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     const char *what = seq == UINT64_MAX ? "receive" : slot_name(&ep->slots[seq & (vt->sq_depth - 1)]);
 
     if (ep->state != GS_VERBS_EP_READY)
-        return; /* the flush that follows the first error */
+        return;      /* the flush that follows the first error */
+    drain_async(vt); /* the device's own news first: a port that went down explains this error */
+    if (ep->state != GS_VERBS_EP_READY)
+        return;
     if (gs_verbs_peer_closed(ep)) {
         ep_mark_closed(ep);
         return;
@@ -196,7 +217,16 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
         snprintf(id, sizeof(id), " (wr_id %llu)",
                  (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
-    if (status == GS_ERR_PEER_LOST) {
+    if (blame_port(vt, ep, what, id, wc)) {
+        status = GS_ERR_IO;
+    } else if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_PROBE) {
+        snprintf(
+            ep->why, sizeof(ep->why),
+            "rank %d: the data-path probe (an 8-byte READ of peer rank %d's control slot) over %s port %u "
+            "failed: %s, vendor error %#x: %s",
+            vt->base.rank, ep->base.peer, vt->dev.name, vt->dev.port, ibv_wc_status_str(wc->status),
+            wc->vendor_err, hint);
+    } else if (status == GS_ERR_PEER_LOST) {
         char cause[384];
         snprintf(cause, sizeof(cause), "%s%s to it failed: %s, vendor error %#x: %s", what, id,
                  ibv_wc_status_str(wc->status), wc->vendor_err, hint);
@@ -226,6 +256,8 @@ static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
     ep->last_alive_ns = now;
     if (slot->kind == GS_VERBS_SLOT_HEARTBEAT)
         ep->hb_outstanding = false;
+    if (slot->kind == GS_VERBS_SLOT_PROBE)
+        ep->probe_outstanding = false;
     if (slot->kind == GS_VERBS_SLOT_USER && slot->deliver) {
         gs_wc out = {.wr_id = slot->wr_id, .status = GS_OK, .opcode = slot->opcode, .peer = ep->base.peer};
         gs_verbs_outq_push(vt, &out);
@@ -276,23 +308,156 @@ static void handle_wc(gs_verbs_tp *vt, const struct ibv_wc *wc, uint64_t now)
         rq_completion(vt, ep, wc, now);
 }
 
-/* Logs the device's asynchronous events (port changes, QP errors); never blocks. */
+/* Fails every endpoint still up with GS_ERR_IO for cause (the device or its port carries nothing more). */
+static void fail_all(gs_verbs_tp *vt, const char *cause)
+{
+    int failed = 0;
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (!ep || ep->state != GS_VERBS_EP_READY)
+            continue;
+        if (gs_verbs_peer_closed(ep)) {
+            ep_mark_closed(ep);
+            continue;
+        }
+        snprintf(ep->why, sizeof(ep->why), "rank %d: the endpoint to rank %d failed: %s", vt->base.rank, peer,
+                 cause);
+        ep->err_logged = true; /* logged once below, for all of them */
+        gs_verbs_ep_fail(ep, GS_ERR_IO, UINT64_MAX);
+        failed++;
+    }
+    if (failed > 0)
+        gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "rank %d: %s (%d endpoint%s failed)", vt->base.rank, cause,
+                failed, failed == 1 ? "" : "s");
+}
+
+/* Gives up on a port that went down and did not come back within the grace (the QP's retry budget). */
+static void check_port(gs_verbs_tp *vt, uint64_t now)
+{
+    char cause[256];
+    if (!vt->port_down_ns || now - vt->port_down_ns < vt->port_grace_ns)
+        return;
+    snprintf(
+        cause, sizeof(cause),
+        "device %s port %u went down (IBV_EVENT_PORT_ERR) and was not ACTIVE again within %.0f ms: check "
+        "the link (ibv_devinfo, ip link, the cable or switch port)",
+        vt->dev.name, vt->dev.port, (double)vt->port_grace_ns / 1e6);
+    fail_all(vt, cause);
+}
+
+static void port_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
+{
+    uint64_t now = gs_now_ns();
+    if ((uint8_t)ev->element.port_num != vt->dev.port) {
+        gs_log_debug(VERBS, "rank %d: device %s: %s on port %d, not ours", vt->base.rank, vt->dev.name,
+                     ibv_event_type_str(ev->event_type), ev->element.port_num);
+    } else if (ev->event_type == IBV_EVENT_PORT_ERR && !vt->port_down_ns) {
+        vt->port_down_ns = now ? now : 1;
+        gs_log_warn(VERBS,
+                    "rank %d: device %s port %u went down (IBV_EVENT_PORT_ERR): its endpoints fail with "
+                    "GS_ERR_IO unless it is ACTIVE again within %.0f ms",
+                    vt->base.rank, vt->dev.name, vt->dev.port, (double)vt->port_grace_ns / 1e6);
+    } else if (ev->event_type == IBV_EVENT_PORT_ACTIVE && vt->port_down_ns) {
+        gs_log_warn(VERBS,
+                    "rank %d: device %s port %u is ACTIVE again (IBV_EVENT_PORT_ACTIVE read %.0f ms after "
+                    "the PORT_ERR)",
+                    vt->base.rank, vt->dev.name, vt->dev.port, (double)(now - vt->port_down_ns) / 1e6);
+        vt->port_down_ns = 0;
+    }
+}
+
+/* The status an affiliated error of a queue pair means for its endpoint. */
+static gs_status qp_event_status(int type, const char **hint_p)
+{
+    switch (type) {
+    case IBV_EVENT_QP_REQ_ERR:
+        *hint_p = "the peer sent a request this queue pair could not take (invalid request)";
+        return GS_ERR_PROTOCOL;
+    case IBV_EVENT_QP_ACCESS_ERR:
+        *hint_p = "a request of the peer violated the access rights here (bad key, bounds or permission)";
+        return GS_ERR_REMOTE_ACCESS;
+    default: *hint_p = "the queue pair hit a fatal error (check dmesg)"; return GS_ERR_IO;
+    }
+}
+
+/* The QP events recorded by gs_verbs_async_event, once the CQ has been polled after them. */
+static void apply_qp_events(gs_verbs_tp *vt)
+{
+    vt->qp_events = false;
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        const char *hint;
+        gs_status status;
+        if (!ep || !ep->qp_event)
+            continue;
+        status = qp_event_status(ep->qp_event, &hint);
+        if (ep->state == GS_VERBS_EP_READY && gs_verbs_peer_closed(ep)) {
+            ep_mark_closed(ep);
+        } else if (ep->state == GS_VERBS_EP_READY) {
+            snprintf(ep->why, sizeof(ep->why),
+                     "rank %d: the queue pair to rank %d on %s port %u failed: %s: %s", vt->base.rank, peer,
+                     vt->dev.name, vt->dev.port, ibv_event_type_str((enum ibv_event_type)ep->qp_event), hint);
+            gs_fail(GS_SUBSYS_VERBS, status, "%s", ep->why);
+            ep->err_logged = true;
+            gs_verbs_ep_fail(ep, status, UINT64_MAX);
+        }
+        ep->qp_event = 0;
+    }
+}
+
+void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
+{
+    char cause[256];
+    gs_verbs_ep *ep = NULL;
+
+    switch (ev->event_type) {
+    case IBV_EVENT_DEVICE_FATAL:
+        snprintf(
+            cause, sizeof(cause),
+            "device %s (port %u) reported a fatal error (IBV_EVENT_DEVICE_FATAL): every queue pair on it "
+            "is lost; check dmesg, the device must be reset",
+            vt->dev.name, vt->dev.port);
+        fail_all(vt, cause);
+        break;
+    case IBV_EVENT_CQ_ERR:
+        snprintf(cause, sizeof(cause),
+                 "the completion queue on device %s port %u failed (IBV_EVENT_CQ_ERR, e.g. an overrun): "
+                 "completions were lost",
+                 vt->dev.name, vt->dev.port);
+        fail_all(vt, cause);
+        break;
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_PORT_ACTIVE: port_event(vt, ev); break;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+        ep = ev->element.qp ? ev->element.qp->qp_context : NULL;
+        if (ep && !ep->qp_event) {
+            ep->qp_event = ev->event_type;
+            vt->qp_events = true;
+        }
+        gs_log_info(VERBS, "rank %d: peer rank %d: device event %s", vt->base.rank, ep ? ep->base.peer : -1,
+                    ibv_event_type_str(ev->event_type));
+        break;
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        ep = ev->element.qp ? ev->element.qp->qp_context : NULL;
+        gs_log_debug(VERBS, "rank %d: peer rank %d: device event %s", vt->base.rank, ep ? ep->base.peer : -1,
+                     ibv_event_type_str(ev->event_type));
+        break;
+    default:
+        gs_log_warn(VERBS, "rank %d: device %s: event %s", vt->base.rank, vt->dev.name,
+                    ibv_event_type_str(ev->event_type));
+    }
+}
+
+/* Reads the device's asynchronous events (the fd is non-blocking) and acts on each. */
 static void drain_async(gs_verbs_tp *vt)
 {
     struct ibv_async_event ev;
     while (ibv_get_async_event(vt->dev.ctx, &ev) == 0) {
-        bool qp_event = ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
-                        ev.event_type == IBV_EVENT_QP_ACCESS_ERR || ev.event_type == IBV_EVENT_COMM_EST ||
-                        ev.event_type == IBV_EVENT_SQ_DRAINED ||
-                        ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
-        if (qp_event && ev.element.qp && ev.element.qp->qp_context) {
-            gs_verbs_ep *ep = ev.element.qp->qp_context;
-            gs_log_info(VERBS, "rank %d: peer rank %d: device event %s", vt->base.rank, ep->base.peer,
-                        ibv_event_type_str(ev.event_type));
-        } else {
-            gs_log_warn(VERBS, "rank %d: device %s: event %s", vt->base.rank, vt->dev.name,
-                        ibv_event_type_str(ev.event_type));
-        }
+        gs_verbs_async_event(vt, &ev);
         ibv_ack_async_event(&ev);
     }
 }
@@ -304,6 +469,7 @@ static void heartbeat(gs_verbs_tp *vt, uint64_t now)
         return;
     vt->next_hb_ns = now + vt->hb_interval_ns / 2;
     drain_async(vt);
+    check_port(vt, now);
     for (int peer = 0; peer < vt->base.size; peer++) {
         gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
         if (!ep || ep->state != GS_VERBS_EP_READY)
@@ -329,6 +495,8 @@ gs_status gs_verbs_progress(gs_verbs_tp *vt)
         for (int i = 0; i < n; i++)
             handle_wc(vt, &wcs[i], now);
     } while (n == GS_VERBS_CQ_BATCH);
+    if (vt->qp_events)
+        apply_qp_events(vt); /* recorded before this pass's poll of the CQ */
     gs_verbs_flush_reposts(vt);
     heartbeat(vt, now);
     return GS_OK;
@@ -390,8 +558,7 @@ static void take_cq_event(gs_verbs_tp *vt)
     }
 }
 
-/* Sleeps on the completion channel (and the async fd) until an event, the deadline or the next heartbeat. */
-static gs_status block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
+gs_status gs_verbs_block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
 {
     uint64_t wake = deadline_ns < vt->next_hb_ns ? deadline_ns : vt->next_hb_ns;
     struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN},
@@ -474,7 +641,7 @@ gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadl
                 gs_cpu_relax();
             continue;
         }
-        status = block_once(vt, deadline_ns);
+        status = gs_verbs_block_once(vt, deadline_ns);
         if (status != GS_OK)
             return status;
     }

@@ -288,6 +288,24 @@ static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *de
     return GS_OK;
 }
 
+const char *gs_verbs_kind_refusal(int transport_type, uint8_t link_layer)
+{
+    switch (transport_type) {
+    case IBV_TRANSPORT_IB: break;
+    case IBV_TRANSPORT_IWARP:
+        return "an iWARP device: its queue pairs connect only through the RDMA connection manager, and it "
+               "has no InfiniBand atomics";
+    case IBV_TRANSPORT_USNIC:
+    case IBV_TRANSPORT_USNIC_UDP: return "a usNIC device: it has no RC queue pairs";
+    case IBV_TRANSPORT_UNSPECIFIED:
+        return "transport type unspecified (e.g. AWS EFA, whose SRD queue pairs are not RC)";
+    default: return "an unknown transport type (not InfiniBand)";
+    }
+    if (link_layer == IBV_LINK_LAYER_INFINIBAND || link_layer == IBV_LINK_LAYER_ETHERNET)
+        return NULL;
+    return "its port's link layer is neither InfiniBand nor Ethernet (unspecified)";
+}
+
 /* Opens dev_list[i] and queries it and its port; *active_p tells whether the port is ACTIVE. */
 static gs_status open_one(struct ibv_device *device, uint8_t port, int rank, gs_verbs_dev *dev,
                           bool *active_p)
@@ -328,23 +346,29 @@ void gs_verbs_dev_close(gs_verbs_dev *dev)
     dev->ctx = NULL;
 }
 
-/* Appends "name (state), " to the list of devices seen, for the error message. */
-static void note_device(char *seen, size_t cap, const gs_verbs_dev *dev, bool queried)
+/* Appends "name port p state" (or why it was refused) to the list of devices seen, for the error message. */
+static void note_device(char *seen, size_t cap, const gs_verbs_dev *dev, bool queried, const char *refusal)
 {
     size_t used = strlen(seen);
-    snprintf(seen + used, cap - used, "%s%s port %u %s", used ? ", " : "", dev->name, dev->port,
-             queried ? ibv_port_state_str(dev->port_attr.state) : "unreadable");
+    snprintf(seen + used, cap - used, "%s%s port %u %s%s", used ? ", " : "", dev->name, dev->port,
+             queried ? ibv_port_state_str(dev->port_attr.state) : "unreadable",
+             refusal ? " but refused: " : "");
+    used = strlen(seen);
+    if (refusal)
+        snprintf(seen + used, cap - used, "%s", refusal);
 }
 
-/* GS_IB_DEV, else the first device whose port GS_IB_PORT is active. */
+/* GS_IB_DEV, else the first device of the InfiniBand transport type whose port GS_IB_PORT is active
+ * with an InfiniBand or Ethernet link layer. */
 static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device **list, int n,
                                gs_verbs_dev *dev)
 {
-    char seen[512] = "";
+    char seen[768] = "";
     bool named = cfg->ib_dev[0] != '\0';
 
     for (int i = 0; i < n; i++) {
         bool active = false;
+        const char *refusal = NULL;
         if (named && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
             continue;
         memset(dev, 0, sizeof(*dev));
@@ -352,8 +376,17 @@ static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device
         if (status != GS_OK)
             return status;
         if (active)
+            refusal = gs_verbs_kind_refusal(list[i]->transport_type, dev->link_layer);
+        if (active && !refusal)
             return GS_OK;
-        note_device(seen, sizeof(seen), dev, dev->port_attr.state != 0);
+        if (refusal && named) {
+            gs_verbs_dev_close(dev);
+            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                           "rank %d: GS_IB_DEV=%s: the verbs transport cannot use %s port %u: %s; use "
+                           "GS_TRANSPORT=tcp",
+                           rank, cfg->ib_dev, dev->name, dev->port, refusal);
+        }
+        note_device(seen, sizeof(seen), dev, dev->port_attr.state != 0, refusal);
         gs_verbs_dev_close(dev);
     }
     if (named && !seen[0]) {
@@ -364,10 +397,11 @@ static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "rank %d: GS_IB_DEV=%s: no such device (devices: %s)",
                        rank, cfg->ib_dev, seen);
     }
-    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
-                   "rank %d: no verbs device with port %lld ACTIVE (%s); check the link with ibv_devinfo, "
-                   "or pick another port with GS_IB_PORT",
-                   rank, (long long)cfg->ib_port, seen);
+    return gs_fail(
+        GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+        "rank %d: no usable verbs device with port %lld ACTIVE (%s); check the link with ibv_devinfo, "
+        "or pick another port with GS_IB_PORT",
+        rank, (long long)cfg->ib_port, seen);
 }
 
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
@@ -410,7 +444,8 @@ out_free:
     return status;
 }
 
-/* Whether a device (GS_IB_DEV, else any) has port GS_IB_PORT active; quiet, for GS_TRANSPORT=auto. */
+/* Whether a device (GS_IB_DEV, else any) that select_device would take has port GS_IB_PORT active;
+ * quiet, for GS_TRANSPORT=auto (whose open then probes the data path, see verbs_tp.c). */
 bool gs_verbs_available(const gs_config *cfg)
 {
     int n = 0;
@@ -422,11 +457,14 @@ bool gs_verbs_available(const gs_config *cfg)
         struct ibv_port_attr attr;
         if (cfg->ib_dev[0] && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
             continue;
+        if (list[i]->transport_type != IBV_TRANSPORT_IB)
+            continue;
         ctx = ibv_open_device(list[i]);
         if (!ctx)
             continue;
         found = cfg->ib_port >= 1 && cfg->ib_port <= 255 &&
-                ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 && attr.state == IBV_PORT_ACTIVE;
+                ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 && attr.state == IBV_PORT_ACTIVE &&
+                !gs_verbs_kind_refusal(list[i]->transport_type, attr.link_layer);
         ibv_close_device(ctx);
     }
     if (list)

@@ -161,9 +161,53 @@ void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verb
     memcpy(blob->gid, vt->dev.gid.raw, sizeof(blob->gid));
 }
 
+static bool raw_is_zero(const uint8_t *raw, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (raw[i])
+            return false;
+    return true;
+}
+
+/* What is wrong with the blob's own fields (one phrase), or NULL. grh: this rank addresses the peer by GID.
+ */
+static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
+{
+    bool ib = b->link_layer == IBV_LINK_LAYER_INFINIBAND;
+    if (!ib && b->link_layer != IBV_LINK_LAYER_ETHERNET)
+        return "link layer neither InfiniBand nor Ethernet";
+    if (gs_verbs_mtu_bytes((enum ibv_mtu)b->mtu) == 0)
+        return "MTU code outside 1-5 (256-4096 bytes)";
+    if (b->gid_type > IBV_GID_TYPE_ROCE_V2)
+        return "unknown GID type";
+    if (b->qpn < 2 || b->qpn > 0xffffff)
+        return "QP number outside 2-0xffffff (24 bits; 0 and 1 are the management QPs)";
+    if (b->psn > 0xffffff)
+        return "PSN wider than 24 bits";
+    if (ib && (b->lid == 0 || b->lid >= 0xc000))
+        return "LID outside the unicast range 0x0001-0xbfff";
+    if (!ib && b->lid != 0)
+        return "a LID on an Ethernet (RoCE) port, where there is none";
+    if (b->rd_atomic == 0 || b->rd_atomic > GS_VERBS_RD_ATOMIC_MAX)
+        return "READ/atomic depth outside 1-16 (0: it could not serve the heartbeat READ)";
+    if (b->rq_depth == 0 || b->rq_depth > GS_VERBS_RQ_DEPTH)
+        return "receive depth outside 1-64";
+    if (grh && raw_is_zero(b->gid, sizeof(b->gid)))
+        return "empty GID";
+    if (grh && b->gid[0] == 0xff)
+        return "a multicast GID (ff00::/8) for a reliable connection";
+    if (b->ctrl_addr == 0 || (b->ctrl_addr & 7u))
+        return "control slot address zero or not 8-byte aligned";
+    if (b->reserved != 0)
+        return "reserved bytes not zero";
+    return NULL;
+}
+
 gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob)
 {
     int rank = vt->base.rank;
+    const char *wrong;
+    char gid[64];
     if (blob->version != GS_VERBS_PROTO_VERSION || blob->magic != GS_VERBS_CONN_MAGIC)
         return gs_fail(
             GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
@@ -174,16 +218,22 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
                        "rank %d: connection blob for peer rank %d names %u -> %u instead", rank, peer,
                        blob->src_rank, blob->dst_rank);
+    wrong = blob_field_error(blob, vt->dev.gid_index >= 0);
+    if (wrong) {
+        gs_verbs_gid_format((const union ibv_gid *)(const void *)blob->gid, gid, sizeof(gid));
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+            "rank %d: peer rank %d's verbs connection blob is malformed: %s (link layer %u, MTU code "
+            "%u, GID type %u, QP %#x, PSN %#x, LID %#x, READ depth %u, %u receives, GID %s, control "
+            "slot %#llx, reserved %#x)",
+            rank, peer, wrong, blob->link_layer, blob->mtu, blob->gid_type, blob->qpn, blob->psn, blob->lid,
+            blob->rd_atomic, blob->rq_depth, gid, (unsigned long long)blob->ctrl_addr, blob->reserved);
+    }
     if ((blob->link_layer == IBV_LINK_LAYER_ETHERNET) != (vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
                        "rank %d: peer rank %d's port is %s but this rank's is %s: both need the same fabric",
                        rank, peer, blob->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
                        vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
-    if (gs_verbs_mtu_bytes((enum ibv_mtu)blob->mtu) == 0 || blob->rq_depth == 0 || blob->psn > 0xffffff)
-        return gs_fail(
-            GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
-            "rank %d: peer rank %d's connection blob is malformed (MTU code %u, %u receives, PSN %#x)", rank,
-            peer, blob->mtu, blob->rq_depth, blob->psn);
     if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
         gs_log_warn(VERBS,
                     "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "

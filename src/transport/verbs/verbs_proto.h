@@ -44,6 +44,20 @@ _Static_assert(offsetof(gs_verbs_conn_blob, gid) == 32, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, ctrl_addr) == 48, "blob layout");
 _Static_assert(sizeof(gs_verbs_conn_blob) == 64, "blob size");
 
+/*
+ * What every rank tells the others after each collective step of the open
+ * (store key "gs.verbs.<open>.<step>", an allgather): how its part went and,
+ * if it failed, why. Every rank then draws the same verdict from the same
+ * notes, so either all of them use the transport or none does.
+ */
+typedef struct gs_verbs_open_note {
+    int32_t status; /* gs_status of this rank's part of the step */
+    uint32_t rank;
+    char why[376]; /* gs_last_error() of the failure, NUL-terminated; "" on success */
+} gs_verbs_open_note;
+
+_Static_assert(sizeof(gs_verbs_open_note) == 384, "open note size");
+
 /* Written into a peer's `closed` word when a rank closes its transport. */
 #define GS_VERBS_CLOSED_MAGIC 0x6465736f6c63ull /* "closed" */
 

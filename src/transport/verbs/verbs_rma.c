@@ -124,6 +124,31 @@ static gs_status chain_post(gs_verbs_ep *ep, gs_verbs_chain *ch, uint32_t user_f
     return status;
 }
 
+static const char *ctrl_name(gs_verbs_slot_kind kind)
+{
+    switch (kind) {
+    case GS_VERBS_SLOT_CREDIT: return "credit return";
+    case GS_VERBS_SLOT_HEARTBEAT: return "heartbeat";
+    case GS_VERBS_SLOT_PROBE: return "data-path probe";
+    default: return "close notice";
+    }
+}
+
+/* A control operation the device refused: without heartbeats or credits the endpoint would hang, not fail. */
+static gs_status ctrl_post_failed(gs_verbs_ep *ep, gs_verbs_slot_kind kind)
+{
+    gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
+    int writer;
+    snprintf(ep->why, sizeof(ep->why),
+             "rank %d: the endpoint to rank %d on %s port %u failed: its %s could not be posted (%s)",
+             vt->base.rank, ep->base.peer, vt->dev.name, vt->dev.port, ctrl_name(kind),
+             gs_error_skip_rank(gs_last_error(), &writer));
+    gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "%s", ep->why);
+    ep->err_logged = true;
+    gs_verbs_ep_fail(ep, GS_ERR_IO, UINT64_MAX);
+    return GS_ERR_IO;
+}
+
 /* A credit return, when the peer is owed enough of them, rides in front of the next post. */
 static void chain_add_credit(gs_verbs_ep *ep, gs_verbs_chain *ch)
 {
@@ -159,13 +184,13 @@ gs_status gs_verbs_post_ctrl(gs_verbs_ep *ep, gs_verbs_slot_kind kind)
         return GS_ERR_AGAIN;
     if (kind == GS_VERBS_SLOT_CREDIT) {
         chain_add_credit(ep, &ch);
-        status = chain_post(ep, &ch, 1, "credit return");
+        status = chain_post(ep, &ch, 1, ctrl_name(kind));
         if (status == GS_OK)
             ep->credits_returned = reposted;
-        return status;
+        return status == GS_OK ? GS_OK : ctrl_post_failed(ep, kind);
     }
     wr = chain_add(ep, &ch, kind, false, 0, 0, true);
-    if (kind == GS_VERBS_SLOT_HEARTBEAT) {
+    if (kind == GS_VERBS_SLOT_HEARTBEAT || kind == GS_VERBS_SLOT_PROBE) {
         wr->opcode = IBV_WR_RDMA_READ;
         wr->wr.rdma.remote_addr = ep->rctrl_addr + offsetof(gs_verbs_ctrl, hb_target);
         wr_set_local(wr, (uint64_t)(uintptr_t)&ep->lctrl->hb_result, sizeof(uint64_t), vt->ctrl_mr->lkey);
@@ -176,10 +201,12 @@ gs_status gs_verbs_post_ctrl(gs_verbs_ep *ep, gs_verbs_slot_kind kind)
         wr_set_local(wr, (uint64_t)(uintptr_t)&ep->lctrl->closed_out, sizeof(uint64_t), vt->ctrl_mr->lkey);
     }
     wr->wr.rdma.rkey = ep->rctrl_rkey;
-    status = chain_post(ep, &ch, 1, kind == GS_VERBS_SLOT_HEARTBEAT ? "heartbeat" : "close notice");
-    if (status == GS_OK && kind == GS_VERBS_SLOT_HEARTBEAT)
-        ep->hb_outstanding = true;
-    return status;
+    status = chain_post(ep, &ch, 1, ctrl_name(kind));
+    if (status != GS_OK)
+        return ctrl_post_failed(ep, kind);
+    ep->hb_outstanding |= kind == GS_VERBS_SLOT_HEARTBEAT;
+    ep->probe_outstanding |= kind == GS_VERBS_SLOT_PROBE;
+    return GS_OK;
 }
 
 /* Room for n work requests: if the queue is full, retire what completed and look again. */

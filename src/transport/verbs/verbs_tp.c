@@ -94,6 +94,8 @@ static void plan_heartbeat(gs_verbs_tp *vt)
 
     vt->hb_interval_ns = (uint64_t)interval_ms * 1000000ull;
     vt->next_hb_ns = gs_now_ns() + vt->hb_interval_ns;
+    vt->port_grace_ns =
+        (uint64_t)(retry_s * 1e9); /* a port down no longer than the QP retries is ridden out */
     if (cfg->timeout_ms > 0 && (retry_s + 2.0 * (double)interval_ms / 1e3) * 1e3 > (double)cfg->timeout_ms)
         gs_log_warn(
             VERBS,
@@ -187,6 +189,43 @@ static gs_status create_resources(gs_verbs_tp *vt)
     return status;
 }
 
+/*
+ * Collective: every rank tells the others how its part of step went (mine) and
+ * learns how theirs went. GS_OK when every part went well; else every rank
+ * returns the same verdict, recorded (not logged: gs_tp_open decides whether it
+ * is an error or auto's reason to fall back) as the first failed rank's own
+ * words: GS_ERR_CONFIG when that rank's failure was a setting (fix it), else
+ * GS_ERR_UNSUPPORTED (verbs cannot be used by this job). An error of the store
+ * itself is returned as it is: then the ranks could not agree.
+ */
+static gs_status agree(gs_ctx *ctx, const char *step, gs_status mine)
+{
+    gs_verbs_open_note note = {.status = mine, .rank = (uint32_t)ctx->rank};
+    gs_verbs_open_note *all = gs_calloc((size_t)ctx->size, sizeof(*all));
+    char tag[64];
+    gs_status status;
+
+    if (!all)
+        return GS_ERR_NOMEM;
+    if (mine != GS_OK)
+        snprintf(note.why, sizeof(note.why), "%s", gs_last_error());
+    snprintf(tag, sizeof(tag), "gs.verbs.%u.%s", ctx->tp_open, step);
+    status = gs_store_allgather(ctx, tag, &note, sizeof(note), all);
+    for (int r = 0; status == GS_OK && r < ctx->size; r++) {
+        if (all[r].status == GS_OK)
+            continue;
+        all[r].why[sizeof(all[r].why) - 1] = '\0';
+        status = all[r].status == GS_ERR_CONFIG ? GS_ERR_CONFIG : GS_ERR_UNSUPPORTED;
+        if (r == ctx->rank)
+            gs_fail_quiet(GS_SUBSYS_VERBS, status, "%s", all[r].why);
+        else
+            gs_fail_quiet(GS_SUBSYS_VERBS, status, "rank %d: verbs cannot be used: %s", ctx->rank,
+                          all[r].why[0] ? all[r].why : "(another rank failed without saying why)");
+    }
+    free(all);
+    return status;
+}
+
 /* Every rank publishes one blob per peer, then reads the one each peer published for it. */
 static gs_status connect_all(gs_verbs_tp *vt)
 {
@@ -222,10 +261,54 @@ static gs_status connect_all(gs_verbs_tp *vt)
         if (status == GS_OK)
             status = gs_verbs_ep_connect(vt, gs_verbs_ep_at(vt, peer), &blob);
     }
-    /* No rank sends before every queue pair is at least ready to receive. */
-    snprintf(key, sizeof(key), "gs.verbs.%u.up", serial);
+    return status;
+}
+
+/*
+ * The data-path probe: one signaled 8-byte READ of each peer's control slot,
+ * waited for. A port can be ACTIVE and the store reachable while RDMA between
+ * the hosts does not work (a GID, VLAN or MTU mismatch, a firewall on RoCE's
+ * UDP port 4791, two fabrics that do not meet); this finds out at open, where
+ * auto can still choose tcp, instead of at the first collective.
+ */
+static gs_status probe_peers(gs_verbs_tp *vt)
+{
+    uint64_t start = gs_now_ns(), deadline = gs_deadline_after_ms(vt->base.cfg->timeout_ms);
+    gs_status status = GS_OK;
+    bool pending = true;
+
+    for (int peer = 0; peer < vt->base.size && status == GS_OK; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (ep)
+            status = gs_verbs_post_ctrl(ep, GS_VERBS_SLOT_PROBE);
+    }
+    while (status == GS_OK && pending) {
+        status = gs_verbs_progress(vt);
+        pending = false;
+        for (int peer = 0; peer < vt->base.size && status == GS_OK; peer++) {
+            gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+            if (!ep)
+                continue;
+            if (ep->state != GS_VERBS_EP_READY)
+                status = gs_verbs_ep_report(ep, ep->state == GS_VERBS_EP_CLOSED ? GS_ERR_PEER_LOST : ep->err,
+                                            "%s", ep->why);
+            else if (ep->probe_outstanding && gs_deadline_passed(deadline))
+                status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_TIMEOUT,
+                                 "rank %d: the data-path probe (an 8-byte READ of peer rank %d's control "
+                                 "slot) over %s port %u got no completion in %.0f ms",
+                                 vt->base.rank, peer, vt->dev.name, vt->dev.port,
+                                 (double)(gs_now_ns() - start) / 1e6);
+            else
+                pending |= ep->probe_outstanding;
+        }
+        if (status == GS_OK &&
+            pending) /* sleep: more ranks than cores, and rxe's kernel work, need the CPU */
+            status = gs_verbs_block_once(vt, deadline);
+    }
     if (status == GS_OK)
-        status = gs_store_barrier(ctx, key);
+        gs_log_debug(VERBS, "rank %d: data-path probe of %d peers over %s port %u passed in %.1f ms",
+                     vt->base.rank, vt->base.size - 1, vt->dev.name, vt->dev.port,
+                     (double)(gs_now_ns() - start) / 1e6);
     return status;
 }
 
@@ -262,7 +345,7 @@ static gs_status verbs_close(gs_tp *tp)
 
     if (!vt)
         return GS_OK;
-    if (vt->cq && vt->base.eps)
+    if (vt->up)
         notify_close(vt);
     for (int peer = 0; vt->base.eps && peer < vt->base.size; peer++)
         gs_verbs_ep_destroy(gs_verbs_ep_at(vt, peer));
@@ -293,9 +376,10 @@ static gs_status verbs_close(gs_tp *tp)
     return GS_OK;
 }
 
-static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+/* This rank's own part: settings, device, queues and regions (nothing another rank needs yet). */
+static gs_status open_local(gs_ctx *ctx, const gs_config *cfg, gs_verbs_tp **vt_p)
 {
-    gs_verbs_tp *vt = NULL;
+    gs_verbs_tp *vt;
     gs_status status = gs_verbs_config_check(cfg);
 
     if (status == GS_OK)
@@ -304,23 +388,40 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         return status;
     vt = gs_calloc(1, sizeof(*vt));
     if (!vt)
-        return GS_ERR_NOMEM;
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_NOMEM, "rank %d: no memory for the verbs transport",
+                       ctx->rank);
     vt->base = (gs_tp){.ops = &gs_verbs_ops, .ctx = ctx, .cfg = cfg, .rank = ctx->rank, .size = ctx->size};
+    *vt_p = vt;
     status = gs_verbs_dev_open(cfg, ctx->rank, &vt->dev);
-    if (status != GS_OK) {
-        free(vt);
+    if (status != GS_OK)
         return status;
-    }
     check_memlock(vt);
     size_queues(vt);
     plan_heartbeat(vt);
-    status = create_resources(vt);
+    return create_resources(vt);
+}
+
+/*
+ * Three steps, each ended by an agreement of all ranks (agree), so a rank
+ * whose part failed never leaves the others waiting for its blobs, and either
+ * every rank uses verbs or none does: this rank's own setup; the connection of
+ * every queue pair (after which every one is ready to receive); the data-path
+ * probe.
+ */
+static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
+{
+    gs_verbs_tp *vt = NULL;
+    gs_status status = agree(ctx, "local", open_local(ctx, cfg, &vt));
+
     if (status == GS_OK)
-        status = connect_all(vt);
+        status = agree(ctx, "up", connect_all(vt));
+    if (status == GS_OK)
+        status = agree(ctx, "probe", probe_peers(vt));
     if (status != GS_OK) {
-        verbs_close(&vt->base);
+        verbs_close(vt ? &vt->base : NULL);
         return status;
     }
+    vt->up = true;
     gs_log_info(VERBS, "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes",
                 ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline);
     *tp_p = &vt->base;
@@ -364,6 +465,7 @@ static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
 const gs_tp_ops gs_verbs_ops = {
     .name = "verbs",
     .id = GS_TRANSPORT_VERBS,
+    .open_agrees = true,
     .available = gs_verbs_available,
     .caps = verbs_caps,
     .open = verbs_open,
