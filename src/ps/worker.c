@@ -162,8 +162,30 @@ static void on_own_completion(gs_ps *ps, const gs_wc *wc)
         gs_ps_push_completed(ps, ws, kind, wc);
 }
 
-static void dispatch(gs_ps *ps, const gs_wc *wc)
+/* The server of rank peer, or -1. */
+static int server_of(const gs_ps *ps, int peer)
 {
+    for (int s = 0; s < ps->nservers; s++)
+        if (ps->server_ranks[s] == peer)
+            return s;
+    return -1;
+}
+
+static void dispatch(gs_ps *ps, const gs_wc *wcp)
+{
+    gs_wc refused;
+    const gs_wc *wc = wcp;
+    /* A push or pull goes only into regions the server announced, checked
+     * here against their descriptors: a server that refuses one has lost
+     * them, its parameter server or its process gone (Soft-RoCE refuses
+     * writes to a killed process's regions before its queue pairs go). */
+    if (wc->opcode != GS_WC_RECV_IMM && wc->status == GS_ERR_REMOTE_ACCESS && server_of(ps, wc->peer) >= 0) {
+        refused = *wc;
+        refused.status = gs_fail_peer_lost(GS_SUBSYS_PS, ps->rank, wc->peer,
+                                           "it refused an access to a region it announced: its parameter "
+                                           "server or its process is gone");
+        wc = &refused;
+    }
     if (wc->opcode == GS_WC_RECV_IMM) {
         if (wc->status != GS_OK)
             return;
@@ -174,10 +196,8 @@ static void dispatch(gs_ps *ps, const gs_wc *wc)
         return;
     }
     on_own_completion(ps, wc);
-    if (wc->status == GS_ERR_PEER_LOST || wc->status == GS_ERR_FLUSHED)
-        for (int s = 0; s < ps->nservers; s++)
-            if (ps->server_ranks[s] == wc->peer)
-                server_gone(ps, s, "is gone (an operation to it failed)");
+    if ((wc->status == GS_ERR_PEER_LOST || wc->status == GS_ERR_FLUSHED) && server_of(ps, wc->peer) >= 0)
+        server_gone(ps, server_of(ps, wc->peer), "is gone (an operation to it failed)");
 }
 
 /* poll/wait said a peer is gone: is it one of our servers? */
