@@ -84,7 +84,7 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
     case GS_COLL_ALLREDUCE_MULTI:
     case GS_COLL_BARRIER:
         if (want == &gs_hier_algo && !comm->hier_hosts)
-            return &gs_ring_algo; /* hier needs hosts of equal rank counts */
+            return &gs_ring_algo; /* hier needs two hosts or more, one of several ranks */
         if (want)
             return want;
         /* 3 to BOX_MAX_RANKS ranks over the boxes: direct at every size

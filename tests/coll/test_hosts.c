@@ -5,11 +5,13 @@
  * host runs several; the collectives and point-to-point over it, for
  * contiguous, interleaved and uneven placements, exact and bitwise the
  * same on every rank; the hierarchical allreduce (GS_ALGO=hier, and auto
- * above the small sizes where hosts hold equal rank counts); sub-communicators of one host run over shm; a
+ * above the small sizes), on even and uneven hosts; sub-communicators of one host run over shm; a
  * rank killed on one host is reported by every rank of every host. (The netns test runs the same with the tcp
  * sockets in separate network namespaces.)
  */
 #include "coll_check.h"
+
+#include "coll/coll.h"
 
 #include <signal.h>
 
@@ -313,6 +315,7 @@ static void hier_body(gs_ctx *ctx, int rank, void *argp)
     (void)a;
     cc_set_algo(ctx, GS_ALGO_HIER);
     GS_ASSERT_OK(gs_comm_create(ctx, NULL, &comm));
+    GS_ASSERT(gs_coll_select(comm, GS_COLL_ALLREDUCE, 1 << 20) == &gs_hier_algo);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
             bool is_int = cc_is_int(types[t]);
@@ -349,6 +352,23 @@ GS_TEST(hierarchical_allreduce_on_even_hosts)
     run_placed(&three_by_two, hier_body, &a, NULL);
     a.pl = &two_by_three;
     run_placed(&two_by_three, hier_body, &a, NULL);
+}
+
+/* Hosts of different rank counts: the extras fold into the core (one each,
+ * several on one core rank, a host of one rank). */
+GS_TEST(hierarchical_allreduce_on_uneven_hosts)
+{
+    static const placement two_plus_one = {"2+1", 3, {0, 0, 1}};
+    static const placement five_plus_two = {"5+2 interleaved", 7, {0, 1, 0, 0, 1, 0, 0}};
+    static const placement mixed = {"3+1+2", 6, {0, 1, 2, 0, 2, 0}};
+    hosts_arg a = {.pl = &interleaved};
+    run_placed(&interleaved, hier_body, &a, NULL);
+    a.pl = &two_plus_one;
+    run_placed(&two_plus_one, hier_body, &a, NULL);
+    a.pl = &five_plus_two;
+    run_placed(&five_plus_two, hier_body, &a, NULL);
+    a.pl = &mixed;
+    run_placed(&mixed, hier_body, &a, NULL);
 }
 
 /* ---- sub-communicators ----------------------------------------------------------- */
