@@ -290,6 +290,9 @@ static void hier_places(gs_comm *comm)
         comm->hier_rank[h * lmax + count[h]++] = r;
     }
     free(count);
+    /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring */
+    if (lmin == lmax && gs_pages_alloc((size_t)hosts * comm->chunk, (void **)&comm->hier_scratch) != GS_OK)
+        comm->hier_scratch = NULL;
     comm->hier_hosts = hosts;
     comm->hier_local = lmin;
     comm->hier_lmax = lmax;
@@ -421,6 +424,8 @@ static void release(gs_comm *comm)
     free(comm->peer_inbox);
     free(comm->host_of);
     free(comm->hier_rank);
+    if (comm->hier_scratch)
+        gs_pages_free(comm->hier_scratch, (size_t)comm->hier_hosts * comm->chunk);
     free(comm->ring);
     free(comm->ring_pos_of);
     pthread_mutex_destroy(&comm->lock);
