@@ -1,8 +1,10 @@
 /*
  * The shared-memory plane of the direct algorithm ("boxes"), used when every
- * rank of the communicator runs on one host over the shm transport.
+ * rank of the communicator runs on one host over a transport that maps
+ * peers' memory (GS_TP_CAP_LOCAL_MAP: shm). It knows no file descriptors:
+ * the segments are the transport's regions, mapped through it.
  *
- * Each rank owns one memfd segment that every peer maps (layout: box.h): a
+ * Each rank owns one segment that every peer maps (layout: box.h): a
  * wake line, an abort notice and GS_BOX_SLOTS slots of post number | call
  * header | payload.
  *
@@ -35,68 +37,55 @@
 #include "util/log.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 /* What a rank tells the others so they can map its segment. */
 typedef struct box_addr {
-    int32_t pid;
-    int32_t fd;
-    uint64_t ino;
-    uint64_t len;
-    int32_t ok; /* second round: this rank mapped every peer */
+    gs_rmr seg; /* the segment, a region of the transport */
+    int32_t ok; /* first round: this rank has a segment; second: it mapped every peer's */
     int32_t pad;
 } box_addr;
 
 /* ---- setup and teardown ----------------------------------------------------- */
 
+/* The segment is a region of the shm transport (gs_mr_alloc), which peers
+ * map through it (gs_tp_map: the owner's record checked, its process known
+ * to be the one that announced it). */
 static gs_status create_segment(gs_comm *comm, gs_box *box)
 {
     box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->box_chunk, GS_COLL_LINE);
     box->len = gs_round_up(GS_BOX_SLOTS_OFF + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
-    box->fd = memfd_create("gradsync-coll-box", MFD_CLOEXEC);
-    if (box->fd < 0 || ftruncate(box->fd, (off_t)box->len) != 0)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_SYSTEM,
-                       "rank %d: creating the shared-memory box (%zu bytes) failed: %s", comm->rank, box->len,
-                       strerror(errno));
-    void *p = mmap(NULL, box->len, PROT_READ | PROT_WRITE, MAP_SHARED, box->fd, 0);
-    if (p == MAP_FAILED)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_NOMEM, "rank %d: mapping the shared-memory box failed: %s",
-                       comm->rank, strerror(errno));
-    gs_pages_touch(p, box->len);
-    box->seg[comm->rank] = p;
+    gs_status st = gs_mr_alloc(
+        comm->tp, box->len, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_READ | GS_ACCESS_REMOTE_WRITE, &box->mr);
+    if (st != GS_OK)
+        return st;
+    gs_pages_touch(gs_mr_addr(box->mr), box->len);
+    box->seg[comm->rank] = gs_mr_addr(box->mr);
     return GS_OK;
 }
 
-/* Maps peer's segment through /proc/<pid>/fd/<fd> (same user, same pid namespace). */
 static gs_status map_peer(gs_comm *comm, gs_box *box, int peer, const box_addr *a)
 {
-    char path[64];
-    struct stat sb;
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)a->pid, (int)a->fd);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_UNSUPPORTED, "rank %d: cannot open the box of rank %d (%s): %s",
-                       comm->rank, peer, path, strerror(errno));
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_ino != a->ino || (uint64_t)sb.st_size < a->len) {
-        close(fd);
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL, "rank %d: %s is not the box rank %d announced",
-                       comm->rank, path, peer);
+    void *p = NULL;
+    size_t len = 0;
+    gs_status st = gs_tp_map(gs_tp_ep(comm->tp, peer), &a->seg,
+                             GS_ACCESS_REMOTE_READ | GS_ACCESS_REMOTE_WRITE, &p, &len);
+    if (st != GS_OK)
+        return st;
+    if (len < box->len) {
+        gs_tp_unmap(comm->tp, p, len);
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_PROTOCOL,
+                       "rank %d: the box of rank %d has %zu bytes, %zu expected", comm->rank, peer, len,
+                       box->len);
     }
-    void *p = mmap(NULL, a->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
-        return gs_fail(GS_SUBSYS_COLL, GS_ERR_NOMEM, "rank %d: mapping the box of rank %d failed: %s",
-                       comm->rank, peer, strerror(errno));
     box->seg[peer] = p;
+    box->map_len[peer] = len;
     return GS_OK;
 }
 
@@ -106,12 +95,13 @@ void gs_box_close(gs_comm *comm)
     if (!box)
         return;
     for (int p = 0; box->seg && p < comm->size; p++)
-        if (box->seg[p] && munmap(box->seg[p], box->len) != 0)
-            gs_log_warn(COLL, "rank %d: unmapping the box of rank %d failed: %s", comm->rank, p,
-                        strerror(errno));
-    if (box->fd >= 0)
-        close(box->fd);
+        if (p != comm->rank && box->seg[p])
+            gs_tp_unmap(comm->tp, box->seg[p], box->map_len[p]);
+    if (box->mr && gs_mr_dereg(box->mr) != GS_OK)
+        gs_log_warn(COLL, "rank %d: deregistering the shared-memory box failed: %s", comm->rank,
+                    gs_last_error());
     free(box->seg);
+    free(box->map_len);
     free(box);
     comm->box = NULL;
 }
@@ -121,26 +111,26 @@ void gs_box_close(gs_comm *comm)
 gs_status gs_box_open(gs_comm *comm)
 {
     char tag[64];
-    box_addr mine = {.pid = (int32_t)getpid()}, *all;
-    struct stat sb;
+    box_addr mine = {.ok = 0}, *all;
     gs_status st;
     gs_box *box = gs_calloc(1, sizeof(*box));
     all = gs_calloc((size_t)comm->size, sizeof(*all));
-    if (!box || !all || !(box->seg = gs_calloc((size_t)comm->size, sizeof(uint8_t *)))) {
+    if (!box || !all || !(box->seg = gs_calloc((size_t)comm->size, sizeof(uint8_t *))) ||
+        !(box->map_len = gs_calloc((size_t)comm->size, sizeof(size_t)))) {
         free(all);
+        if (box)
+            free(box->seg);
         free(box);
         return GS_ERR_NOMEM;
     }
-    box->fd = -1;
     comm->box = box;
-    st = create_segment(comm, box);
-    if (st == GS_OK && fstat(box->fd, &sb) == 0) {
-        mine = (box_addr){
-            .pid = (int32_t)getpid(), .fd = box->fd, .ino = (uint64_t)sb.st_ino, .len = box->len, .ok = 1};
+    if (create_segment(comm, box) == GS_OK) {
+        gs_mr_pack(box->mr, &mine.seg);
+        mine.ok = 1;
     }
     snprintf(tag, sizeof(tag), "coll/%u/box", comm->id);
     st = gs_store_allgather(comm->ctx, tag, &mine, sizeof(mine), all);
-    for (int p = 0; st == GS_OK && p < comm->size; p++) {
+    for (int p = 0; st == GS_OK && mine.ok && p < comm->size; p++) {
         if (p == comm->rank || !all[p].ok)
             continue;
         if (map_peer(comm, box, p, &all[p]) != GS_OK)

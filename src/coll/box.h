@@ -2,7 +2,7 @@
  * The shared-memory boxes' layout (box.c describes the protocol), shared by
  * box.c and the tiny path (tiny.c).
  *
- * Each rank owns one memfd segment that every peer maps:
+ * Each rank owns one segment (a region of the transport) that every peer maps:
  *
  *   line 0                 wake: the owner's waiting flag and futex doorbell
  *   abort notice           a failure the owner announces (seq written last)
@@ -54,10 +54,11 @@ typedef struct gs_box_pair {
 } gs_box_pair;
 
 struct gs_box {
-    int fd;
+    gs_mr *mr; /* this rank's segment, a region of the transport */
     size_t len;
     size_t slot_stride;
     uint8_t **seg;    /* [size]: every rank's segment as mapped here (seg[rank] is mine) */
+    size_t *map_len;  /* [size]: the peers' mappings' lengths (gs_tp_unmap) */
     uint64_t posts;   /* posts made by this rank */
     gs_box_pair pair; /* 2 ranks */
 };

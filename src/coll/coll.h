@@ -260,10 +260,12 @@ struct gs_comm {
     bool all_local;      /* every rank on this host */
     int hosts;           /* hosts the ranks run on */
     int *host_of;        /* [size]: each rank's host, numbered in the order of their first ranks */
-    /* hier.c's places: hier_hosts hosts of hier_local ranks each (0: the ranks are not placed so) */
-    int hier_hosts, hier_local;
+    /* hier.c's places: hier_hosts hosts (0: one host, or one rank on each), the fewest ranks on
+     * one (hier_local: the core indices) and the most (hier_lmax) */
+    int hier_hosts, hier_local, hier_lmax;
     int hier_h, hier_l;     /* this rank's host and its index among the host's ranks */
-    int *hier_rank;         /* [hier_hosts * hier_local]: the rank at (host, index) */
+    int *hier_rank;         /* [hier_hosts * hier_lmax]: the rank at (host, index), -1 past a host's ranks */
+    uint8_t *hier_scratch;  /* even hosts: hier_hosts chunks, a reduce_scatter's host-reduced blocks */
     int *ring;              /* [size]: the rings' order, host by host (ring.c): the rank at each position */
     int *ring_pos_of;       /* [size]: each rank's position in it */
     int ring_pos;           /* this rank's */

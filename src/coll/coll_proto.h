@@ -30,7 +30,8 @@
 #include <stdint.h>
 
 #define GS_COLL_PROTO_VERSION                                                                                \
-    4 /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference; 4: hier */
+    5 /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference; 4: hier; 5: hier for     \
+       * uneven hosts, reduce_scatter and allgather */
 #define GS_COLL_SLOTS      4    /* data slots per peer (credits) */
 #define GS_COLL_HDR_BYTES  48   /* payload starts here: up to 16 payload bytes share the header's line */
 #define GS_COLL_CTRL_BYTES 1024 /* the control slot */

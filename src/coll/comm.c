@@ -213,11 +213,10 @@ static gs_status alloc_staging(gs_comm *comm)
     comm->chans = gs_calloc((size_t)comm->size, sizeof(gs_chan));
     comm->peer_inbox = gs_calloc((size_t)comm->size, sizeof(gs_rmr));
     comm->host_of = gs_calloc((size_t)comm->size, sizeof(int));
-    comm->hier_rank = gs_calloc((size_t)comm->size, sizeof(int));
     comm->ring = gs_calloc((size_t)comm->size, sizeof(int));
     comm->ring_pos_of = gs_calloc((size_t)comm->size, sizeof(int));
     if (!comm->out_pending || !comm->out_call || !comm->out_unit || !comm->chans || !comm->peer_inbox ||
-        !comm->host_of || !comm->hier_rank || !comm->ring || !comm->ring_pos_of)
+        !comm->host_of || !comm->ring || !comm->ring_pos_of)
         return GS_ERR_NOMEM;
     gs_status st2 = gs_pages_alloc(comm->box_chunk, (void **)&comm->scratch); /* the larger of the two */
     if (st2 != GS_OK)
@@ -254,32 +253,49 @@ static uint64_t host_hash(const char *id)
 }
 
 /* Each rank's place for the hierarchical algorithms (hier.c): its host and
- * its index among that host's ranks; they run when there are several hosts
- * with the same number of ranks, more than one, on each. */
+ * its index among that host's ranks, in rank order. They run on two or more
+ * hosts when some host has more than one rank; hosts may hold different
+ * counts (the first hier_local indices of every host form the core, the
+ * others fold into it). Leaves hier_hosts 0 when they do not apply or
+ * memory is short (the rings serve then). */
 static void hier_places(gs_comm *comm)
 {
-    int hosts = comm->hosts, local = comm->size / hosts;
-    int *seen = gs_calloc((size_t)hosts, sizeof(int));
-    comm->hier_hosts = comm->hier_local = 0;
-    if (!seen || hosts < 2 || local < 2 || local * hosts != comm->size) {
-        free(seen);
+    int hosts = comm->hosts, lmin = comm->size, lmax = 0;
+    int *count = gs_calloc((size_t)(hosts > 0 ? hosts : 1), sizeof(int));
+    comm->hier_hosts = comm->hier_local = comm->hier_lmax = 0;
+    if (!count || hosts < 2 || comm->size == hosts) {
+        free(count);
         return;
     }
+    for (int r = 0; r < comm->size; r++)
+        count[comm->host_of[r]]++;
+    for (int h = 0; h < hosts; h++) {
+        lmin = count[h] < lmin ? count[h] : lmin;
+        lmax = count[h] > lmax ? count[h] : lmax;
+    }
+    comm->hier_rank = gs_calloc((size_t)hosts * (size_t)lmax, sizeof(int));
+    if (!comm->hier_rank) {
+        free(count);
+        return;
+    }
+    for (int i = 0; i < hosts * lmax; i++)
+        comm->hier_rank[i] = -1;
+    memset(count, 0, (size_t)hosts * sizeof(int));
     for (int r = 0; r < comm->size; r++) {
         int h = comm->host_of[r];
-        if (seen[h] == local) { /* uneven hosts */
-            free(seen);
-            return;
-        }
         if (r == comm->rank) {
             comm->hier_h = h;
-            comm->hier_l = seen[h];
+            comm->hier_l = count[h];
         }
-        comm->hier_rank[h * local + seen[h]++] = r;
+        comm->hier_rank[h * lmax + count[h]++] = r;
     }
-    free(seen);
+    free(count);
+    /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring */
+    if (lmin == lmax && gs_pages_alloc((size_t)hosts * comm->chunk, (void **)&comm->hier_scratch) != GS_OK)
+        comm->hier_scratch = NULL;
     comm->hier_hosts = hosts;
-    comm->hier_local = local;
+    comm->hier_local = lmin;
+    comm->hier_lmax = lmax;
 }
 
 /* The rings' order: host by host, rank order inside each. */
@@ -408,6 +424,8 @@ static void release(gs_comm *comm)
     free(comm->peer_inbox);
     free(comm->host_of);
     free(comm->hier_rank);
+    if (comm->hier_scratch)
+        gs_pages_free(comm->hier_scratch, (size_t)comm->hier_hosts * comm->chunk);
     free(comm->ring);
     free(comm->ring_pos_of);
     pthread_mutex_destroy(&comm->lock);

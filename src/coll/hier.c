@@ -18,6 +18,30 @@
  * Each part's final value is computed once and copied, so every rank ends
  * with the same bits. Steps 1 and 3 pass the H parts of the blocks around
  * the host's ring one after the other, in the same order on every rank.
+ *
+ * Uneven hosts (3 + 2): L is the fewest ranks any host has; the ranks of
+ * index l < L form the core. A rank of index l >= L (an extra) first sends
+ * its column to the core rank of index l mod L on its host, which reduces
+ * it into its own before step 1 (its partner: extras fold in the order of
+ * their indices), and receives the final column from it after step 3. The
+ * network carries what it carries for L ranks per host; the host's shared
+ * memory carries the extras' columns twice more.
+ *
+ * Message ids (units) are the same on every rank: per column, the folds of
+ * extra slot x (x = l / L - 1) part i, then the core's steps, then the
+ * unfolds of slot x part i; each rank runs only its own of them, in order.
+ *
+ * reduce_scatter and allgather, hosts of L ranks each: the ranks of index l
+ * on every host form class l, and super-block l is the H blocks of class
+ * l's ranks. reduce_scatter: a reduce-scatter of the super-blocks on the
+ * host's ring (each ends host-reduced at its index, in comm->hier_scratch),
+ * then a reduce-scatter of super-block l's blocks among class l across
+ * hosts, each ending at its owner. allgather: an allgather of the blocks
+ * among class l across hosts (each rank then holds super-block l, in
+ * place in recv), then an allgather of the super-blocks on the host's
+ * ring. Either way a host sends or receives each other host's share once,
+ * (H-1)/H of the data for the whole host, where the ring moves (n-1)/n of
+ * it through every host boundary.
  */
 #include "coll/coll.h"
 
@@ -29,18 +53,83 @@ static void part_of(size_t count, size_t n, size_t i, size_t *off_p, size_t *len
     *len_p = q + (i < rem ? 1 : 0);
 }
 
+/* The rank at (host h, index l), -1 past the host's ranks. */
+static int at(const gs_comm *c, int h, int l)
+{
+    return l < c->hier_lmax ? c->hier_rank[h * c->hier_lmax + l] : -1;
+}
+
+/* Parts per column: L blocks of H parts. */
+static int nparts(const gs_comm *c)
+{
+    return c->hier_local * c->hier_hosts;
+}
+
+/* The most extras one core rank has: unit slots for folds and unfolds. */
+static int xmax(const gs_comm *c)
+{
+    return (c->hier_lmax - 1) / c->hier_local;
+}
+
+/* The core's steps: L*H of step 1, 2H-1 of step 2, L*H of step 3. */
+static int core_units(const gs_comm *c)
+{
+    return 2 * nparts(c) + 2 * c->hier_hosts - 1;
+}
+
+/* Extras folding into this core rank (0 for an extra). */
+static int extras_of_me(const gs_comm *c)
+{
+    int n = 0;
+    if (c->hier_l < c->hier_local)
+        while (at(c, c->hier_h, c->hier_l + (n + 1) * c->hier_local) >= 0)
+            n++;
+    return n;
+}
+
+/* The steps this rank runs per column: an extra sends its parts and
+ * receives them back; a core rank runs step 1 (unless alone on its host's
+ * core ring), 2, 3, and a fold and an unfold per extra. */
+static int own_steps(const gs_comm *c)
+{
+    int P = nparts(c), H = c->hier_hosts;
+    if (c->hier_l >= c->hier_local)
+        return 2 * P;
+    return 2 * extras_of_me(c) * P + (c->hier_local > 1 ? core_units(c) : 2 * H - 1);
+}
+
+static bool blocks_kind(const gs_coll_op *op)
+{
+    return op->kind == GS_COLL_REDUCE_SCATTER || op->kind == GS_COLL_ALLGATHER;
+}
+
 static void hier_start(gs_coll_op *op)
 {
     const gs_comm *c = op->comm;
-    size_t parts = (size_t)c->hier_hosts * (size_t)c->hier_local;
+    size_t parts = (size_t)nparts(c);
+    if (blocks_kind(op)) { /* L*H steps inside the host, H across */
+        gs_coll_layout(op, op->count);
+        op->nsteps = nparts(c) + c->hier_hosts;
+        return;
+    }
     gs_coll_layout(op, (op->count + parts - 1) / parts);
-    op->nsteps = 2 * c->hier_local * c->hier_hosts + 2 * c->hier_hosts - 1;
+    op->nsteps = 2 * xmax(c) * nparts(c) + core_units(c);
 }
 
-/* The rank at (host h, index l). */
-static int at(const gs_comm *c, int h, int l)
+/* This column's chunk of part i: where it starts in the buffers, and its bytes. */
+static size_t part_chunk(const gs_coll_op *op, int i, size_t *bytes_p)
 {
-    return c->hier_rank[h * c->hier_local + l];
+    size_t off, len, first, cnt;
+    part_of(op->count, (size_t)nparts(op->comm), (size_t)i, &off, &len);
+    gs_coll_chunk(op, len, op->col, &first, &cnt);
+    *bytes_p = cnt * op->es;
+    return (off + first) * op->es;
+}
+
+/* Where a core rank's steps read its own data: recv once extras folded into it. */
+static const uint8_t *core_src(const gs_coll_op *op)
+{
+    return extras_of_me(op->comm) > 0 ? op->recv : op->send;
 }
 
 /* Steps 1 and 3: part g after part g-1, each a whole ring pass (step s of
@@ -55,7 +144,7 @@ static void local_step(gs_coll_op *op, gs_prim *p, int j, bool gather)
     size_t off, len, first, cnt;
     part_of(op->count, (size_t)(L * H), (size_t)(blk * H + g), &off, &len);
     gs_coll_chunk(op, len, op->col, &first, &cnt);
-    const uint8_t *in = gs_coll_at(op->send, (off + first) * op->es);
+    const uint8_t *in = gs_coll_at(core_src(op), (off + first) * op->es);
     uint8_t *out = gs_coll_at(op->recv, (off + first) * op->es);
     size_t bytes = cnt * op->es;
     if (!gather) { /* reduce-scatter: block l, reduced over the host, ends in recv */
@@ -90,8 +179,8 @@ static void cross_step(gs_coll_op *op, gs_prim *p, int k)
     size_t off, len, first, cnt;
     part_of(op->count, (size_t)(L * H), (size_t)(l * H + g), &off, &len);
     gs_coll_chunk(op, len, op->col, &first, &cnt);
-    /* one rank per host: its own data; else block l as step 1 left it */
-    const uint8_t *in = gs_coll_at(L > 1 ? op->recv : op->send, (off + first) * op->es);
+    /* one core rank per host: its own data (folded); else block l as step 1 left it */
+    const uint8_t *in = gs_coll_at(L > 1 ? op->recv : core_src(op), (off + first) * op->es);
     uint8_t *out = gs_coll_at(op->recv, (off + first) * op->es);
     size_t bytes = cnt * op->es;
     if (k == 0) {
@@ -110,26 +199,158 @@ static void cross_step(gs_coll_op *op, gs_prim *p, int k)
     p->recv_first = true;
 }
 
-/* The cursor runs 0 .. nsteps-1 per column: L*H steps of 1 (none with one
- * rank per host: they are then skipped), 2H-1 of 2, L*H of 3. */
+/* A fold (an extra's part i to its partner, reduced there) or an unfold
+ * (the final part back), as seen from this rank. */
+static void fold_step(gs_coll_op *op, gs_prim *p, int peer, int i, bool fold, bool first_fold)
+{
+    size_t bytes, at_b = part_chunk(op, i, &bytes);
+    bool extra = op->comm->hier_l >= op->comm->hier_local;
+    if (fold && extra) {
+        *p = gs_prim_pair(peer, -1, GS_PRIM_COPY, gs_coll_at(op->send, at_b), NULL, bytes);
+        p->send_local = true;
+    } else if (fold) {
+        *p = gs_prim_pair(-1, peer, GS_PRIM_REDUCE, gs_coll_at(first_fold ? op->send : op->recv, at_b),
+                          gs_coll_at(op->recv, at_b), bytes);
+        p->recv_first = true;
+    } else if (extra) {
+        *p = gs_prim_pair(-1, peer, GS_PRIM_COPY, NULL, gs_coll_at(op->recv, at_b), bytes);
+    } else {
+        *p = gs_prim_pair(peer, -1, GS_PRIM_COPY, gs_coll_at(op->recv, at_b), NULL, bytes);
+        p->send_local = true;
+    }
+}
+
+/* Step jc of the core's column (units as on every rank): 1, 2, 3. */
+static void core_step(gs_coll_op *op, gs_prim *p, int jc)
+{
+    const gs_comm *c = op->comm;
+    int LH = nparts(c), H = c->hier_hosts;
+    if (jc < LH)
+        local_step(op, p, jc, false);
+    else if (jc < LH + 2 * H - 1)
+        cross_step(op, p, jc - LH);
+    else
+        local_step(op, p, jc - LH - (2 * H - 1), true);
+}
+
+/* ---- reduce_scatter and allgather --------------------------------------- */
+
+/* Where rank's block's chunk of this column is in a buffer of blocks. */
+static size_t block_off(const gs_coll_op *op, int rank)
+{
+    size_t first, cnt;
+    gs_coll_chunk(op, op->count, op->col, &first, &cnt);
+    return ((size_t)rank * op->count + first) * op->es;
+}
+
+/* A ring step: position k of steps, sending from local (the first step
+ * sends it, as the rank's own), receiving into out (the last only stores). */
+static void ring_pass(gs_prim *p, int k, int steps, int left, int right, gs_prim_mode mode,
+                      const uint8_t *local, uint8_t *out, size_t bytes)
+{
+    if (k == 0) {
+        *p = gs_prim_pair(right, -1, GS_PRIM_COPY, local, out, bytes);
+        p->send_local = true;
+    } else if (k < steps - 1) {
+        *p = gs_prim_pair(right, left, mode, local, mode == GS_PRIM_COPY ? out : NULL, bytes);
+    } else {
+        *p = gs_prim_pair(-1, left, mode, local, out, bytes);
+    }
+    p->recv_first = true;
+}
+
+static void reduce_scatter_step(gs_coll_op *op, gs_prim *p, int j)
+{
+    const gs_comm *c = op->comm;
+    int L = c->hier_local, H = c->hier_hosts, l = c->hier_l, h = c->hier_h;
+    size_t first, cnt, chunk = c->chunk;
+    gs_coll_chunk(op, op->count, op->col, &first, &cnt);
+    size_t bytes = cnt * op->es;
+    if (j < L * H) { /* super-block blk's block of host g on the host's ring */
+        int s = j % L, g = j / L, blk = gs_coll_mod(l - 1 - s, L);
+        const uint8_t *in = gs_coll_at(op->send, block_off(op, at(c, g, blk)));
+        ring_pass(p, s, L, at(c, h, gs_coll_mod(l - 1, L)), at(c, h, gs_coll_mod(l + 1, L)), GS_PRIM_REDUCE,
+                  in, s == L - 1 ? c->hier_scratch + (size_t)g * chunk : NULL, bytes);
+    } else { /* class l across hosts: the block of host g's rank, ending at it */
+        int k = j - L * H, g = gs_coll_mod(h - 1 - k, H);
+        const uint8_t *in =
+            L > 1 ? c->hier_scratch + (size_t)g * chunk : gs_coll_at(op->send, block_off(op, at(c, g, l)));
+        ring_pass(p, k, H, at(c, gs_coll_mod(h - 1, H), l), at(c, gs_coll_mod(h + 1, H), l), GS_PRIM_REDUCE,
+                  in, k == H - 1 ? gs_coll_at(op->recv, first * op->es) : NULL, bytes);
+        p->finish = k == H - 1 && op->redop == GS_AVG;
+    }
+}
+
+static void allgather_step(gs_coll_op *op, gs_prim *p, int j)
+{
+    const gs_comm *c = op->comm;
+    int L = c->hier_local, H = c->hier_hosts, l = c->hier_l, h = c->hier_h;
+    size_t first, cnt;
+    gs_coll_chunk(op, op->count, op->col, &first, &cnt);
+    size_t bytes = cnt * op->es;
+    if (j < H) { /* class l across hosts: the block of host h-j's rank */
+        uint8_t *out = gs_coll_at(op->recv, block_off(op, at(c, gs_coll_mod(h - j, H), l)));
+        ring_pass(p, j, H, at(c, gs_coll_mod(h - 1, H), l), at(c, gs_coll_mod(h + 1, H), l), GS_PRIM_COPY,
+                  j == 0 ? gs_coll_at(op->send, first * op->es) : NULL, out, bytes);
+    } else { /* super-block blk's block of host g on the host's ring, from recv */
+        int s = (j - H) % L, g = (j - H) / L, blk = gs_coll_mod(l - s, L);
+        uint8_t *at_b = gs_coll_at(op->recv, block_off(op, at(c, g, blk)));
+        ring_pass(p, s, L, at(c, h, gs_coll_mod(l - 1, L)), at(c, h, gs_coll_mod(l + 1, L)), GS_PRIM_COPY,
+                  s == 0 ? at_b : NULL, s == 0 ? NULL : at_b, bytes);
+    }
+}
+
+/* Units: reduce_scatter's host steps 0..LH-1, then the hosts' H; allgather's hosts' H, then the host's LH. */
+static bool blocks_next(gs_coll_op *op, gs_prim *p)
+{
+    int j = op->step;
+    if (op->col == op->ncols)
+        return false;
+    if (op->kind == GS_COLL_REDUCE_SCATTER)
+        reduce_scatter_step(op, p, j);
+    else
+        allgather_step(op, p, j);
+    p->send_unit = gs_coll_unit(op, op->col, j);
+    p->recv_unit = gs_coll_unit(op, op->col, j - 1);
+    if (++op->step == op->nsteps) {
+        op->step = 0;
+        op->col++;
+    }
+    return true;
+}
+
+/* The cursor runs over this rank's own steps of a column (own_steps); the
+ * units it sends and expects are the column's shared ones. */
 static bool hier_next(gs_coll_op *op, gs_prim *p)
 {
     const gs_comm *c = op->comm;
-    int L = c->hier_local, H = c->hier_hosts, j;
+    if (blocks_kind(op))
+        return blocks_next(op, p);
+    int L = c->hier_local, h = c->hier_h, l = c->hier_l, P = nparts(c), X = xmax(c), j = op->step;
+    int fold_units = X * P, unfold0 = fold_units + core_units(c);
     if (op->col == op->ncols)
         return false;
-    if (L == 1 && op->step == 0)
-        op->step = L * H; /* nothing to do on the host */
-    j = op->step;
-    if (j < L * H)
-        local_step(op, p, j, false);
-    else if (j < L * H + 2 * H - 1)
-        cross_step(op, p, j - L * H);
-    else
-        local_step(op, p, j - L * H - (2 * H - 1), true);
-    p->send_unit = gs_coll_unit(op, op->col, j);
-    p->recv_unit = gs_coll_unit(op, op->col, j - 1);
-    if (++op->step == op->nsteps || (L == 1 && op->step == L * H + 2 * H - 1)) {
+    if (l >= L) { /* an extra: its column to its partner and back */
+        int x = l / L - 1, partner = at(c, h, l % L);
+        fold_step(op, p, partner, j % P, j < P, false);
+        p->send_unit = p->recv_unit = gs_coll_unit(op, op->col, (j < P ? x * P : unfold0 + x * P) + j % P);
+    } else {
+        int e = extras_of_me(c), core_n = L > 1 ? core_units(c) : 2 * c->hier_hosts - 1;
+        if (j < e * P) {
+            fold_step(op, p, at(c, h, l + (j / P + 1) * L), j % P, true, j < P);
+            p->send_unit = p->recv_unit = gs_coll_unit(op, op->col, j);
+        } else if (j < e * P + core_n) {
+            int jc = j - e * P + (L > 1 ? 0 : P); /* one core rank per host: step 2 only */
+            core_step(op, p, jc);
+            p->send_unit = gs_coll_unit(op, op->col, fold_units + jc);
+            p->recv_unit = gs_coll_unit(op, op->col, fold_units + jc - 1);
+        } else {
+            int k = j - e * P - core_n;
+            fold_step(op, p, at(c, h, l + (k / P + 1) * L), k % P, false, false);
+            p->send_unit = p->recv_unit = gs_coll_unit(op, op->col, unfold0 + k);
+        }
+    }
+    if (++op->step == own_steps(c)) {
         op->step = 0;
         op->col++;
     }

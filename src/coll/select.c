@@ -84,7 +84,7 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
     case GS_COLL_ALLREDUCE_MULTI:
     case GS_COLL_BARRIER:
         if (want == &gs_hier_algo && !comm->hier_hosts)
-            return &gs_ring_algo; /* hier needs hosts of equal rank counts */
+            return &gs_ring_algo; /* hier needs two hosts or more, one of several ranks */
         if (want)
             return want;
         /* 3 to BOX_MAX_RANKS ranks over the boxes: direct at every size
@@ -101,11 +101,14 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
         if (n <= DIRECT_MAX_RANKS && bytes <= (n == 2 ? PAIR_MAX_BYTES : DIRECT_MAX_BYTES))
             return &gs_direct_algo;
         return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
-    default: /* reduce_scatter, allgather, broadcast: ring or direct (rd, hier mean ring) */
+    default: { /* reduce_scatter, allgather, broadcast: ring, direct or (not broadcast) hier; rd means ring */
+        /* hier: hosts of equal rank counts (broadcast's chain already enters each host once) */
+        bool hier = kind != GS_COLL_BROADCAST && comm->hier_hosts && comm->hier_lmax == comm->hier_local &&
+                    comm->hier_scratch;
         if (want == &gs_direct_algo || want == &gs_ring_algo)
             return want;
         if (want)
-            return &gs_ring_algo;
+            return want == &gs_hier_algo && hier ? &gs_hier_algo : &gs_ring_algo;
         /* 2 ranks over the boxes: one copy into shared memory, pipelined columns (measured faster
          * than the ring from 1 MiB, docs/collectives.md) */
         if (comm->box && n == 2 && kind != GS_COLL_REDUCE_SCATTER)
@@ -115,6 +118,9 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
         if (kind != GS_COLL_REDUCE_SCATTER && n <= BOX_MAX_RANKS &&
             gs_box_ref_possible(comm, kind == GS_COLL_ALLGATHER ? bytes / (size_t)n : bytes))
             return &gs_direct_algo;
-        return bytes <= SMALL_TOTAL_BYTES && n <= 2 * DIRECT_MAX_RANKS ? &gs_direct_algo : &gs_ring_algo;
+        if (bytes <= SMALL_TOTAL_BYTES && n <= 2 * DIRECT_MAX_RANKS)
+            return &gs_direct_algo;
+        return hier ? &gs_hier_algo : &gs_ring_algo;
+    }
     }
 }

@@ -452,6 +452,27 @@ static gs_status check_atomic(const gs_ep *ep, const uint64_t *result, const gs_
 
 /* ---- operations ------------------------------------------------------------------------ */
 
+gs_status gs_tp_map(gs_ep *ep, const gs_rmr *rmr, unsigned need, void **addr_p, size_t *len_p)
+{
+    gs_rmr_head head = {0};
+    gs_status st = check_ep(ep, "map");
+    if (rmr)
+        memcpy(&head, rmr->bytes, sizeof(head));
+    if (st == GS_OK && !ep->tp->ops->map)
+        st = gs_fail(GS_SUBSYS_TP, GS_ERR_UNSUPPORTED,
+                     "rank %d: map of rank %d's region: the %s transport maps no peer memory", ep->tp->rank,
+                     ep->peer, ep->tp->ops->name);
+    if (st == GS_OK) /* the whole region, as its descriptor says */
+        st = check_remote(ep, rmr, 0, head.len, need, "map", &head);
+    return st == GS_OK ? ep->tp->ops->map(ep, &head, addr_p, len_p) : st;
+}
+
+void gs_tp_unmap(gs_tp *tp, void *addr, size_t len)
+{
+    if (addr && tp->ops->unmap)
+        tp->ops->unmap(tp, addr, len);
+}
+
 gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr *dst, uint64_t dst_off,
                       uint64_t wr_id, gs_op_flags flags)
 {

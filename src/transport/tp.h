@@ -92,7 +92,8 @@ enum {
     GS_TP_CAP_USER_MEM = 1u << 0,   /* gs_mr_reg of arbitrary memory */
     GS_TP_CAP_ATOMIC = 1u << 1,     /* FETCH_ADD / CMP_SWAP */
     GS_TP_CAP_LOCAL_MAP = 1u << 2,  /* every peer runs on this host and its memory is mapped here: an
-                                     * operation is a memcpy, no network in between (shm) */
+                                     * operation is a memcpy, no network in between, and a peer's
+                                     * allocated region can be mapped for loads and stores (map; shm) */
     GS_TP_CAP_ZCOPY_SEND = 1u << 3, /* GS_OP_ZCOPY lets a large payload leave by reference, and registering
                                      * caller memory is a table entry, not pinned pages (tcp) */
 };
@@ -146,6 +147,15 @@ struct gs_tp_ops {
     gs_status (*poll)(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
     gs_status (*wait)(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 
+    /* Optional, with GS_TP_CAP_LOCAL_MAP: maps the whole of the peer's
+     * region rmr (one the peer allocated with buf_alloc; checked against its
+     * owner's record like any access) into this process for direct loads
+     * and stores: *addr_p, *len_p bytes (page-rounded). The mapping is the
+     * caller's: it stays valid whatever the owner does until given to unmap
+     * (the owner's later writes stay visible while both keep it). */
+    gs_status (*map)(gs_ep *ep, const gs_rmr_head *rmr, void **addr_p, size_t *len_p);
+    void (*unmap)(gs_tp *tp, void *addr, size_t len);
+
     /* Why ep failed: the status of its first error (GS_ERR_PEER_LOST for a
      * lost or closed peer; GS_OK while ep works) and that error's sentence
      * into buf (a lost peer's as gs_error_peer_lost_text). A completion with
@@ -175,6 +185,11 @@ gs_status gs_shm_open_host(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p);
 
 /* ops->caps of tp (GS_TP_CAP_*). Non-blocking. */
 unsigned gs_tp_caps(const gs_tp *tp);
+/* ops->map of ep's transport after the descriptor checks every access
+ * gets (need: GS_ACCESS_REMOTE_* bits); GS_ERR_UNSUPPORTED where the
+ * transport has no map. gs_tp_unmap gives the mapping back. */
+gs_status gs_tp_map(gs_ep *ep, const gs_rmr *rmr, unsigned need, void **addr_p, size_t *len_p);
+void gs_tp_unmap(gs_tp *tp, void *addr, size_t len);
 /* ops->describe of tp, or its name. */
 void gs_tp_describe(const gs_tp *tp, char *buf, size_t cap);
 /* ops->ep_error of ep's transport (GS_OK for a NULL ep). */

@@ -33,8 +33,9 @@
       "completion wait: busy poll, block on an fd/futex, or spin GS_SPIN_US then block")                     \
     X(spin_us, "GS_SPIN_US", INT, "100", NULL, "hybrid polling: microseconds to spin before blocking")       \
     X(algo, "GS_ALGO", ENUM, "auto", "auto|ring|rd|direct|hier",                                             \
-      "allreduce algorithm: auto by size, ranks and hosts, pipelined ring, recursive doubling/halving, "     \
-      "direct, hierarchical (inside each host, across, inside again; where hosts hold equal rank counts)")   \
+      "collectives' algorithm: auto by size, ranks and hosts, pipelined ring, recursive doubling/halving, "  \
+      "direct, hierarchical (allreduce, reduce_scatter, allgather: inside each host and across; several "    \
+      "hosts)")                                                                                              \
     X(chunk_bytes, "GS_CHUNK_BYTES", SIZE, "256K", NULL, "pipeline chunk of the ring algorithms")            \
     X(ib_dev, "GS_IB_DEV", STR, "", NULL, "verbs device name (default: the first with an active port)")      \
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \

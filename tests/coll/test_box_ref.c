@@ -83,6 +83,8 @@ static void body(gs_ctx *ctx, int rank, void *argp)
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, arg->transport, &tp);
     uint64_t by_ref = 0, want_ref = 0;
+    /* the boxes open exactly where the transport maps peers' regions */
+    GS_ASSERT_EQ(comm->box != NULL, (gs_tp_caps(tp) & GS_TP_CAP_LOCAL_MAP) != 0);
     for (int t = 0; t < ROUNDS; t++) {
         for (int kind = 0; kind < K_COUNT; kind++) {
             size_t count = t % 3 == 2 ? SMALL_COUNT : REF_COUNT;

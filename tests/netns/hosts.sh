@@ -8,18 +8,19 @@
 #
 #   tests/netns/hosts.sh BUILD [--hosts H] [--ranks L|L1,L2,..] [--rate R] [--delay D]
 #                              [--placement block|cyclic] [--check | --bench] [--sizes LIST]
+#                              [--coll allreduce|reduce_scatter|allgather]  (--bench; default allreduce)
 #                              [--env NAME=VALUE]...   (for every rank, after the script's own)
 #                              [--mpi BENCH_DIR] [--scale S]  (--bench: Open MPI's mpi_coll from
 #                              BENCH_DIR/bin beside, launched into the same namespaces)
 #
 # --check (default): gsbench over every collective, GS_ALGO auto, ring and
-#   hier (allreduce), exact results (gsbench exits 1 on a wrong element);
+#   hier (allreduce, reduce_scatter, allgather), exact results (gsbench exits 1 on a wrong element);
 #   the init summary must name the mixed transport; then a rank killed on
 #   host 1 must end every rank of every host with a lost-peer error within
 #   the deadline.
-# --bench: allreduce, GS_ALGO auto, hier and the flat ring, 8 B to 64 MiB,
+# --bench: allreduce (or --coll), GS_ALGO auto, hier and the flat ring, 8 B to 64 MiB,
 #   with the network lower bound (each host sends 2(H-1)/H of the data
-#   through its link at RATE) and, with --mpi, Open MPI (vader inside a
+#   through its link at RATE; (H-1)/H of the whole buffer for reduce_scatter and allgather) and, with --mpi, Open MPI (vader inside a
 #   host, tcp between) beside each median.
 # Needs root (namespaces) and iproute2; a machine that cannot fails it.
 set -uo pipefail
@@ -27,6 +28,7 @@ build=${1:?usage: tests/netns/hosts.sh BUILD [options]}
 build=$(cd "$build" && pwd)
 shift
 hosts=2 ranks=2 rate=2gbit delay="" placement=cyclic mode=check sizes="" extra_env=() mpi="" scale=
+bench_coll=allreduce
 while [ $# -gt 0 ]; do
     case $1 in
     --hosts) hosts=$2; shift ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --check) mode=check ;;
     --bench) mode=bench ;;
     --sizes) sizes=$2; shift ;;
+    --coll) bench_coll=$2; shift ;;
     --env) extra_env+=("$2"); shift ;;
     --mpi) mpi=$2; shift ;;
     --scale) scale=$2; shift ;;
@@ -149,7 +152,7 @@ gsbench=$build/tools/gsbench
 if [ "$mode" = check ]; then
     for coll in allreduce reduce_scatter allgather broadcast reduce gather scatter alltoall sendrecv; do
         for algo in auto ring hier; do
-            [ "$coll" != allreduce ] && [ "$algo" != auto ] && continue
+            case $coll in allreduce | reduce_scatter | allgather) ;; *) [ "$algo" != auto ] && continue ;; esac
             label="$coll-$algo"
             job "$label" GS_ALGO=$algo GS_LOG_LEVEL=info GS_TIMEOUT_MS=30000 -- \
                 "$gsbench" --coll "$coll" --sizes ${sizes:-8,4100,64K,1M,4M} --iters 3 --warmup 1 --no-pin
@@ -187,7 +190,7 @@ else
     bits=$(echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u);
         m = u == "gbit" ? 1e9 : u == "mbit" ? 1e6 : u == "kbit" ? 1e3 : 1; printf "%.0f", v * m }')
     for algo in auto hier ring; do
-        job "bench-$algo" GS_ALGO=$algo -- "$gsbench" --sizes "${sizes:-8,1K,64K,1M,16M,64M}" --json --no-pin \
+        job "bench-$algo" GS_ALGO=$algo -- "$gsbench" --coll "$bench_coll" --sizes "${sizes:-8,1K,64K,1M,16M,64M}" --json --no-pin \
             --scale "${scale:-1}"
         [ $job_rc -eq 0 ] || { echo "hosts: FAILED: bench GS_ALGO=$algo" >&2; failed=1; }
     done
@@ -209,29 +212,30 @@ else
             sh -c 'hostname h0; exec "$@"' sh timeout 900 mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent "$agent" -H "$hostlist" \
             --map-by node -np "$world" --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none \
             --mca btl_tcp_if_include gsv0 \
-            --mca oob_tcp_if_include gsv0 "$mpi/bin/mpi_coll" allreduce "${mpi_scale:-0.05}" >"$mpi_log" 2>&1 ||
+            --mca oob_tcp_if_include gsv0 "$mpi/bin/mpi_coll" "$bench_coll" "${mpi_scale:-0.05}" >"$mpi_log" 2>&1 ||
             { tail -5 "$mpi_log"; echo "hosts: FAILED: Open MPI across the namespaces" >&2; failed=1; }
         rm -rf /tmp/"$tag"-vader-*
     fi
-    echo "hosts: allreduce f32, $world ranks on $hosts hosts ($placement), links $rate; median time (us)"
+    echo "hosts: $bench_coll f32, $world ranks on $hosts hosts ($placement), links $rate; median time (us)"
     printf "%10s %10s %10s %10s %10s %10s %8s %8s\n" "size(B)" "auto" "hier" "ring" "OpenMPI" "bound" \
         "auto/bd" "MPI/auto"
-    python3 - "$build" "$hosts" "$bits" "$mpi_log" <<'EOF2'
+    python3 - "$build" "$hosts" "$bits" "$mpi_log" "$bench_coll" <<'EOF2'
 import json, sys
 def rows(path):
     text = open(path).read()
     obj = json.loads(text[text.index("{"):])
     return {r["bytes"]: r["time_us"] for r in obj["rows"]}
-build, H, bits = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+build, H, bits, coll = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[5]
+share = 2 * (H - 1) / H if coll == "allreduce" else (H - 1) / H
 t = {a: rows("%s/hosts-bench-%s.r0.log" % (build, a)) for a in ("auto", "hier", "ring")}
 mpi = {}
 for line in open(sys.argv[4]):
     f = line.split()
-    if len(f) >= 3 and f[0] == "allreduce" and f[1].isdigit():
+    if len(f) >= 3 and f[0] == coll and f[1].isdigit():
         mpi[int(f[1])] = float(f[2])
 nan = float("nan")
 for size in sorted(t["auto"]):
-    bound = 2 * (H - 1) / H * size * 8 / bits * 1e6
+    bound = share * size * 8 / bits * 1e6
     a = t["auto"][size]
     print("%10d %10.1f %10.1f %10.1f %10.1f %10.1f %8.2f %8.2f" % (
         size, a, t["hier"].get(size, nan), t["ring"].get(size, nan), mpi.get(size, nan), bound,

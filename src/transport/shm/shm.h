@@ -180,6 +180,10 @@ gs_status gs_shm_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p)
 gs_status gs_shm_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
 gs_status gs_shm_mr_dereg(gs_mr *mr);
 void gs_shm_mr_pack(const gs_mr *mr, gs_rmr_head *head);
+/* ops->map: the peer's allocated region d, mapped for the caller (its own
+ * mapping, outside the endpoint's cache); ops->unmap gives it back. */
+gs_status gs_shm_map_region(gs_ep *ep, const gs_rmr_head *d, void **addr_p, size_t *len_p);
+void gs_shm_unmap_region(gs_tp *tp, void *addr, size_t len);
 void gs_shm_maps_clear(gs_shm_map_cache *cache);
 
 /* Where an op lands in the target: checked against the owner's table. */

@@ -406,3 +406,59 @@ gs_status gs_shm_target_lookup(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off
     }
     return target_slow(ep, d, tail.slot, off, len, need, op, t_p);
 }
+
+/* ---- mappings for the caller ---------------------------------------------------- */
+
+gs_status gs_shm_map_region(gs_ep *base, const gs_rmr_head *d, void **addr_p, size_t *len_p)
+{
+    gs_shm_ep *ep = (gs_shm_ep *)base;
+    int rank = ep->tp->base.rank, peer = ep->base.peer, fd = -1;
+    unsigned rw = GS_ACCESS_REMOTE_READ | GS_ACCESS_REMOTE_WRITE;
+    gs_shm_rmr_tail tail;
+    gs_shm_region snap;
+    gs_status st = gs_shm_ep_check(ep, "map");
+
+    if (st != GS_OK)
+        return st;
+    memcpy(&tail, d->tail, sizeof(tail));
+    if (tail.slot >= GS_SHM_MAX_REGIONS || !record_snapshot(ep, tail.slot, d->key, &snap))
+        return gs_fail(
+            GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+            "rank %d: map of rank %d's region: bad key 0x%llx (the region was deregistered, or the "
+            "descriptor is not one rank %d packed)",
+            rank, peer, (unsigned long long)d->key, peer);
+    if (snap.len != d->len)
+        return gs_fail(
+            GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+            "rank %d: map of rank %d's region: the descriptor says %llu bytes, the region has %llu", rank,
+            peer, (unsigned long long)d->len, (unsigned long long)snap.len);
+    if (snap.kind != GS_SHM_REGION_MEMFD || (snap.access & rw) != rw)
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: map of rank %d's region: only a region it allocated with remote read and "
+                       "write access maps",
+                       rank, peer);
+    st = gs_shm_open_peer_fd(rank, peer, ep->pid, snap.fd, snap.ino, "region", &fd);
+    if (st != GS_OK)
+        return st;
+    size_t len = gs_round_up(snap.len ? snap.len : 1, gs_page_size());
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_NOMEM,
+                       "rank %d: mapping a %zu-byte region of rank %d failed: %s", rank, len, peer,
+                       strerror(errno));
+    if (__atomic_load_n(&ep->regions[tail.slot].key, __ATOMIC_ACQUIRE) != snap.key) {
+        munmap(p, len);
+        return gs_fail(GS_SUBSYS_SHM, GS_ERR_REMOTE_ACCESS,
+                       "rank %d: map of rank %d's region: the region was deregistered", rank, peer);
+    }
+    *addr_p = p;
+    *len_p = len;
+    return GS_OK;
+}
+
+void gs_shm_unmap_region(gs_tp *tp, void *addr, size_t len)
+{
+    if (munmap(addr, len) != 0)
+        gs_log_warn(SHM, "rank %d: unmapping a peer's region failed: %s", tp->rank, strerror(errno));
+}

@@ -434,4 +434,6 @@ const gs_tp_ops gs_shm_ops = {
     .wait = gs_shm_wait,
     .ep_error = shm_ep_error,
     .describe = shm_describe,
+    .map = gs_shm_map_region,
+    .unmap = gs_shm_unmap_region,
 };
