@@ -22,8 +22,12 @@ static gs_ctx *root_of(gs_ctx *ctx)
 /* The store's failure, said as what it means for the caller. */
 static gs_status store_gone(gs_ctx *ctx, const gs_ctx *root, gs_status st)
 {
-    char why[512];
-    snprintf(why, sizeof(why), "%s", gs_last_error());
+    char why[512], head[32];
+    const char *text = gs_last_error();
+    int n = snprintf(head, sizeof(head), "rank %d: ", ctx->rank);
+    if (strncmp(text, head, (size_t)n) == 0) /* said once, at the front */
+        text += n;
+    snprintf(why, sizeof(why), "%s", text);
     return gs_fail(GS_SUBSYS_BOOT, st,
                    "rank %d: shrink: the store is gone (%s), so the survivors cannot agree: %s; a job "
                    "that must survive the loss of rank 0 needs a store that outlives it (gsrun serves "

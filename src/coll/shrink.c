@@ -56,8 +56,8 @@ static void log_lost(const gs_comm *comm, const uint8_t *in, int n)
     for (int r = 0; r < comm->size && used + 16 < sizeof(lost); r++)
         if (!in[r])
             used += (size_t)snprintf(lost + used, sizeof(lost) - used, "%s%d", used ? ", " : "", r);
-    gs_log_info(COLL, "rank %d: shrink of communicator %u: %d of %d ranks continue%s%s", comm->rank, comm->id, n,
-                comm->size, used ? "; out: " : "", lost);
+    gs_log_info(COLL, "rank %d: shrink of communicator %u: %d of %d ranks continue%s%s", comm->rank, comm->id,
+                n, comm->size, used ? "; out: " : "", lost);
 }
 
 gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p)
