@@ -22,12 +22,12 @@
 
 typedef struct sh_arg {
     const char *transport;
-    int victim;   /* killed mid-allreduce */
-    int dies_at;  /* the call it starts (mid: else before it), then dies */
-    bool mid;     /* inside the call (else between calls) */
-    int second;   /* -1, or a rank killed 500 ms after it saw the loss (during the agreement) */
-    int laggard;  /* -1, or a rank that asks only after the deadline */
-    int expect_n; /* ranks of the shrunk communicator */
+    int victim;        /* killed mid-allreduce */
+    int dies_at;       /* the call it starts (mid: else before it), then dies */
+    bool mid;          /* inside the call (else between calls) */
+    int second;        /* -1, or a rank killed 500 ms after it saw the loss (during the agreement) */
+    int laggard;       /* -1, or a rank that asks only after the deadline */
+    int expect_n;      /* ranks of the shrunk communicator */
     const char *times; /* a file new rank 0 appends its timings to, or NULL */
 } sh_arg;
 
@@ -58,8 +58,8 @@ static void check_allreduces(gs_comm *comm, int old_rank, int calls)
             for (int q = 0; q < n; q++)
                 want += value(olds[q], i + (size_t)c);
             if (buf[i] != want)
-                gs_test_fail_here(__FILE__, __LINE__, "rank %d: call %d: [%zu] = %g, expected %g", old_rank, c,
-                                  i, (double)buf[i], (double)want);
+                gs_test_fail_here(__FILE__, __LINE__, "rank %d: call %d: [%zu] = %g, expected %g", old_rank,
+                                  c, i, (double)buf[i], (double)want);
         }
     }
     free(buf);
@@ -158,21 +158,36 @@ static void run(sh_arg a, int rank_timeout_ms)
 
 GS_TEST_TP(killed_mid_allreduce_three_survivors_shrink)
 {
-    run((sh_arg){.transport = transport, .victim = 2, .dies_at = 3, .mid = true, .second = -1, .laggard = -1,
+    run((sh_arg){.transport = transport,
+                 .victim = 2,
+                 .dies_at = 3,
+                 .mid = true,
+                 .second = -1,
+                 .laggard = -1,
                  .expect_n = 3},
         15000);
 }
 
 GS_TEST_TP(second_rank_killed_during_agreement_two_finish)
 {
-    run((sh_arg){.transport = transport, .victim = 1, .dies_at = 2, .mid = true, .second = 3, .laggard = -1,
+    run((sh_arg){.transport = transport,
+                 .victim = 1,
+                 .dies_at = 2,
+                 .mid = true,
+                 .second = 3,
+                 .laggard = -1,
                  .expect_n = 2},
         15000);
 }
 
 GS_TEST_TP(rank_that_never_asks_is_out_at_the_deadline)
 {
-    run((sh_arg){.transport = transport, .victim = 1, .dies_at = 1, .mid = true, .second = -1, .laggard = 3,
+    run((sh_arg){.transport = transport,
+                 .victim = 1,
+                 .dies_at = 1,
+                 .mid = true,
+                 .second = -1,
+                 .laggard = 3,
                  .expect_n = 2},
         3000);
 }
@@ -248,7 +263,8 @@ static void store_gone_body(gs_ctx *ctx, int rank, void *argp)
 GS_TEST_TP(store_served_by_killed_rank_0_fails_fast)
 {
     cc_arg a = {.transport = transport};
-    gs_test_ranks_opts opts = {.n = RANKS, .timeout_ms = 60000, .rank_timeout_ms = 15000, .rank0_serves = true};
+    gs_test_ranks_opts opts = {
+        .n = RANKS, .timeout_ms = 60000, .rank_timeout_ms = 15000, .rank0_serves = true};
     int status[GS_TEST_RANKS_MAX];
     gs_test_run_ranks_opts(&opts, store_gone_body, &a, status);
     GS_ASSERT_RANK_SIGNAL(status[0], SIGKILL);
@@ -278,22 +294,29 @@ GS_TEST_TP(timing_kill_to_first_allreduce_after_shrink)
     if (runs < 1 || runs > 64)
         runs = 5;
     for (int i = 0; i < runs; i++)
-        run((sh_arg){.transport = transport, .victim = 3, .dies_at = 2, .mid = true, .second = -1,
-                     .laggard = -1, .expect_n = 3, .times = path},
+        run((sh_arg){.transport = transport,
+                     .victim = 3,
+                     .dies_at = 2,
+                     .mid = true,
+                     .second = -1,
+                     .laggard = -1,
+                     .expect_n = 3,
+                     .times = path},
             15000);
     f = fopen(path, "r");
     GS_ASSERT(f != NULL);
-    while (n < 64 &&
-           fscanf(f, "%lf %lf %lf %lf %lf", &cols[0][n], &cols[1][n], &cols[2][n], &cols[3][n], &cols[4][n]) == 5)
+    while (n < 64 && fscanf(f, "%lf %lf %lf %lf %lf", &cols[0][n], &cols[1][n], &cols[2][n], &cols[3][n],
+                            &cols[4][n]) == 5)
         n++;
     fclose(f);
     unlink(path);
     GS_ASSERT_EQ(n, runs);
     for (int c = 0; c < 5; c++)
         qsort(cols[c], (size_t)n, sizeof(double), cmp_double);
-    fprintf(stderr,
-            "  %s, 4 ranks, %d runs, median ms: detection %.1f, agreement %.1f, rebuild %.1f, first allreduce "
-            "%.1f; kill to first allreduce done %.1f (min %.1f, max %.1f)\n",
-            transport, n, cols[0][n / 2], cols[1][n / 2], cols[2][n / 2], cols[3][n / 2], cols[4][n / 2],
-            cols[4][0], cols[4][n - 1]);
+    fprintf(
+        stderr,
+        "  %s, 4 ranks, %d runs, median ms: detection %.1f, agreement %.1f, rebuild %.1f, first allreduce "
+        "%.1f; kill to first allreduce done %.1f (min %.1f, max %.1f)\n",
+        transport, n, cols[0][n / 2], cols[1][n / 2], cols[2][n / 2], cols[3][n / 2], cols[4][n / 2],
+        cols[4][0], cols[4][n - 1]);
 }
