@@ -232,6 +232,53 @@ GS_TEST_TP(shrink_without_loss_gives_the_same_ranks)
     cc_run_env(transport, RANKS, no_loss_body, 0, NULL);
 }
 
+/* A sub-communicator of world ranks 0-2 in reverse order (sub rank 0 is
+ * world rank 2); world rank 1 dies in it; the survivors, world ranks 2 and
+ * 0, become ranks 0 and 1 of the shrunk one. World rank 3 takes no part. */
+static void split_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *a = argp;
+    float *buf = malloc(COUNT * sizeof(float));
+    gs_tp *tp;
+    gs_comm *world = cc_open(ctx, a->transport, &tp), *sub = NULL, *shrunk = NULL;
+    gs_status st = GS_OK;
+    GS_ASSERT(buf != NULL);
+    for (size_t i = 0; i < COUNT; i++)
+        buf[i] = 1;
+    GS_ASSERT_OK(gs_comm_split(world, rank < 3 ? 0 : GS_COMM_NO_COLOR, -rank, &sub));
+    if (rank < 3) {
+        if (rank == 1) {
+            sh_arg die = {.dies_at = 2, .mid = true};
+            die_mid_allreduce(ctx, sub, buf, &die);
+        }
+        for (int c = 0; c < CALLS && st == GS_OK; c++)
+            st = gs_allreduce(sub, buf, buf, COUNT, GS_F32, GS_SUM);
+        GS_ASSERT_STATUS(st, GS_ERR_PEER_LOST);
+        GS_ASSERT_OK(gs_comm_shrink(sub, &shrunk));
+        GS_ASSERT_EQ(gs_comm_size(shrunk), 2);
+        GS_ASSERT_EQ(gs_comm_rank(shrunk), rank == 2 ? 0 : 1);
+        check_allreduces(shrunk, gs_comm_rank(sub), 3);
+        GS_ASSERT_OK(gs_comm_abort(sub));
+        GS_ASSERT_OK(gs_comm_destroy(shrunk));
+    }
+    GS_ASSERT_OK(gs_comm_abort(world));
+    GS_ASSERT_OK(gs_tp_close(tp));
+    free(buf);
+}
+
+GS_TEST_TP(sub_communicator_shrinks_in_its_own_order)
+{
+    cc_arg a = {.transport = transport};
+    gs_test_ranks_opts opts = {.n = RANKS, .timeout_ms = 60000, .rank_timeout_ms = 15000};
+    int status[GS_TEST_RANKS_MAX];
+    gs_test_run_ranks_opts(&opts, split_body, &a, status);
+    for (int r = 0; r < RANKS; r++)
+        if (r == 1)
+            GS_ASSERT_RANK_SIGNAL(status[r], SIGKILL);
+        else
+            GS_ASSERT_RANK_EXIT(status[r], 0);
+}
+
 static void store_gone_body(gs_ctx *ctx, int rank, void *argp)
 {
     const cc_arg *a = argp;
