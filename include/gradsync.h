@@ -470,11 +470,12 @@ GS_API gs_status gs_comm_create_group(gs_comm *comm, const int *ranks, int n, gs
  * calls after the decision gets GS_ERR_PEER_LOST (it is out). If the store
  * itself is gone (rank 0 served it and died), GS_ERR_PEER_LOST at once,
  * saying so: a job that must survive rank 0 runs under gsrun (which serves
- * the store). An external store (gs_ctx_params.store) is GS_ERR_UNSUPPORTED
- * for now. Today the new communicator opens a transport of comm's kind with
- * fresh connections among the survivors (like gs_comm_create_group); a
- * rank lost during that rebuild makes it fail within GS_TIMEOUT_MS on the
- * others (shrink comm again). See docs/elastic.md.
+ * the store). With an external store (gs_ctx_params.store; it needs add)
+ * the first asker decides: a member is out when a survivor's transport saw
+ * it lost, else when it has not asked by the deadline; a decider lost
+ * before deciding fails the others at their deadline. Today the new communicator opens a transport of comm's
+ * kind with fresh connections among the survivors (like gs_comm_create_group); a rank lost during that
+ * rebuild makes it fail within GS_TIMEOUT_MS on the others (shrink comm again). See docs/elastic.md.
  */
 GS_API gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p);
 

@@ -15,6 +15,7 @@
 #include "coll/coll.h"
 
 #include "bootstrap/boot.h"
+#include "transport/tp.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -48,6 +49,16 @@ static int survivors(const gs_comm *comm, const uint8_t *in, int *members)
     return n;
 }
 
+/* The peers comm's transport found lost (the external store's agreement
+ * then need not wait for them). */
+static void seen_lost(gs_comm *comm, uint8_t *lost)
+{
+    char why[16];
+    for (int r = 0; r < comm->size; r++)
+        lost[r] =
+            r != comm->rank && gs_tp_ep_error(gs_tp_ep(comm->tp, r), why, sizeof(why)) == GS_ERR_PEER_LOST;
+}
+
 static void log_lost(const gs_comm *comm, const uint8_t *in, int n)
 {
     char lost[256];
@@ -63,7 +74,7 @@ static void log_lost(const gs_comm *comm, const uint8_t *in, int n)
 gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p)
 {
     char tag[64];
-    uint8_t *in;
+    uint8_t *in, *lost;
     int *members, n;
     unsigned serial;
     uint64_t t0 = gs_now_ns(), t1;
@@ -73,13 +84,15 @@ gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p)
         return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID, "gs_comm_shrink: comm and newcomm_p must not be NULL");
     serial = comm->shrinks++;
     in = gs_calloc((size_t)comm->size, 1);
+    lost = gs_calloc((size_t)comm->size, 1);
     members = gs_calloc((size_t)comm->size, sizeof(*members));
-    if (!in || !members) {
+    if (!in || !lost || !members) {
         st = GS_ERR_NOMEM;
         goto out;
     }
     snprintf(tag, sizeof(tag), "coll/%u/shrink/%u", comm->id, serial);
-    st = gs_boot_survivors(comm->ctx, tag, (int)comm->cfg->timeout_ms, in);
+    seen_lost(comm, lost);
+    st = gs_boot_survivors(comm->ctx, tag, (int)comm->cfg->timeout_ms, lost, in);
     if (st != GS_OK)
         goto out;
     t1 = gs_now_ns();
@@ -102,6 +115,7 @@ gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p)
     (*newcomm_p)->shrink_build_ns = gs_now_ns() - t1;
 out:
     free(in);
+    free(lost);
     free(members);
     return st;
 }

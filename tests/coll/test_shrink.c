@@ -5,14 +5,18 @@
  * second rank killed during the agreement (out at once, not waited for), a
  * rank that never asks (out at the deadline, told so when it asks late),
  * random kill points, a shrink with no loss (the same ranks, twice nested),
- * the store's server (rank 0) killed (a fast, clear error), and the time
+ * the store's server (rank 0) killed (a fast, clear error), an external
+ * store (callbacks over a toy table, the first asker decides), and the time
  * from the kill to the first allreduce after the shrink, with its parts.
  */
 #include "coll_check.h"
 
 #include "coll/coll.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -317,6 +321,176 @@ GS_TEST_TP(store_served_by_killed_rank_0_fails_fast)
     GS_ASSERT_RANK_SIGNAL(status[0], SIGKILL);
     for (int r = 1; r < RANKS; r++)
         GS_ASSERT_RANK_EXIT(status[r], 0);
+}
+
+/* ---- an external store: a toy table in shared memory (robust lock: a rank
+ * may die holding it), with add ---------------------------------------------- */
+
+#define TOY_KEYS  512
+#define TOY_VALUE 512
+
+typedef struct toy_store {
+    pthread_mutex_t lock;
+    int count;
+    struct {
+        char key[256];
+        size_t len;
+        uint8_t value[TOY_VALUE];
+    } e[TOY_KEYS];
+} toy_store;
+
+static void toy_lock(toy_store *t)
+{
+    if (pthread_mutex_lock(&t->lock) == EOWNERDEAD)
+        pthread_mutex_consistent(&t->lock);
+}
+
+static int toy_find(toy_store *t, const char *key)
+{
+    for (int i = 0; i < t->count; i++)
+        if (strcmp(t->e[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+static gs_status toy_put_locked(toy_store *t, const char *key, const void *value, size_t len)
+{
+    int i = toy_find(t, key);
+    if (len > TOY_VALUE || strlen(key) >= sizeof(t->e[0].key) || (i < 0 && t->count == TOY_KEYS))
+        return GS_ERR_NOMEM;
+    if (i < 0)
+        i = t->count++;
+    snprintf(t->e[i].key, sizeof(t->e[i].key), "%s", key);
+    if (len)
+        memcpy(t->e[i].value, value, len);
+    t->e[i].len = len;
+    return GS_OK;
+}
+
+static gs_status toy_set(void *arg, const char *key, const void *value, size_t len)
+{
+    toy_store *t = arg;
+    toy_lock(t);
+    gs_status st = toy_put_locked(t, key, value, len);
+    pthread_mutex_unlock(&t->lock);
+    return st;
+}
+
+static gs_status toy_get(void *arg, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms)
+{
+    toy_store *t = arg;
+    struct timespec nap = {0, 200000};
+    uint64_t deadline = gs_clock_ns() + (uint64_t)timeout_ms * 1000000u;
+    for (;;) {
+        toy_lock(t);
+        int i = toy_find(t, key);
+        if (i >= 0) {
+            if (cap && t->e[i].len)
+                memcpy(buf, t->e[i].value, t->e[i].len < cap ? t->e[i].len : cap);
+            *len_p = t->e[i].len;
+            pthread_mutex_unlock(&t->lock);
+            return GS_OK;
+        }
+        pthread_mutex_unlock(&t->lock);
+        if (gs_clock_ns() >= deadline)
+            return GS_ERR_TIMEOUT;
+        nanosleep(&nap, NULL);
+    }
+}
+
+static gs_status toy_add(void *arg, const char *key, int64_t delta, int64_t *value_p)
+{
+    toy_store *t = arg;
+    int64_t v = 0;
+    toy_lock(t);
+    int i = toy_find(t, key);
+    if (i >= 0)
+        memcpy(&v, t->e[i].value, sizeof(v));
+    v += delta;
+    gs_status st = toy_put_locked(t, key, &v, sizeof(v));
+    pthread_mutex_unlock(&t->lock);
+    *value_p = v;
+    return st;
+}
+
+static toy_store *toy_open(void)
+{
+    pthread_mutexattr_t attr;
+    toy_store *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    GS_ASSERT(t != MAP_FAILED);
+    memset(t, 0, sizeof(*t));
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&t->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return t;
+}
+
+typedef struct ext_arg {
+    const char *transport;
+    toy_store *toy;
+} ext_arg;
+
+#define EXT_TIMEOUT_MS 3000 /* a dead member no transport saw die is out at the deadline */
+
+static void ext_body(gs_ctx *unused, int rank, void *argp)
+{
+    const ext_arg *a = argp;
+    gs_kv_store kv = {.arg = a->toy, .set = toy_set, .get = toy_get, .add = toy_add};
+    gs_ctx_params p;
+    gs_ctx *ctx;
+    gs_tp *tp;
+    gs_comm *comm, *shrunk;
+    gs_status st = GS_OK;
+    float *buf = malloc(COUNT * sizeof(float));
+    uint64_t t0;
+    (void)unused;
+    GS_ASSERT(buf != NULL);
+    for (size_t i = 0; i < COUNT; i++)
+        buf[i] = 1;
+    gs_ctx_params_init(&p);
+    p.rank = rank;
+    p.world_size = RANKS;
+    p.store = &kv;
+    p.timeout_ms = EXT_TIMEOUT_MS;
+    GS_ASSERT_OK(gs_ctx_create_with(&p, &ctx));
+    comm = cc_open(ctx, a->transport, &tp);
+    if (rank == 2) {
+        sh_arg die = {.dies_at = 2, .mid = true};
+        die_mid_allreduce(ctx, comm, buf, &die);
+    }
+    for (int c = 0; c < CALLS && st == GS_OK; c++)
+        st = gs_allreduce(comm, buf, buf, COUNT, GS_F32, GS_SUM);
+    GS_ASSERT_STATUS(st, GS_ERR_PEER_LOST);
+    t0 = gs_clock_ns();
+    GS_ASSERT_OK(gs_comm_shrink(comm, &shrunk));
+    fprintf(stderr, "  rank %d: shrink over the external store took %.0f ms\n", rank,
+            (double)(gs_clock_ns() - t0) / 1e6);
+    /* the lost rank's death was seen by a survivor's transport: not waited for */
+    GS_ASSERT_LT(gs_clock_ns() - t0, (uint64_t)EXT_TIMEOUT_MS * 900000u);
+    GS_ASSERT_EQ(gs_comm_size(shrunk), RANKS - 1);
+    GS_ASSERT_OK(gs_comm_abort(comm));
+    GS_ASSERT_OK(gs_tp_close(tp));
+    check_allreduces(shrunk, rank, 3);
+    GS_ASSERT_OK(gs_comm_destroy(shrunk));
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+    free(buf);
+}
+
+GS_TEST_TP(external_store_survivors_shrink)
+{
+    ext_arg a = {.transport = transport, .toy = toy_open()};
+    gs_test_ranks_opts opts = {.n = RANKS, .timeout_ms = 60000, .rank_timeout_ms = 15000, .no_ctx = true};
+    int status[GS_TEST_RANKS_MAX];
+    gs_test_run_ranks_opts(&opts, ext_body, &a, status);
+    for (int r = 0; r < RANKS; r++)
+        if (r == 2)
+            GS_ASSERT_RANK_SIGNAL(status[r], SIGKILL);
+        else
+            GS_ASSERT_RANK_EXIT(status[r], 0);
+    pthread_mutex_destroy(&a.toy->lock);
+    munmap(a.toy, sizeof(*a.toy));
 }
 
 static int cmp_double(const void *x, const void *y)
