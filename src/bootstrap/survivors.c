@@ -74,7 +74,7 @@ static bool ext_has(gs_ctx *root, const char *key, uint8_t *buf, size_t cap)
  * not waiting for those an asker saw lost. */
 static gs_status ext_decide(gs_ctx *ctx, gs_ctx *root, const char *key, int timeout_ms, uint8_t *in)
 {
-    char k[GS_STORE_KEY_MAX + 1];
+    char k[GS_STORE_KEY_MAX + 32]; /* key is at most GS_STORE_KEY_MAX - 24 (gs_boot_survivors) */
     uint64_t deadline = gs_deadline_after_ms(timeout_ms);
     struct timespec nap = {0, 2000000};
     uint8_t *lost = gs_calloc((size_t)ctx->size, 1), *seen = gs_calloc((size_t)ctx->size, 1);
@@ -114,7 +114,7 @@ static gs_status ext_decide(gs_ctx *ctx, gs_ctx *root, const char *key, int time
 static gs_status ext_survivors(gs_ctx *ctx, gs_ctx *root, const char *key, int timeout_ms,
                                const uint8_t *seen_lost, uint8_t *in)
 {
-    char k[GS_STORE_KEY_MAX + 1];
+    char k[GS_STORE_KEY_MAX + 32]; /* key is at most GS_STORE_KEY_MAX - 24 (gs_boot_survivors) */
     int64_t order = 0;
     size_t len = 0;
     gs_status st;
