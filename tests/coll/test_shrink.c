@@ -172,6 +172,20 @@ GS_TEST_TP(killed_mid_allreduce_three_survivors_shrink)
         15000);
 }
 
+/* The store outlives rank 0 (served by the harness's parent, as gsrun
+ * serves it): the survivors shrink past rank 0's loss. */
+GS_TEST_TP(rank_0_killed_the_launchers_store_outlives_it)
+{
+    run((sh_arg){.transport = transport,
+                 .victim = 0,
+                 .dies_at = 2,
+                 .mid = true,
+                 .second = -1,
+                 .laggard = -1,
+                 .expect_n = 3},
+        15000);
+}
+
 GS_TEST_TP(second_rank_killed_during_agreement_two_finish)
 {
     run((sh_arg){.transport = transport,
@@ -203,7 +217,7 @@ GS_TEST_TP(random_kill_points)
     srand(seed);
     for (int run_i = 0; run_i < 3; run_i++) {
         sh_arg a = {.transport = transport,
-                    .victim = 1 + rand() % (RANKS - 1),
+                    .victim = rand() % RANKS,
                     .dies_at = rand() % 5,
                     .mid = rand() % 2,
                     .second = -1,
