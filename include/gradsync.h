@@ -453,6 +453,31 @@ GS_API gs_status gs_comm_split(gs_comm *comm, int color, int key, gs_comm **newc
  * the same list are told apart by how many were made before on comm.
  */
 GS_API gs_status gs_comm_create_group(gs_comm *comm, const int *ranks, int n, gs_comm **newcomm_p);
+/*
+ * After a peer is lost (a call returned GS_ERR_PEER_LOST, or a rank aborted
+ * comm), every surviving rank calls it: the survivors agree through the
+ * store on who is alive, and *newcomm_p is a communicator of those ranks,
+ * numbered densely in comm's rank order (gs_comm_rank of the new one), with
+ * its own sequence numbers and mismatch detection, as after a split. On a
+ * comm that lost nothing it gives the same ranks. comm itself stays failed:
+ * gs_comm_abort it (or destroy it) once the new one is made; the new one
+ * outlives it, not comm's context.
+ *
+ * The agreement: gradsync's store server decides, once, which of comm's
+ * ranks asked while their store connection was open. A rank that dies
+ * during the agreement is out the moment its connection closes (not waited
+ * for); a rank alive but not calling is out after GS_TIMEOUT_MS; one that
+ * calls after the decision gets GS_ERR_PEER_LOST (it is out). If the store
+ * itself is gone (rank 0 served it and died), GS_ERR_PEER_LOST at once,
+ * saying so: a job that must survive rank 0 runs under gsrun (which serves
+ * the store). With an external store (gs_ctx_params.store; it needs add)
+ * the first asker decides: a member is out when a survivor's transport saw
+ * it lost, else when it has not asked by the deadline; a decider lost
+ * before deciding fails the others at their deadline. Today the new communicator opens a transport of comm's
+ * kind with fresh connections among the survivors (like gs_comm_create_group); a rank lost during that
+ * rebuild makes it fail within GS_TIMEOUT_MS on the others (shrink comm again). See docs/elastic.md.
+ */
+GS_API gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p);
 
 /* recvbuf[i] = sendbuf[i] reduced over the ranks, count elements. */
 GS_API gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,

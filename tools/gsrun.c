@@ -1,7 +1,7 @@
 /*
  * gsrun: start N local ranks of a gradsync job.
  *
- *   gsrun -n N [--transport T] [--timeout-ms MS] [--grace-ms MS] [--] prog args...
+ *   gsrun -n N [--transport T] [--timeout-ms MS] [--grace-ms MS] [--elastic] [--] prog args...
  *
  * gsrun serves the job's store on 127.0.0.1 (an ephemeral port) with a fresh
  * random GS_JOB_TOKEN, and gives every rank GS_RANK, GS_WORLD_SIZE,
@@ -18,7 +18,10 @@
  * SIGQUIT) to every rank's group; a second one kills them. When a rank fails
  * (non-zero exit or a signal), gsrun sends SIGTERM to the others' groups,
  * SIGKILL after the grace period, and exits with the failed rank's status
- * (128 + signal for a signal). Every rank's group is killed once the rank
+ * (128 + signal for a signal). With --elastic a rank killed by a signal is
+ * only reported: the others go on (they shrink their communicators,
+ * docs/elastic.md), gsrun's store keeps serving them, and gsrun exits 0 if
+ * every other rank exits 0. Every rank's group is killed once the rank
  * is gone, and every rank dies with gsrun (PR_SET_PDEATHSIG): no process of
  * the job outlives it.
  */
@@ -70,6 +73,7 @@ typedef struct run_opts {
     const char *transport;
     long timeout_ms; /* 0: the ranks' own GS_TIMEOUT_MS */
     long grace_ms;
+    bool elastic; /* a rank killed by a signal does not stop the others */
     char **argv;
 } run_opts;
 
@@ -85,24 +89,27 @@ typedef struct job {
     bool have_orig_nofile;
     int sigfd;
     int failed_rank;     /* the first rank that failed, -1 if none */
+    int lost;            /* --elastic: ranks killed by a signal, the others going on */
     int interrupted;     /* the signal gsrun got, 0 if none */
     uint64_t kill_at_ns; /* SIGKILL for ranks still running then; 0 if not stopping */
 } job;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: gsrun -n N [--transport auto|shm|tcp|verbs] [--timeout-ms MS] [--grace-ms MS] [--] "
-            "prog [args...]\n"
-            "  -n, --np N        number of local ranks to start (1 to %d)\n"
-            "  --transport T     sets GS_TRANSPORT for every rank\n"
-            "  --timeout-ms MS   sets GS_TIMEOUT_MS for every rank (deadline of every wait)\n"
-            "  --grace-ms MS     after a rank fails, time the others get between SIGTERM and SIGKILL "
-            "(default 2000)\n"
-            "  -h, --help        this text;  --version  the gradsync version\n"
-            "Every output line is prefixed with \"[rank] \"; gsrun exits with the status of the first rank "
-            "that failed (128+signal if killed), else 0.\n",
-            RANKS_MAX);
+    fprintf(
+        f,
+        "usage: gsrun -n N [--transport auto|shm|tcp|verbs] [--timeout-ms MS] [--grace-ms MS] [--elastic] "
+        "[--] prog [args...]\n"
+        "  -n, --np N        number of local ranks to start (1 to %d)\n"
+        "  --transport T     sets GS_TRANSPORT for every rank\n"
+        "  --timeout-ms MS   sets GS_TIMEOUT_MS for every rank (deadline of every wait)\n"
+        "  --grace-ms MS     after a rank fails, time the others get between SIGTERM and SIGKILL "
+        "(default 2000)\n"
+        "  --elastic         a rank killed by a signal does not stop the others (they shrink and go on)\n"
+        "  -h, --help        this text;  --version  the gradsync version\n"
+        "Every output line is prefixed with \"[rank] \"; gsrun exits with the status of the first rank "
+        "that failed (128+signal if killed), else 0.\n",
+        RANKS_MAX);
 }
 
 static bool parse_long(const char *text, long min, long max, long *value_p)
@@ -134,6 +141,11 @@ static int parse_args(int argc, char **argv, run_opts *o)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(a, "--elastic") == 0) { /* the one option without a value */
+            o->elastic = true;
+            i--;
+            continue;
         }
         if (strcmp(a, "--version") == 0) {
             printf("gsrun (gradsync) %s\n", gs_version());
@@ -395,6 +407,11 @@ static void rank_ended(job *j, int rank, int status)
     r->status = status;
     if (exit_code(status) == 0 || j->failed_rank >= 0)
         return;
+    if (j->opts.elastic && WIFSIGNALED(status) && !j->interrupted && ++j->lost < j->opts.n) {
+        fprintf(stderr, "gsrun: rank %d was killed by signal %d (%s); the others go on (--elastic)\n", rank,
+                WTERMSIG(status), strsignal(WTERMSIG(status)));
+        return;
+    }
     j->failed_rank = rank;
     const char *then = j->interrupted || j->opts.n == 1 ? "" : "; stopping the other ranks";
     if (WIFSIGNALED(status))

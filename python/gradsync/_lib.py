@@ -99,6 +99,7 @@ _PROTOTYPES = {
     "gs_comm_tp": (_P, [_P]),
     "gs_comm_split": (c_int, [_P, c_int, c_int, _PP]),
     "gs_comm_create_group": (c_int, [_P, ctypes.POINTER(c_int), c_int, _PP]),
+    "gs_comm_shrink": (c_int, [_P, _PP]),
     "gs_allreduce": (c_int, _ROOTED + [c_int]),
     "gs_iallreduce": (c_int, _ROOTED + [c_int, _PP]),
     "gs_reduce": (c_int, _ROOTED + [c_int, c_int]),

@@ -109,6 +109,13 @@ class Comm:
         check("gs_comm_create_group", lib().gs_comm_create_group(self._h(), arr, len(ranks), _out(handle)))
         return Comm(self._ctx, _handle=handle.value)
 
+    def shrink(self):
+        """After a lost rank, every survivor calls it: a communicator of the ranks alive, numbered densely
+        in this one's order (docs/elastic.md). Abort this one afterwards."""
+        handle = ctypes.c_void_p()
+        check("gs_comm_shrink", lib().gs_comm_shrink(self._h(), _out(handle)))
+        return Comm(self._ctx, _handle=handle.value)
+
     def destroy(self):
         """Collective: waits until every rank has called it (requests still running are abandoned)."""
         self._close("gs_comm_destroy", lib().gs_comm_destroy)

@@ -87,6 +87,21 @@ gs_status gs_boot_store_get_ms(gs_ctx *ctx, const char *key, void *buf, size_t c
 /* The rank of ctx's rank r in the world (the root context): for groups. */
 int gs_boot_world_rank(const gs_ctx *ctx, int r);
 
+/* ---- the survivors' agreement (survivors.c) ------------------------------ */
+
+/* gs_comm_shrink's agreement among ctx's ranks on who is alive: every rank
+ * that calls it with the same tag gets the same in[0..ctx->size) (1: in),
+ * with itself in, or GS_ERR_PEER_LOST when the decision left it out. With
+ * gradsync's own store the server decides (store_agree.c); a rank whose
+ * connection closes is out at once; a rank that never asks is out after
+ * timeout_ms. With an external store (it needs add) the first asker
+ * decides: a member is out when it has not asked by its deadline, or at
+ * once when an asker's seen_lost (NULL: none) marks it, what that rank's
+ * transport found lost. A store connection that fails is GS_ERR_PEER_LOST
+ * saying the store is gone and who served it. */
+gs_status gs_boot_survivors(gs_ctx *ctx, const char *tag, int timeout_ms, const uint8_t *seen_lost,
+                            uint8_t *in);
+
 /* ---- store built from put/get (store_kv.c) --------------------------------- */
 
 /* Whether ctx's allgather and barrier are built from put/get here. */

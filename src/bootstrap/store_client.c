@@ -38,8 +38,10 @@ typedef struct exchange_result {
 } exchange_result;
 
 static const char *const msg_names[] = {
-    [GS_STORE_HELLO] = "hello",         [GS_STORE_PUT] = "put",         [GS_STORE_GET] = "get",
-    [GS_STORE_ALLGATHER] = "allgather", [GS_STORE_BARRIER] = "barrier", [GS_STORE_BYE] = "bye",
+    [GS_STORE_HELLO] = "hello",     [GS_STORE_PUT] = "put",
+    [GS_STORE_GET] = "get",         [GS_STORE_ALLGATHER] = "allgather",
+    [GS_STORE_BARRIER] = "barrier", [GS_STORE_BYE] = "bye",
+    [GS_STORE_TIME] = "time",       [GS_STORE_SURVIVORS] = "survivors",
 };
 
 int gs_boot_client_rank(const gs_store_client *c)

@@ -15,6 +15,12 @@
  * at a time and waits for its REPLY; BYE announces a clean departure and gets no reply. Waiting requests
  * (GET, ALLGATHER, BARRIER) carry the client's timeout in arg: the server answers GS_ERR_TIMEOUT itself when
  * it expires, naming the ranks that never arrived.
+ *
+ * SURVIVORS is the agreement of gs_comm_shrink (store_agree.c): the server
+ * alone decides, once per tag, which of the listed members are in: those
+ * that asked while their connection is open, as soon as every other member
+ * has asked or is gone (connection closed), or at the first asker's
+ * deadline. Every asker, even a late one, gets the same answer.
  */
 #ifndef GS_BOOTSTRAP_STORE_PROTO_H
 #define GS_BOOTSTRAP_STORE_PROTO_H
@@ -37,7 +43,9 @@ typedef enum gs_store_msg {
     GS_STORE_REPLY,     /* status; value = result, or error text when status < 0 */
     GS_STORE_TIME,      /* no key; reply value = the server's monotonic clock in ns (u64), then its
                            host id (no NUL): GS_TRACE's common clock */
-    GS_STORE_MSG_MAX = GS_STORE_TIME,
+    GS_STORE_SURVIVORS, /* key = tag, value = n (u32) then the n members' ranks (u32), arg = timeout
+                           ms; reply value = n bytes, 1 for each member in the agreed set */
+    GS_STORE_MSG_MAX = GS_STORE_SURVIVORS,
 } gs_store_msg;
 
 enum { GS_STORE_HELLO_REJOIN = 1 }; /* HELLO flags, in the status field */

@@ -174,6 +174,7 @@ static void dispatch(gs_store_server *s, gs_store_conn *conn)
     case GS_STORE_GET: gs_boot_table_get(s, conn, key, conn->hdr.arg); break;
     case GS_STORE_ALLGATHER:
     case GS_STORE_BARRIER: gs_boot_table_join(s, conn, conn->hdr.type, key, value, len, conn->hdr.arg); break;
+    case GS_STORE_SURVIVORS: gs_boot_agree_ask(s, conn, key, value, len, conn->hdr.arg); break;
     case GS_STORE_BYE: conn->bye = true; break;
     case GS_STORE_TIME: { /* the clock, then the host id: a rank on the same host needs no offset */
         uint8_t reply[8 + 128];
@@ -200,6 +201,7 @@ static const char *header_problem(const gs_store_conn *conn)
     switch (h->type) {
     case GS_STORE_PUT:
     case GS_STORE_ALLGATHER:
+    case GS_STORE_SURVIVORS:
         if (h->value_len > GS_STORE_VALUE_MAX)
             return "value longer than GS_STORE_VALUE_MAX";
         break;
@@ -326,6 +328,7 @@ static void conn_free(gs_store_server *s, gs_store_conn *conn)
         s->by_rank[conn->rank] = NULL;
         s->rank_state[conn->rank] = conn->bye ? GS_STORE_RANK_DEPARTED : GS_STORE_RANK_LOST;
         gs_boot_table_rank_gone(s, conn->rank);
+        gs_boot_agree_rank_gone(s);
     }
     close(conn->fd);
     free(conn->body);
@@ -386,9 +389,11 @@ static void serve_turn(gs_store_server *s, struct pollfd *pfds)
     int rc;
 
     next = expire_hellos(s, now, next);
-    uint64_t table_next = gs_boot_table_expire(s, now);
+    uint64_t table_next = gs_boot_table_expire(s, now), agree_next = gs_boot_agree_expire(s, now);
     if (table_next < next)
         next = table_next;
+    if (agree_next < next)
+        next = agree_next;
     remove_dead(s);
     pfds[0] = (struct pollfd){.fd = s->wake_fd[0], .events = POLLIN};
     pfds[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
@@ -522,6 +527,7 @@ void gs_boot_server_stop(gs_store_server *server, int drain_ms)
         conn_free(server, server->conns[i]);
     }
     gs_boot_table_free(server);
+    gs_boot_agree_free(server);
     if (server->listen_fd >= 0)
         close(server->listen_fd);
     for (int i = 0; i < 2; i++)

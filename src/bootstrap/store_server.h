@@ -56,6 +56,19 @@ typedef struct gs_store_round {
     char mismatch[GS_STORE_ERROR_MAX / 2]; /* set when a rank disagreed on len */
 } gs_store_round;
 
+/* A SURVIVORS agreement (store_agree.c): kept after its decision so that a
+ * late asker gets the same answer. */
+typedef struct gs_store_agree {
+    struct gs_store_agree *next;
+    char tag[GS_STORE_KEY_MAX + 1];
+    uint32_t n;
+    uint32_t *members; /* [n] ranks of the store */
+    uint8_t *asked;    /* [n] */
+    uint8_t *in;       /* [n] the decision, once decided */
+    bool decided;
+    uint64_t deadline_ns;
+} gs_store_agree;
+
 typedef enum gs_store_rank_state {
     GS_STORE_RANK_NEVER = 0, /* not connected yet */
     GS_STORE_RANK_CONNECTED,
@@ -82,6 +95,7 @@ struct gs_store_server {
     gs_store_entry *entries;
     size_t nentries, entries_cap;
     gs_store_round *rounds;
+    gs_store_agree *agrees;
 };
 
 /* store_server.c: queue a reply on conn (error text when status < 0). */
@@ -100,6 +114,15 @@ void gs_boot_table_rank_gone(gs_store_server *s, int rank);
 /* Answers waits whose deadline passed; returns the nearest deadline left. */
 uint64_t gs_boot_table_expire(gs_store_server *s, uint64_t now_ns);
 void gs_boot_table_free(gs_store_server *s);
+
+/* store_agree.c: a SURVIVORS request (value: the member list), a rank
+ * gone, deadlines (the nearest left returned), freeing. */
+void gs_boot_agree_ask(gs_store_server *s, gs_store_conn *conn, const char *tag, const uint8_t *value,
+                       size_t len, uint32_t timeout_ms);
+void gs_boot_agree_rank_gone(gs_store_server *s);
+uint64_t gs_boot_agree_expire(gs_store_server *s, uint64_t now_ns);
+void gs_boot_agree_free(gs_store_server *s);
+void gs_boot_agree_free_one(gs_store_agree *a);
 /* Writes the ranks whose flag is 0 as "2,3" or "1-5,7" (runs of three or
  * more as ranges) into buf; returns how many there are. */
 int gs_boot_format_ranks(const uint8_t *flags, int size, char *buf, size_t cap);

@@ -11,6 +11,7 @@
  *   engine.c    request queue, progress, waiting, the progress thread
  *   fail.c      a communicator's failure: the calls it ends, the peers told, its one sentence
  *   split.c     sub-communicators: split by color, or from a list of ranks
+ *   shrink.c    the survivors' communicator after a lost rank (gs_comm_shrink)
  *   desc.c      call descriptors: checks and the mismatch messages
  *   select.c    which algorithm runs a call
  *   layout.c    cutting a call into chunk columns
@@ -250,6 +251,9 @@ struct gs_comm {
     bool own_tp;
     bool own_ctx;     /* a sub-communicator's group context, destroyed with it */
     unsigned splits;  /* gs_comm_split calls so far: name the groups */
+    unsigned shrinks; /* gs_comm_shrink calls so far: name the agreements */
+    /* made by gs_comm_shrink: how long its agreement and its rebuild took (tests and benchmarks) */
+    uint64_t shrink_agree_ns, shrink_build_ns;
     uint64_t *groups; /* gs_comm_create_group: hash of each rank list made so far (names repeats) */
     size_t ngroups;
     const gs_config *cfg;
@@ -334,6 +338,11 @@ struct gs_comm {
     gs_wc wcs[32];
     gs_p2p *p2p; /* point-to-point plane (p2p.c) */
 };
+
+/* ---- split.c */
+/* A communicator over the group context ctx (taken: freed with it, or here
+ * on failure) with a transport of kind tp_name opened on it. */
+gs_status gs_coll_group_build(gs_ctx *ctx, const char *tp_name, gs_comm **comm_p);
 
 /* ---- api.c */
 /* A request from the communicator's pool (released by gs_req_test/wait). */

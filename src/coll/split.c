@@ -25,15 +25,11 @@ typedef struct split_vote {
     int32_t key;
 } split_vote;
 
-/* A communicator of parent's ranks members[0..n) named tag. */
-static gs_status make_group(gs_comm *parent, const char *tag, const int *members, int n, gs_comm **comm_p)
+gs_status gs_coll_group_build(gs_ctx *ctx, const char *tp_name, gs_comm **comm_p)
 {
-    gs_ctx *ctx = NULL;
     gs_tp *tp = NULL;
     gs_comm *comm = NULL;
-    gs_status st = gs_boot_ctx_group(parent->ctx, tag, members, n, &ctx);
-    if (st == GS_OK)
-        st = gs_tp_open(ctx, gs_tp_name(parent->tp), &tp);
+    gs_status st = gs_tp_open(ctx, tp_name, &tp);
     if (st == GS_OK)
         st = gs_comm_create(ctx, tp, &comm);
     if (st != GS_OK) {
@@ -44,10 +40,21 @@ static gs_status make_group(gs_comm *parent, const char *tag, const int *members
     }
     comm->own_tp = true;
     comm->own_ctx = true;
-    gs_log_debug(COLL, "rank %d: sub-communicator %s: rank %d of %d", parent->rank, tag, comm->rank,
-                 comm->size);
     *comm_p = comm;
     return GS_OK;
+}
+
+/* A communicator of parent's ranks members[0..n) named tag. */
+static gs_status make_group(gs_comm *parent, const char *tag, const int *members, int n, gs_comm **comm_p)
+{
+    gs_ctx *ctx = NULL;
+    gs_status st = gs_boot_ctx_group(parent->ctx, tag, members, n, &ctx);
+    if (st == GS_OK)
+        st = gs_coll_group_build(ctx, gs_tp_name(parent->tp), comm_p);
+    if (st == GS_OK)
+        gs_log_debug(COLL, "rank %d: sub-communicator %s: rank %d of %d", parent->rank, tag, (*comm_p)->rank,
+                     (*comm_p)->size);
+    return st;
 }
 
 /* The members of color in split order (key, then parent rank); their count. */

@@ -179,6 +179,29 @@ GS_TEST(a_killed_rank_gives_128_plus_the_signal)
     gs_test_proc_free(&p);
 }
 
+GS_TEST(elastic_a_killed_rank_does_not_stop_the_others)
+{
+    static const char *const args[] = {"-n", "3", "--elastic", NULL};
+    gs_test_proc p;
+    run_sh(&p, args, "if [ $GS_RANK = 1 ]; then kill -9 $$; fi; sleep 0.5; echo done $GS_RANK");
+    gs_test_proc_wait(&p, 20000);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    GS_ASSERT_CONTAINS(p.err, "gsrun: rank 1 was killed by signal 9 (Killed); the others go on (--elastic)");
+    GS_ASSERT_CONTAINS(p.out, "[0] done 0");
+    GS_ASSERT_CONTAINS(p.out, "[2] done 2");
+    gs_test_proc_free(&p);
+    /* a survivor that fails still fails the job; every rank lost too */
+    static const char *const two[] = {"-n", "2", "--elastic", NULL};
+    run_sh(&p, two, "if [ $GS_RANK = 1 ]; then kill -9 $$; fi; sleep 0.3; exit 4");
+    gs_test_proc_wait(&p, 20000);
+    GS_ASSERT_RANK_EXIT(p.status, 4);
+    gs_test_proc_free(&p);
+    run_sh(&p, two, "kill -9 $$");
+    gs_test_proc_wait(&p, 20000);
+    GS_ASSERT_RANK_EXIT(p.status, 137);
+    gs_test_proc_free(&p);
+}
+
 GS_TEST(a_rank_ignoring_sigterm_is_killed_after_the_grace_period)
 {
     static const char *const args[] = {"-n", "2", "--grace-ms", "300", NULL};
