@@ -231,6 +231,7 @@ static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
     vt->dev.link_layer = link_layer;
     vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
     vt->dev.gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
+    vt->dev.pkey = 0xffff;
 }
 
 static gs_verbs_conn_blob good_blob(uint8_t link_layer)
@@ -251,6 +252,7 @@ static gs_verbs_conn_blob good_blob(uint8_t link_layer)
         .rq_depth = 64,
         .ctrl_addr = 0x7f0000001040ull,
         .ctrl_rkey = 0x1234,
+        .pkey = 0xffff,
     };
     GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.1", b.gid), 1);
     return b;
@@ -329,9 +331,13 @@ static void spoil_reserved(gs_verbs_conn_blob *b)
 {
     b->reserved = 1;
 }
+static void spoil_pkey0(gs_verbs_conn_blob *b)
+{
+    b->pkey = 0x8000;
+}
 static void spoil_version(gs_verbs_conn_blob *b)
 {
-    b->version = 2;
+    b->version = 1;
 }
 static void spoil_magic(gs_verbs_conn_blob *b)
 {
@@ -345,25 +351,16 @@ static void spoil_dst(gs_verbs_conn_blob *b)
 GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
 {
     static const blob_case cases[] = {
-        {"link layer neither", spoil_ll},
-        {"MTU code", spoil_mtu},
-        {"MTU code", spoil_mtu0},
-        {"unknown GID type", spoil_gid_type},
-        {"24 bits", spoil_qpn_wide},
-        {"management QPs", spoil_qpn_gsi},
-        {"PSN wider", spoil_psn},
-        {"a LID on an Ethernet", spoil_roce_lid},
-        {"READ/atomic depth", spoil_rd0},
-        {"READ/atomic depth", spoil_rd_big},
-        {"receive depth", spoil_rq0},
-        {"receive depth", spoil_rq_big},
-        {"empty GID", spoil_gid_empty},
-        {"multicast GID", spoil_gid_mcast},
-        {"control slot", spoil_ctrl0},
-        {"control slot", spoil_ctrl_odd},
-        {"reserved bytes", spoil_reserved},
-        {"version 2", spoil_version},
-        {"magic", spoil_magic},
+        {"link layer neither", spoil_ll},   {"MTU code", spoil_mtu},
+        {"MTU code", spoil_mtu0},           {"unknown GID type", spoil_gid_type},
+        {"24 bits", spoil_qpn_wide},        {"management QPs", spoil_qpn_gsi},
+        {"PSN wider", spoil_psn},           {"a LID on an Ethernet", spoil_roce_lid},
+        {"READ/atomic depth", spoil_rd0},   {"READ/atomic depth", spoil_rd_big},
+        {"receive depth", spoil_rq0},       {"receive depth", spoil_rq_big},
+        {"empty GID", spoil_gid_empty},     {"multicast GID", spoil_gid_mcast},
+        {"control slot", spoil_ctrl0},      {"control slot", spoil_ctrl_odd},
+        {"reserved bytes", spoil_reserved}, {"partition key with base 0", spoil_pkey0},
+        {"version 1", spoil_version},       {"magic", spoil_magic},
         {"names 0 -> 2", spoil_dst},
     };
     gs_verbs_tp vt;
@@ -382,6 +379,20 @@ GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
     /* a well-formed blob from the other kind of fabric is a configuration error */
     b = good_blob(IBV_LINK_LAYER_INFINIBAND);
     GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+}
+
+GS_TEST(both_sides_of_a_queue_pair_must_be_in_one_partition)
+{
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    b.pkey = 0x7fff; /* the default partition, limited membership: the same partition */
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    b.pkey = 0x8001;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "partition 0x8001, this rank's in 0xffff");
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_PKEY");
 }
 
 GS_TEST(infiniband_blobs_need_a_unicast_lid_and_may_lack_a_gid)
@@ -426,6 +437,7 @@ GS_TEST(randomly_corrupted_blobs_never_pass_out_of_bounds_values)
         GS_ASSERT(b.rd_atomic >= 1 && b.rd_atomic <= GS_VERBS_RD_ATOMIC_MAX);
         GS_ASSERT(b.rq_depth >= 1 && b.rq_depth <= GS_VERBS_RQ_DEPTH);
         GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved == 0 && b.lid == 0);
+        GS_ASSERT_EQ(b.pkey & 0x7fff, 0x7fff);
         GS_ASSERT(b.ctrl_addr != 0 && (b.ctrl_addr & 7) == 0 && b.gid[0] != 0xff);
     }
     gs_log_level_now = level;

@@ -49,6 +49,7 @@ typedef struct gs_verbs_dev {
     union ibv_gid gid;
     uint32_t gid_type;   /* enum ibv_gid_type */
     uint16_t pkey_index; /* GS_IB_PKEY's entry in the port's table (0 when unset) */
+    uint16_t pkey;       /* the key at that entry (both sides of a QP must be in one partition) */
     /* Soft-RoCE (rxe): its responder runs every request to the end, in order, so a fence
      * adds nothing; and a fenced work request there can stall its queue pair for good
      * (seen on Linux 6.1: READ, READ/FENCE, READ/FENCE never completed nor failed). */

@@ -93,8 +93,13 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
     char seen[160] = "";
     size_t n = 0;
     dev->pkey_index = 0;
-    if (!cfg->ib_pkey[0])
+    dev->pkey = 0xffff; /* the default partition, if the table cannot be read */
+    if (!cfg->ib_pkey[0]) {
+        __be16 raw;
+        if (ibv_query_pkey(dev->ctx, dev->port, 0, &raw) == 0)
+            dev->pkey = ntohs(raw);
         return GS_OK;
+    }
     if (gs_verbs_pkey_parse(cfg->ib_pkey, &want) != GS_OK)
         return GS_ERR_CONFIG;
     for (int i = 0; i < dev->port_attr.pkey_tbl_len && i <= UINT16_MAX; i++) {
@@ -104,6 +109,7 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
         got = ntohs(raw);
         if (got == want) {
             dev->pkey_index = (uint16_t)i;
+            dev->pkey = got;
             return GS_OK;
         }
         if ((got & 0x7fff) == (want & 0x7fff) && base_match == UINT16_MAX)
@@ -117,6 +123,8 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
                     "its entry %u",
                     rank, cfg->ib_pkey, dev->port, base_match);
         dev->pkey_index = base_match;
+        __be16 raw;
+        dev->pkey = ibv_query_pkey(dev->ctx, dev->port, base_match, &raw) == 0 ? ntohs(raw) : want;
         return GS_OK;
     }
     return gs_fail(

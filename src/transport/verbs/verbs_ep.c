@@ -157,6 +157,7 @@ void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verb
         .rq_depth = vt->rq_depth,
         .ctrl_addr = (uint64_t)(uintptr_t)ep->lctrl,
         .ctrl_rkey = vt->ctrl_mr->rkey,
+        .pkey = vt->dev.pkey,
     };
     memcpy(blob->gid, vt->dev.gid.raw, sizeof(blob->gid));
 }
@@ -198,6 +199,8 @@ static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
         return "a multicast GID (ff00::/8) for a reliable connection";
     if (b->ctrl_addr == 0 || (b->ctrl_addr & 7u))
         return "control slot address zero or not 8-byte aligned";
+    if ((b->pkey & 0x7fff) == 0)
+        return "partition key with base 0 (the invalid partition)";
     if (b->reserved != 0)
         return "reserved bytes not zero";
     return NULL;
@@ -225,15 +228,22 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
             GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
             "rank %d: peer rank %d's verbs connection blob is malformed: %s (link layer %u, MTU code "
             "%u, GID type %u, QP %#x, PSN %#x, LID %#x, READ depth %u, %u receives, GID %s, control "
-            "slot %#llx, reserved %#x)",
+            "slot %#llx, partition key %#06x, reserved %#x)",
             rank, peer, wrong, blob->link_layer, blob->mtu, blob->gid_type, blob->qpn, blob->psn, blob->lid,
-            blob->rd_atomic, blob->rq_depth, gid, (unsigned long long)blob->ctrl_addr, blob->reserved);
+            blob->rd_atomic, blob->rq_depth, gid, (unsigned long long)blob->ctrl_addr, blob->pkey,
+            blob->reserved);
     }
     if ((blob->link_layer == IBV_LINK_LAYER_ETHERNET) != (vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
                        "rank %d: peer rank %d's port is %s but this rank's is %s: both need the same fabric",
                        rank, peer, blob->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
                        vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
+    if ((blob->pkey & 0x7fff) != (vt->dev.pkey & 0x7fff))
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "rank %d: peer rank %d's queue pair is in partition %#06x, this rank's in %#06x: packets "
+            "between two partitions are dropped; set the same GS_IB_PKEY on every rank",
+            rank, peer, blob->pkey, vt->dev.pkey);
     if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
         gs_log_warn(VERBS,
                     "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
