@@ -49,20 +49,82 @@ GS_TEST(gid_choice_prefers_routable_roce_v2)
         gid_entry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
         gid_entry(4, NULL, IBV_GID_TYPE_ROCE_V2),
     };
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5), 3);
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3), 2);      /* routable v1 beats link-local v2 */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);      /* only link-local: v2 */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(&e[4], 1), -1); /* empty entries are skipped */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 0), -1);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, NULL), 3);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3, NULL), 2);      /* routable v1 beats link-local v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, NULL), 1);      /* only link-local: v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(&e[4], 1, NULL), -1); /* empty entries are skipped */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 0, NULL), -1);
 }
 
 GS_TEST(gid_choice_takes_the_lowest_index_among_equals)
 {
     struct ibv_gid_entry e[] = {
-        gid_entry(7, "2001:db8::5", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(7, "::ffff:192.168.1.3", IBV_GID_TYPE_ROCE_V2),
         gid_entry(5, "::ffff:192.168.1.2", IBV_GID_TYPE_ROCE_V2),
     };
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, NULL), 1);
+}
+
+static gs_verbs_gid_filter filter_of(const char *family, const char *range)
+{
+    const char *const env[] = {"GS_IB_ADDR_FAMILY", family, "GS_IB_ADDR_RANGE", range, NULL};
+    gs_config cfg;
+    gs_verbs_gid_filter f;
+    config_with(&cfg, env);
+    GS_ASSERT_OK(gs_verbs_gid_filter_parse(&cfg, &f));
+    return f;
+}
+
+GS_TEST(gid_choice_takes_ipv4_first_and_follows_family_and_range)
+{
+    struct ibv_gid_entry e[] = {
+        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(1, "2001:db8::5", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:192.168.1.2", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(3, "::ffff:10.1.2.3", IBV_GID_TYPE_ROCE_V2),
+        gid_entry(4, "::ffff:10.1.2.3", IBV_GID_TYPE_ROCE_V1),
+    };
+    gs_verbs_gid_filter f = filter_of("auto", "");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 2); /* IPv4 before IPv6, then the lowest index */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, &f), 1); /* no IPv4: IPv6 */
+    f = filter_of("AF_INET6", "");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 1);
+    f = filter_of("AF_INET", "");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, &f), -1); /* only that family */
+    f = filter_of("auto", "10.0.0.0/8");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 3); /* RoCE v2 inside the range */
+    f = filter_of("AF_INET", "10.1.2.3/32");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 3);
+    f = filter_of("auto", "192.168.0.0/17");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 2);
+    f = filter_of("auto", "192.168.128.0/17");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), -1);
+    f = filter_of("auto", "2001:db8::/32");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 1);
+    f = filter_of("auto", "0.0.0.0/0"); /* every IPv4 address, no IPv6 one */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, &f), -1);
+}
+
+static void expect_filter_error(const char *family, const char *range, const char *phrase)
+{
+    const char *const env[] = {"GS_IB_ADDR_FAMILY", family, "GS_IB_ADDR_RANGE", range, NULL};
+    gs_config cfg;
+    gs_verbs_gid_filter f;
+    config_with(&cfg, env);
+    GS_ASSERT_STATUS(gs_verbs_gid_filter_parse(&cfg, &f), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), phrase);
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+}
+
+GS_TEST(malformed_address_ranges_are_refused_naming_the_variable)
+{
+    expect_filter_error("auto", "10.0.0.0", "GS_IB_ADDR_RANGE=10.0.0.0 is not");
+    expect_filter_error("auto", "10.0.0.0/33", "expected prefix/len");
+    expect_filter_error("auto", "10.0.0/8", "expected prefix/len");
+    expect_filter_error("auto", "fd00::/129", "expected prefix/len");
+    expect_filter_error("auto", "fd00::/x", "expected prefix/len");
+    expect_filter_error("AF_INET6", "10.0.0.0/8", "an IPv4 range but GS_IB_ADDR_FAMILY asks for AF_INET6");
+    expect_filter_error("AF_INET", "fd00::/8", "an IPv6 range but GS_IB_ADDR_FAMILY asks for AF_INET");
 }
 
 GS_TEST(gid_link_local_detection)
@@ -232,6 +294,8 @@ static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
     vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
     vt->dev.gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
     vt->dev.pkey = 0xffff;
+    if (link_layer == IBV_LINK_LAYER_ETHERNET)
+        GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.2", vt->dev.gid.raw), 1);
 }
 
 static gs_verbs_conn_blob good_blob(uint8_t link_layer)
@@ -379,6 +443,23 @@ GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
     /* a well-formed blob from the other kind of fabric is a configuration error */
     b = good_blob(IBV_LINK_LAYER_INFINIBAND);
     GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+}
+
+GS_TEST(both_sides_must_choose_the_same_gid_type_and_family)
+{
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    GS_ASSERT_EQ(inet_pton(AF_INET6, "2001:db8::1", b.gid), 1);
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "peer rank 0 chose a RoCE v2 IPv6 GID (index 1, 2001:db8::1)");
+    GS_ASSERT_CONTAINS(gs_last_error(), "this rank a RoCE v2 IPv4 GID (index 1, ::ffff:10.77.0.2)");
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_ADDR_FAMILY");
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    b.gid_type = IBV_GID_TYPE_ROCE_V1;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "chose a RoCE v1 IPv4 GID");
 }
 
 GS_TEST(both_sides_of_a_queue_pair_must_be_in_one_partition)

@@ -245,8 +245,19 @@ const char *gs_verbs_kind_refusal(int transport_type, uint8_t link_layer);
 bool gs_verbs_available(const gs_config *cfg);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
 void gs_verbs_dev_close(gs_verbs_dev *dev);
-/* The best entry among n GID entries (automatic choice), or -1 if all are empty. */
-int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n);
+/* What the automatic GID choice may take: GS_IB_ADDR_FAMILY and GS_IB_ADDR_RANGE. */
+typedef struct gs_verbs_gid_filter {
+    int family;         /* AF_INET or AF_INET6: only that family; 0: any, IPv4 first */
+    int prefix_bits;    /* -1: no range; else the GID must share this many leading bits with prefix */
+    uint8_t prefix[16]; /* as a GID: IPv4 ranges as ::ffff:a.b.c.d */
+} gs_verbs_gid_filter;
+/* The filter of cfg, or GS_ERR_CONFIG naming the variable. */
+gs_status gs_verbs_gid_filter_parse(const gs_config *cfg, gs_verbs_gid_filter *f);
+/* AF_INET for an IPv4-mapped GID (::ffff:a.b.c.d), else AF_INET6. */
+int gs_verbs_gid_family(const union ibv_gid *gid);
+/* The best entry among n GID entries that pass the filter (NULL: all do), or -1 if none: routable
+ * beats link-local, then RoCE v2 beats v1, then IPv4 beats IPv6, then the lowest index. */
+int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n, const gs_verbs_gid_filter *f);
 bool gs_verbs_gid_is_link_local(const union ibv_gid *gid);
 void gs_verbs_gid_format(const union ibv_gid *gid, char *buf, size_t cap);
 const char *gs_verbs_gid_type_name(uint32_t type);

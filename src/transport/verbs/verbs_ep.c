@@ -8,6 +8,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -206,6 +207,28 @@ static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
     return NULL;
 }
 
+/* Addressed by GID, both sides must have chosen the same GID type and address family: a RoCE v1 frame or
+ * an IPv6 packet does not reach a queue pair bound to a RoCE v2 IPv4 GID. */
+static gs_status check_same_address_kind(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob)
+{
+    const union ibv_gid *theirs = (const union ibv_gid *)(const void *)blob->gid;
+    int their_family = gs_verbs_gid_family(theirs), our_family = gs_verbs_gid_family(&vt->dev.gid);
+    char their_text[64], our_text[64];
+
+    if (vt->dev.gid_index < 0 || (blob->gid_type == vt->dev.gid_type && their_family == our_family))
+        return GS_OK;
+    gs_verbs_gid_format(theirs, their_text, sizeof(their_text));
+    gs_verbs_gid_format(&vt->dev.gid, our_text, sizeof(our_text));
+    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+                   "rank %d: peer rank %d chose a %s %s GID (index %u, %s), this rank a %s %s GID (index %d, "
+                   "%s): both sides need the same GID type and address family; set GS_IB_ADDR_FAMILY (or "
+                   "GS_IB_GID_INDEX) to the same kind of entry on every host",
+                   vt->base.rank, peer, gs_verbs_gid_type_name(blob->gid_type),
+                   their_family == AF_INET ? "IPv4" : "IPv6", blob->gid_index, their_text,
+                   gs_verbs_gid_type_name(vt->dev.gid_type), our_family == AF_INET ? "IPv4" : "IPv6",
+                   vt->dev.gid_index, our_text);
+}
+
 gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob)
 {
     int rank = vt->base.rank;
@@ -244,13 +267,7 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
             "rank %d: peer rank %d's queue pair is in partition %#06x, this rank's in %#06x: packets "
             "between two partitions are dropped; set the same GS_IB_PKEY on every rank",
             rank, peer, blob->pkey, vt->dev.pkey);
-    if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
-        gs_log_warn(VERBS,
-                    "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
-                    "GS_IB_GID_INDEX type on every host",
-                    rank, peer, gs_verbs_gid_type_name(blob->gid_type),
-                    gs_verbs_gid_type_name(vt->dev.gid_type));
-    return GS_OK;
+    return check_same_address_kind(vt, peer, blob);
 }
 
 static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote, enum ibv_mtu mtu)
