@@ -32,9 +32,9 @@ static void config_with(gs_config *cfg, const char *const *pairs)
     GS_ASSERT_OK(gs_config_parse(cfg, fake_getenv, &env));
 }
 
-static struct ibv_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t type)
+static gs_verbs_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t type)
 {
-    struct ibv_gid_entry e = {.gid_index = index, .port_num = 1, .gid_type = type};
+    gs_verbs_gid_entry e = {.gid_index = index, .port_num = 1, .gid_type = type};
     if (addr)
         GS_ASSERT_EQ(inet_pton(AF_INET6, addr, e.gid.raw), 1);
     return e;
@@ -42,12 +42,12 @@ static struct ibv_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t
 
 GS_TEST(gid_choice_prefers_routable_roce_v2)
 {
-    struct ibv_gid_entry e[] = {
-        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V1),
-        gid_entry(1, "fe80::1", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(2, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1),
-        gid_entry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(4, NULL, IBV_GID_TYPE_ROCE_V2),
+    gs_verbs_gid_entry e[] = {
+        gid_entry(0, "fe80::1", GS_VERBS_GID_TYPE_ROCE_V1),
+        gid_entry(1, "fe80::1", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:10.0.0.7", GS_VERBS_GID_TYPE_ROCE_V1),
+        gid_entry(3, "::ffff:10.0.0.7", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(4, NULL, GS_VERBS_GID_TYPE_ROCE_V2),
     };
     GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, NULL), 3);
     GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3, NULL), 2);      /* routable v1 beats link-local v2 */
@@ -58,9 +58,9 @@ GS_TEST(gid_choice_prefers_routable_roce_v2)
 
 GS_TEST(gid_choice_takes_the_lowest_index_among_equals)
 {
-    struct ibv_gid_entry e[] = {
-        gid_entry(7, "::ffff:192.168.1.3", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(5, "::ffff:192.168.1.2", IBV_GID_TYPE_ROCE_V2),
+    gs_verbs_gid_entry e[] = {
+        gid_entry(7, "::ffff:192.168.1.3", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(5, "::ffff:192.168.1.2", GS_VERBS_GID_TYPE_ROCE_V2),
     };
     GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, NULL), 1);
 }
@@ -77,12 +77,12 @@ static gs_verbs_gid_filter filter_of(const char *family, const char *range)
 
 GS_TEST(gid_choice_takes_ipv4_first_and_follows_family_and_range)
 {
-    struct ibv_gid_entry e[] = {
-        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(1, "2001:db8::5", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(2, "::ffff:192.168.1.2", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(3, "::ffff:10.1.2.3", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(4, "::ffff:10.1.2.3", IBV_GID_TYPE_ROCE_V1),
+    gs_verbs_gid_entry e[] = {
+        gid_entry(0, "fe80::1", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(1, "2001:db8::5", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:192.168.1.2", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(3, "::ffff:10.1.2.3", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(4, "::ffff:10.1.2.3", GS_VERBS_GID_TYPE_ROCE_V1),
     };
     gs_verbs_gid_filter f = filter_of("auto", "");
     GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 2); /* IPv4 before IPv6, then the lowest index */
@@ -129,10 +129,10 @@ GS_TEST(malformed_address_ranges_are_refused_naming_the_variable)
 
 GS_TEST(gid_link_local_detection)
 {
-    struct ibv_gid_entry a = gid_entry(0, "fe80::5054:ff:fe12:3456", IBV_GID_TYPE_ROCE_V2);
-    struct ibv_gid_entry b = gid_entry(0, "::ffff:169.254.3.4", IBV_GID_TYPE_ROCE_V2);
-    struct ibv_gid_entry c = gid_entry(0, "::ffff:10.77.0.1", IBV_GID_TYPE_ROCE_V2);
-    struct ibv_gid_entry d = gid_entry(0, "2001:db8::1", IBV_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry a = gid_entry(0, "fe80::5054:ff:fe12:3456", GS_VERBS_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry b = gid_entry(0, "::ffff:169.254.3.4", GS_VERBS_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry c = gid_entry(0, "::ffff:10.77.0.1", GS_VERBS_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry d = gid_entry(0, "2001:db8::1", GS_VERBS_GID_TYPE_ROCE_V2);
     char text[64];
     GS_ASSERT(gs_verbs_gid_is_link_local(&a.gid));
     GS_ASSERT(gs_verbs_gid_is_link_local(&b.gid));
@@ -292,7 +292,8 @@ static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
     vt->base.size = 2;
     vt->dev.link_layer = link_layer;
     vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
-    vt->dev.gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
+    vt->dev.gid_type =
+        link_layer == IBV_LINK_LAYER_ETHERNET ? GS_VERBS_GID_TYPE_ROCE_V2 : GS_VERBS_GID_TYPE_IB;
     vt->dev.pkey = 0xffff;
     if (link_layer == IBV_LINK_LAYER_ETHERNET)
         GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.2", vt->dev.gid.raw), 1);
@@ -304,7 +305,7 @@ static gs_verbs_conn_blob good_blob(uint8_t link_layer)
         .version = GS_VERBS_PROTO_VERSION,
         .link_layer = link_layer,
         .mtu = IBV_MTU_1024,
-        .gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB,
+        .gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? GS_VERBS_GID_TYPE_ROCE_V2 : GS_VERBS_GID_TYPE_IB,
         .magic = GS_VERBS_CONN_MAGIC,
         .src_rank = 0,
         .dst_rank = 1,
@@ -457,7 +458,7 @@ GS_TEST(both_sides_must_choose_the_same_gid_type_and_family)
     GS_ASSERT_CONTAINS(gs_last_error(), "this rank a RoCE v2 IPv4 GID (index 1, ::ffff:10.77.0.2)");
     GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_ADDR_FAMILY");
     b = good_blob(IBV_LINK_LAYER_ETHERNET);
-    b.gid_type = IBV_GID_TYPE_ROCE_V1;
+    b.gid_type = GS_VERBS_GID_TYPE_ROCE_V1;
     GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
     GS_ASSERT_CONTAINS(gs_last_error(), "chose a RoCE v1 IPv4 GID");
 }
@@ -554,7 +555,7 @@ GS_TEST(device_open_finds_an_active_port_or_says_why_not)
     GS_ASSERT_GT(gs_verbs_mtu_bytes(dev.port_attr.active_mtu), 0);
     if (dev.link_layer == IBV_LINK_LAYER_ETHERNET) {
         GS_ASSERT_GE(dev.gid_index, 0);
-        GS_ASSERT(dev.gid_type == IBV_GID_TYPE_ROCE_V1 || dev.gid_type == IBV_GID_TYPE_ROCE_V2);
+        GS_ASSERT(dev.gid_type == GS_VERBS_GID_TYPE_ROCE_V1 || dev.gid_type == GS_VERBS_GID_TYPE_ROCE_V2);
     }
     gs_verbs_dev_close(&dev);
 }
@@ -563,6 +564,84 @@ static void need_device(void)
 {
     if (device_count() == 0)
         GS_SKIP("no verbs device on this machine (runs in the Soft-RoCE guest: tests/rxe-vm/ci.sh)");
+}
+
+static gs_status open_with(const char *const *env, gs_verbs_dev *dev)
+{
+    gs_config cfg;
+    memset(dev, 0, sizeof(*dev));
+    config_with(&cfg, env);
+    return gs_verbs_dev_open(&cfg, 0, dev);
+}
+
+/* On rxe0 over dummy0 (10.77.0.1/24): link-local IPv6 and 10.77.0.1, each as RoCE v1 and v2. */
+GS_TEST(gid_choice_on_the_device_follows_family_and_range)
+{
+    static const char *const none[] = {NULL};
+    static const char *const v6[] = {"GS_IB_ADDR_FAMILY", "AF_INET6", NULL};
+    static const char *const in_range[] = {"GS_IB_ADDR_RANGE", "10.77.0.0/24", NULL};
+    static const char *const out_of_range[] = {"GS_IB_ADDR_RANGE", "192.168.0.0/16", NULL};
+    gs_verbs_dev dev;
+    int auto_index;
+    need_device();
+    GS_ASSERT_OK(open_with(none, &dev));
+    if (dev.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        gs_verbs_dev_close(&dev);
+        GS_SKIP("not a RoCE port");
+    }
+    GS_ASSERT_EQ(dev.gid_type, GS_VERBS_GID_TYPE_ROCE_V2);
+    GS_ASSERT_EQ(gs_verbs_gid_family(&dev.gid), AF_INET);
+    auto_index = dev.gid_index;
+    gs_verbs_dev_close(&dev);
+    GS_ASSERT_OK(open_with(in_range, &dev));
+    GS_ASSERT_EQ(dev.gid_index, auto_index);
+    gs_verbs_dev_close(&dev);
+    GS_ASSERT_OK(open_with(v6, &dev));
+    GS_ASSERT_EQ(gs_verbs_gid_family(&dev.gid), AF_INET6);
+    GS_ASSERT_EQ(dev.gid_type, GS_VERBS_GID_TYPE_ROCE_V2);
+    GS_ASSERT(dev.gid_index != auto_index);
+    gs_verbs_dev_close(&dev);
+    GS_ASSERT_STATUS(open_with(out_of_range, &dev), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_ADDR_RANGE=192.168.0.0/16");
+    gs_verbs_dev_close(&dev);
+}
+
+/* The sysfs fallback (older rdma-core, or -DGS_IB_COMPAT=ON) reads what ibv_query_gid_ex reads. */
+GS_TEST(gid_entries_from_sysfs_match_the_library)
+{
+    static const char *const none[] = {NULL};
+    gs_verbs_dev dev;
+    int valid = 0;
+    need_device();
+    GS_ASSERT_OK(open_with(none, &dev));
+    printf("libibverbs calls: %s\n", gs_verbs_compat_summary());
+    for (int i = 0; i < dev.port_attr.gid_tbl_len && i < 64; i++) {
+        gs_verbs_gid_entry a, b;
+        int ra = gs_verbs_query_gid(dev.ctx, dev.name, dev.port, dev.link_layer, (uint32_t)i, &a);
+        int rb = gs_verbs_query_gid_sysfs(dev.ctx, "/sys/class/infiniband", dev.name, dev.port,
+                                          dev.link_layer, (uint32_t)i, &b);
+        if (ra != 0)
+            continue;
+        GS_ASSERT_EQ(rb, 0);
+        GS_ASSERT_EQ(memcmp(a.gid.raw, b.gid.raw, 16), 0);
+        GS_ASSERT_EQ(a.gid_type, b.gid_type);
+        GS_ASSERT_EQ(a.gid_index, b.gid_index);
+        GS_ASSERT_EQ(a.ndev_ifindex, b.ndev_ifindex);
+        valid++;
+    }
+    GS_ASSERT_GT(valid, 0);
+    gs_verbs_dev_close(&dev);
+}
+
+GS_TEST(compat_summary_names_the_build)
+{
+#if defined(GS_IB_HAVE_QUERY_GID_EX) && defined(GS_IB_HAVE_QUERY_GID_TABLE) &&                               \
+    defined(GS_IB_HAVE_FORK_STATUS) && defined(GS_IB_HAVE_PORT_FLAGS)
+    GS_ASSERT_STR_EQ(gs_verbs_compat_summary(), "native");
+#else
+    GS_ASSERT_CONTAINS(gs_verbs_compat_summary(), "compat");
+#endif
+    GS_ASSERT(gs_verbs_fork_state() != NULL);
 }
 
 GS_TEST(device_by_unknown_name_is_a_config_error)

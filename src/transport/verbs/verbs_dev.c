@@ -173,9 +173,9 @@ void gs_verbs_gid_format(const union ibv_gid *gid, char *buf, size_t cap)
 const char *gs_verbs_gid_type_name(uint32_t type)
 {
     switch (type) {
-    case IBV_GID_TYPE_IB: return "IB";
-    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
-    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+    case GS_VERBS_GID_TYPE_IB: return "IB";
+    case GS_VERBS_GID_TYPE_ROCE_V1: return "RoCE v1";
+    case GS_VERBS_GID_TYPE_ROCE_V2: return "RoCE v2";
     default: return "unknown type";
     }
 }
@@ -237,19 +237,19 @@ static bool gid_passes(const union ibv_gid *gid, const gs_verbs_gid_filter *f)
 }
 
 /* Routable beats link-local, then RoCE v2 beats v1, then IPv4 beats IPv6 (NCCL's default family). */
-static int gid_score(const struct ibv_gid_entry *e)
+static int gid_score(const gs_verbs_gid_entry *e)
 {
     int score = gs_verbs_gid_is_link_local(&e->gid) ? 0 : 8;
-    if (e->gid_type == IBV_GID_TYPE_ROCE_V2)
+    if (e->gid_type == GS_VERBS_GID_TYPE_ROCE_V2)
         score += 4;
-    else if (e->gid_type == IBV_GID_TYPE_ROCE_V1)
+    else if (e->gid_type == GS_VERBS_GID_TYPE_ROCE_V1)
         score += 2;
     if (gs_verbs_gid_family(&e->gid) == AF_INET)
         score += 1;
     return score;
 }
 
-int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n, const gs_verbs_gid_filter *f)
+int gs_verbs_gid_pick(const gs_verbs_gid_entry *entries, int n, const gs_verbs_gid_filter *f)
 {
     int best = -1, best_score = -1;
     for (int i = 0; i < n; i++) {
@@ -264,32 +264,10 @@ int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n, const gs_verbs
     return best;
 }
 
-/* The valid GID entries of the port: one table query, else one query per index. */
-static int read_gid_entries(gs_verbs_dev *dev, struct ibv_gid_entry *out, int cap)
+static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev, gs_verbs_gid_entry *e)
 {
-    int n = 0;
-    size_t all = (size_t)dev->attr.phys_port_cnt * (size_t)dev->port_attr.gid_tbl_len;
-    struct ibv_gid_entry *table = calloc(all ? all : 1, sizeof(*table));
-    ssize_t got = table ? ibv_query_gid_table(dev->ctx, table, all, 0) : -ENOMEM;
-
-    if (got >= 0) {
-        for (ssize_t i = 0; i < got && n < cap; i++)
-            if (table[i].port_num == dev->port)
-                out[n++] = table[i];
-    } else {
-        gs_log_debug(VERBS, "ibv_query_gid_table on %s: %s; querying entries one by one", dev->name,
-                     strerror((int)-got));
-        for (int i = 0; i < dev->port_attr.gid_tbl_len && n < cap; i++)
-            if (ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)i, &out[n], 0) == 0)
-                n++;
-    }
-    free(table);
-    return n;
-}
-
-static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev, struct ibv_gid_entry *e)
-{
-    int rc = ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)cfg->ib_gid_index, e, 0);
+    int rc =
+        gs_verbs_query_gid(dev->ctx, dev->name, dev->port, dev->link_layer, (uint32_t)cfg->ib_gid_index, e);
     if (rc != 0 || gid_is_empty(&e->gid))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
                        "rank %d: GS_IB_GID_INDEX=%lld: entry of %s port %u is empty or unreadable (%s); "
@@ -299,11 +277,11 @@ static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev,
     return GS_OK;
 }
 
-static gs_status gid_automatic(const gs_config *cfg, int rank, gs_verbs_dev *dev, struct ibv_gid_entry *e)
+static gs_status gid_automatic(const gs_config *cfg, int rank, gs_verbs_dev *dev, gs_verbs_gid_entry *e)
 {
     gs_verbs_gid_filter filter;
     int cap = dev->port_attr.gid_tbl_len > 0 ? dev->port_attr.gid_tbl_len : 1;
-    struct ibv_gid_entry *entries = calloc((size_t)cap, sizeof(*entries));
+    gs_verbs_gid_entry *entries = calloc((size_t)cap, sizeof(*entries));
     gs_status status = GS_OK;
     int n, best;
 
@@ -311,7 +289,8 @@ static gs_status gid_automatic(const gs_config *cfg, int rank, gs_verbs_dev *dev
         return GS_ERR_CONFIG;
     if (!entries)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_NOMEM, "rank %d: no memory for %d GID entries", rank, cap);
-    n = read_gid_entries(dev, entries, cap);
+    n = gs_verbs_read_gids(dev->ctx, dev->name, dev->port, dev->link_layer, dev->port_attr.gid_tbl_len,
+                           entries, cap);
     best = gs_verbs_gid_pick(entries, n, &filter);
     if (best < 0 && gs_verbs_gid_pick(entries, n, NULL) >= 0)
         status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
@@ -337,12 +316,12 @@ static gs_status gid_automatic(const gs_config *cfg, int rank, gs_verbs_dev *dev
  * (IBV_QPF_GRH_REQUIRED in the port's flags). */
 static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *dev)
 {
-    struct ibv_gid_entry e = {0};
+    gs_verbs_gid_entry e = {0};
     char text[64];
     gs_status status;
     bool ib = dev->link_layer != IBV_LINK_LAYER_ETHERNET;
 
-    bool grh_required = ib && (dev->port_attr.flags & IBV_QPF_GRH_REQUIRED);
+    bool grh_required = ib && gs_verbs_port_grh_required(&dev->port_attr);
 
     dev->lid = dev->port_attr.lid;
     dev->gid_index = -1;

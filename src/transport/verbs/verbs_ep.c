@@ -180,7 +180,7 @@ static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
         return "link layer neither InfiniBand nor Ethernet";
     if (gs_verbs_mtu_bytes((enum ibv_mtu)b->mtu) == 0)
         return "MTU code outside 1-5 (256-4096 bytes)";
-    if (b->gid_type > IBV_GID_TYPE_ROCE_V2)
+    if (b->gid_type > GS_VERBS_GID_TYPE_ROCE_V2)
         return "unknown GID type";
     if (b->qpn < 2 || b->qpn > 0xffffff)
         return "QP number outside 2-0xffffff (24 bits; 0 and 1 are the management QPs)";
