@@ -187,12 +187,13 @@ GS_TEST(mtu_helpers)
     GS_ASSERT_EQ(gs_verbs_mtu_min(IBV_MTU_512, IBV_MTU_2048), IBV_MTU_512);
 }
 
+/* The configuration refuses it (so gs_init and gsinfo report it). */
 static void expect_range_error(const char *var, const char *value)
 {
     const char *const env[] = {var, value, NULL};
+    fake_env fake = {env};
     gs_config cfg;
-    config_with(&cfg, env);
-    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_STATUS(gs_config_parse(&cfg, fake_getenv, &fake), GS_ERR_CONFIG);
     GS_ASSERT_CONTAINS(gs_last_error(), var);
 }
 
@@ -202,6 +203,14 @@ GS_TEST(config_ranges_are_checked_naming_the_variable)
     gs_config cfg;
     config_with(&cfg, none);
     GS_ASSERT_OK(gs_verbs_config_check(&cfg));
+    /* the transport checks again a configuration that did not come through the parser */
+    cfg.ib_sl = 16;
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_SL=16");
+    cfg.ib_sl = 0;
+    cfg.ib_timeout = 0;
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_TIMEOUT=0");
     expect_range_error("GS_IB_PORT", "0");
     expect_range_error("GS_IB_TIMEOUT", "32");
     expect_range_error("GS_IB_RETRY_CNT", "8");

@@ -158,7 +158,7 @@ const char *gs_verbs_fork_state(void)
 
 const char *gs_verbs_compat_summary(void)
 {
-#if defined(GS_IB_HAVE_QUERY_GID_EX) && defined(GS_IB_HAVE_QUERY_GID_TABLE) &&                              \
+#if defined(GS_IB_HAVE_QUERY_GID_EX) && defined(GS_IB_HAVE_QUERY_GID_TABLE) &&                               \
     defined(GS_IB_HAVE_FORK_STATUS) && defined(GS_IB_HAVE_PORT_FLAGS)
     return "native";
 #else
