@@ -132,6 +132,7 @@ typedef struct gs_verbs_ep {
     uint64_t imm_sent;         /* WRITE_IMM + SEND posted to the peer */
     uint64_t reposted;         /* receives re-posted for the peer */
     uint64_t credits_returned; /* value of the last credit WRITE to the peer */
+    uint64_t credits_seen;     /* the peer's credit total when last checked (it only grows) */
     uint64_t rctrl_addr;       /* the peer's control slot for us */
     uint32_t rctrl_rkey;
     gs_verbs_ctrl *lctrl; /* our control slot for the peer */
@@ -198,10 +199,13 @@ typedef struct gs_verbs_tp {
     uint64_t port_grace_ns;
     bool qp_events; /* some endpoint has a qp_event to apply */
 
-    /* Control slots, one per rank (ours unused), registered. */
+    /* Control slots, one per rank (ours unused): ctrl_mr registers them all for local access (the lkey
+     * of our own control operations); ctrl_peer_mr[p] registers slot p alone for remote write and read,
+     * and only peer p learns its rkey, so a peer's HCA cannot reach another peer's slot (credits). */
     gs_verbs_ctrl *ctrl;
     size_t ctrl_len;
     struct ibv_mr *ctrl_mr;
+    struct ibv_mr **ctrl_peer_mr; /* [size]; NULL at our own rank */
     /* Receive buffers: rq_depth per peer, GS_SEND_MAX bytes each. */
     uint8_t *rbuf;
     size_t rbuf_len;

@@ -157,7 +157,7 @@ void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verb
         .rd_atomic = vt->rd_atomic,
         .rq_depth = vt->rq_depth,
         .ctrl_addr = (uint64_t)(uintptr_t)ep->lctrl,
-        .ctrl_rkey = vt->ctrl_mr->rkey,
+        .ctrl_rkey = vt->ctrl_peer_mr[ep->base.peer]->rkey,
         .pkey = vt->dev.pkey,
     };
     memcpy(blob->gid, vt->dev.gid.raw, sizeof(blob->gid));

@@ -144,11 +144,22 @@ static gs_status create_regions(gs_verbs_tp *vt)
     status = gs_pages_alloc(vt->ctrl_len, (void **)&vt->ctrl);
     if (status != GS_OK)
         return status;
-    status = gs_verbs_reg_raw(vt, vt->ctrl, vt->ctrl_len,
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-                              "control slots", &vt->ctrl_mr);
+    status =
+        gs_verbs_reg_raw(vt, vt->ctrl, vt->ctrl_len, IBV_ACCESS_LOCAL_WRITE, "control slots", &vt->ctrl_mr);
     if (status != GS_OK)
         return status;
+    vt->ctrl_peer_mr = gs_calloc((size_t)vt->base.size, sizeof(*vt->ctrl_peer_mr));
+    if (!vt->ctrl_peer_mr)
+        return GS_ERR_NOMEM;
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        if (peer == vt->base.rank)
+            continue;
+        status = gs_verbs_reg_raw(vt, &vt->ctrl[peer], sizeof(gs_verbs_ctrl),
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+                                  "a peer's control slot", &vt->ctrl_peer_mr[peer]);
+        if (status != GS_OK)
+            return status;
+    }
     vt->rbuf_len = peers * vt->rq_depth * GS_SEND_MAX;
     status = gs_pages_alloc(vt->rbuf_len, (void **)&vt->rbuf);
     if (status != GS_OK)
@@ -347,6 +358,11 @@ static gs_status verbs_close(gs_tp *tp)
     for (int peer = 0; vt->base.eps && peer < vt->base.size; peer++)
         gs_verbs_ep_destroy(gs_verbs_ep_at(vt, peer));
     gs_verbs_mr_release_all(vt);
+    for (int peer = 0; vt->ctrl_peer_mr && peer < vt->base.size; peer++)
+        if (vt->ctrl_peer_mr[peer] && (rc = ibv_dereg_mr(vt->ctrl_peer_mr[peer])) != 0)
+            gs_log_warn(VERBS, "rank %d: deregistering the control slot of rank %d failed: %s", vt->base.rank,
+                        peer, strerror(rc));
+    free(vt->ctrl_peer_mr);
     if (vt->ctrl_mr && (rc = ibv_dereg_mr(vt->ctrl_mr)) != 0)
         gs_log_warn(VERBS, "rank %d: deregistering the control slots failed: %s", vt->base.rank,
                     strerror(rc));
