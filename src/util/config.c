@@ -189,11 +189,57 @@ static int param_at_offset(size_t offset)
 }
 #define PARAM_OF(field) param_at_offset(offsetof(gs_config, field))
 
+/* The verbs transport's integer settings and their ranges (checked here, built with verbs or not, so
+ * that gsinfo reports them; the transport checks them again at open). */
+static int check_verbs_ranges(gs_config *cfg, gs_config_report_fn report, void *arg)
+{
+    static const struct {
+        size_t offset;
+        int64_t lo, hi;
+        const char *meaning;
+    } ranges[] = {
+        {offsetof(gs_config, ib_port), 1, 255, "a port number 1-255"},
+        {offsetof(gs_config, ib_gid_index), -1, 255, "-1 (automatic) or a GID index 0-255"},
+        {offsetof(gs_config, ib_timeout), -1, 31,
+         "-1 (automatic) or an exponent 1-31 (0, no ack timeout on hardware, is refused)"},
+        {offsetof(gs_config, ib_retry_cnt), 0, 7, "a retry count 0-7"},
+        {offsetof(gs_config, ib_rnr_retry), 0, 7, "a retry count 0-7"},
+        {offsetof(gs_config, ib_rnr_timer), 0, 31, "a timer code 0-31"},
+        {offsetof(gs_config, ib_sl), 0, 15, "a service level 0-15"},
+        {offsetof(gs_config, ib_tc), 0, 255, "a traffic class 0-255 (RoCE v2: DSCP << 2)"},
+    };
+    int problems = 0;
+    for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+        int p = param_at_offset(ranges[i].offset);
+        int64_t v = *(const int64_t *)(const void *)((const char *)cfg + ranges[i].offset);
+        if (v >= ranges[i].lo && v <= ranges[i].hi &&
+            !(ranges[i].offset == offsetof(gs_config, ib_timeout) && v == 0))
+            continue;
+        report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s", params[p].info.var, v,
+                   ranges[i].meaning);
+        problems++;
+    }
+    if (cfg->ib_pkey[0]) {
+        char *end;
+        errno = 0;
+        unsigned long key = strtoul(cfg->ib_pkey, &end, 0);
+        if (errno || end == cfg->ib_pkey || *end || cfg->ib_pkey[0] == '-' || key > 0xffff ||
+            (key & 0x7fff) == 0) {
+            report_bad(cfg, PARAM_OF(ib_pkey), report, arg,
+                       "GS_IB_PKEY='%s' is not valid: expected a partition key 0x0001-0xffff with a nonzero "
+                       "base, e.g. 0x8001",
+                       cfg->ib_pkey);
+            problems++;
+        }
+    }
+    return problems;
+}
+
 /* Values that parse but are out of range; each reported, the default put in
  * its place. Returns how many. */
 static int check_ranges(gs_config *cfg, gs_config_report_fn report, void *arg)
 {
-    int problems = 0;
+    int problems = check_verbs_ranges(cfg, report, arg);
     unsigned mask;
     if (cfg->timeout_ms <= 0) {
         report_bad(cfg, PARAM_OF(timeout_ms), report, arg,

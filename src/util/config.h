@@ -41,6 +41,12 @@
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
     X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL,                                                      \
       "RoCE GID index (-1: automatic, prefers RoCE v2 routable)")                                            \
+    X(ib_addr_family, "GS_IB_ADDR_FAMILY", ENUM, "auto", "auto|AF_INET|AF_INET6",                            \
+      "RoCE GID address family of the automatic choice: auto = IPv4 first, then IPv6 (NCCL's AF_INET "       \
+      "default, with a fallback); AF_INET or AF_INET6: only that family")                                    \
+    X(ib_addr_range, "GS_IB_ADDR_RANGE", STR, "", NULL,                                                      \
+      "RoCE: the automatic GID choice takes only addresses in this prefix/len, e.g. 10.0.0.0/8 or fd00::/8 " \
+      "(like NCCL_IB_ADDR_RANGE)")                                                                           \
     X(ib_timeout, "GS_IB_TIMEOUT", INT, "-1", NULL,                                                          \
       "verbs QP local ack timeout exponent, 1-31 (4.096 us * 2^n; 0, infinite on hardware, is refused); "    \
       "-1: "                                                                                                 \

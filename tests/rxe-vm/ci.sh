@@ -3,6 +3,9 @@
 # (setup.sh), boots it once (run.sh) and runs inside it, against rxe0:
 #   1. the device as the guest sees it (ibv_devinfo),
 #   2. the verbs transport's own tests, whole (test_verbs_local, test_verbs_rc),
+#      and test_verbs_local once more from BUILD_DIR/ib-compat, a build with
+#      -DGS_IB_COMPAT=ON (the fallbacks of newer libibverbs calls: sysfs
+#      gid_attrs instead of ibv_query_gid_ex), made here on the host first,
 #   3. gsperf over verbs (2 ranks, up to 64 KiB: a smoke run, not a benchmark),
 #   4. every test binary that registers verbs cases ("verbs.<case>", as
 #      `GS_TEST_TRANSPORT=verbs BIN --list` shows them on the host), with
@@ -42,6 +45,7 @@ guest_main() { # BUILD_DIR TEST...: the binaries with verbs cases
     for t in "${VERBS_TESTS[@]}"; do
         step "${t#test_}" 300 "tests/$t" || failed=1
     done
+    step verbs_local_compat 300 ib-compat/tests/test_verbs_local || failed=1
     step gsperf 300 tools/gsrun -n 2 --transport verbs -- \
         tools/gsperf --transport verbs --max 65536 --iters 100 || failed=1
     for t in "$@"; do
@@ -121,6 +125,29 @@ if ! env -i "$build/tools/gsinfo" | grep -q '^transports:.* verbs'; then
         "configure the build again (cmake -S . -B $1 -DGS_WITH_VERBS=ON)" >&2
     exit 1
 fi
+# The fallback build: test_verbs_local with -DGS_IB_COMPAT=ON, configured like BUILD_DIR.
+compat_build() { # BUILD_DIR
+    local src type sanitize
+    src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$1/CMakeCache.txt")
+    type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$1/CMakeCache.txt")
+    sanitize=$(sed -n 's/^GS_SANITIZE:[A-Z]*=//p' "$1/CMakeCache.txt")
+    cmake -S "$src" -B "$1/ib-compat" -DCMAKE_BUILD_TYPE="$type" -DGS_SANITIZE="${sanitize:-OFF}" \
+        -DGS_WITH_VERBS=ON -DGS_IB_COMPAT=ON >"$1/ib-compat.log" 2>&1 &&
+        cmake --build "$1/ib-compat" --target test_verbs_local -j"$(nproc)" >>"$1/ib-compat.log" 2>&1 || {
+        echo "rxe-vm ci: the GS_IB_COMPAT=ON build failed:" >&2
+        tail -n 40 "$1/ib-compat.log" >&2
+        return 1
+    }
+    # on the host it runs what needs no device (the device cases skip here, and must pass in the guest)
+    "$1/ib-compat/tests/test_verbs_local" >>"$1/ib-compat.log" 2>&1 || {
+        echo "rxe-vm ci: the GS_IB_COMPAT=ON test_verbs_local failed on the host:" >&2
+        tail -n 40 "$1/ib-compat.log" >&2
+        return 1
+    }
+}
+t0=$(date +%s)
+compat_build "$build"
+echo "== rxe-vm ci: GS_IB_COMPAT=ON build of test_verbs_local: ok in $(($(date +%s) - t0)) s"
 list=$(verbs_test_binaries "$build")
 [ -n "$list" ] || { echo "rxe-vm ci: no test binary in $build/tests registers verbs cases" >&2; exit 1; }
 mapfile -t tests <<<"$list"

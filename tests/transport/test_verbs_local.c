@@ -32,9 +32,9 @@ static void config_with(gs_config *cfg, const char *const *pairs)
     GS_ASSERT_OK(gs_config_parse(cfg, fake_getenv, &env));
 }
 
-static struct ibv_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t type)
+static gs_verbs_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t type)
 {
-    struct ibv_gid_entry e = {.gid_index = index, .port_num = 1, .gid_type = type};
+    gs_verbs_gid_entry e = {.gid_index = index, .port_num = 1, .gid_type = type};
     if (addr)
         GS_ASSERT_EQ(inet_pton(AF_INET6, addr, e.gid.raw), 1);
     return e;
@@ -42,35 +42,97 @@ static struct ibv_gid_entry gid_entry(uint32_t index, const char *addr, uint32_t
 
 GS_TEST(gid_choice_prefers_routable_roce_v2)
 {
-    struct ibv_gid_entry e[] = {
-        gid_entry(0, "fe80::1", IBV_GID_TYPE_ROCE_V1),
-        gid_entry(1, "fe80::1", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(2, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1),
-        gid_entry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(4, NULL, IBV_GID_TYPE_ROCE_V2),
+    gs_verbs_gid_entry e[] = {
+        gid_entry(0, "fe80::1", GS_VERBS_GID_TYPE_ROCE_V1),
+        gid_entry(1, "fe80::1", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:10.0.0.7", GS_VERBS_GID_TYPE_ROCE_V1),
+        gid_entry(3, "::ffff:10.0.0.7", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(4, NULL, GS_VERBS_GID_TYPE_ROCE_V2),
     };
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5), 3);
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3), 2);      /* routable v1 beats link-local v2 */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);      /* only link-local: v2 */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(&e[4], 1), -1); /* empty entries are skipped */
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 0), -1);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, NULL), 3);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 3, NULL), 2);      /* routable v1 beats link-local v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, NULL), 1);      /* only link-local: v2 */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(&e[4], 1, NULL), -1); /* empty entries are skipped */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 0, NULL), -1);
 }
 
 GS_TEST(gid_choice_takes_the_lowest_index_among_equals)
 {
-    struct ibv_gid_entry e[] = {
-        gid_entry(7, "2001:db8::5", IBV_GID_TYPE_ROCE_V2),
-        gid_entry(5, "::ffff:192.168.1.2", IBV_GID_TYPE_ROCE_V2),
+    gs_verbs_gid_entry e[] = {
+        gid_entry(7, "::ffff:192.168.1.3", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(5, "::ffff:192.168.1.2", GS_VERBS_GID_TYPE_ROCE_V2),
     };
-    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2), 1);
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, NULL), 1);
+}
+
+static gs_verbs_gid_filter filter_of(const char *family, const char *range)
+{
+    const char *const env[] = {"GS_IB_ADDR_FAMILY", family, "GS_IB_ADDR_RANGE", range, NULL};
+    gs_config cfg;
+    gs_verbs_gid_filter f;
+    config_with(&cfg, env);
+    GS_ASSERT_OK(gs_verbs_gid_filter_parse(&cfg, &f));
+    return f;
+}
+
+GS_TEST(gid_choice_takes_ipv4_first_and_follows_family_and_range)
+{
+    gs_verbs_gid_entry e[] = {
+        gid_entry(0, "fe80::1", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(1, "2001:db8::5", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(2, "::ffff:192.168.1.2", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(3, "::ffff:10.1.2.3", GS_VERBS_GID_TYPE_ROCE_V2),
+        gid_entry(4, "::ffff:10.1.2.3", GS_VERBS_GID_TYPE_ROCE_V1),
+    };
+    gs_verbs_gid_filter f = filter_of("auto", "");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 2); /* IPv4 before IPv6, then the lowest index */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, &f), 1); /* no IPv4: IPv6 */
+    f = filter_of("AF_INET6", "");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 1);
+    f = filter_of("AF_INET", "");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, &f), -1); /* only that family */
+    f = filter_of("auto", "10.0.0.0/8");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 3); /* RoCE v2 inside the range */
+    f = filter_of("AF_INET", "10.1.2.3/32");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 3);
+    f = filter_of("auto", "192.168.0.0/17");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 2);
+    f = filter_of("auto", "192.168.128.0/17");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), -1);
+    f = filter_of("auto", "2001:db8::/32");
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 5, &f), 1);
+    f = filter_of("auto", "0.0.0.0/0"); /* every IPv4 address, no IPv6 one */
+    GS_ASSERT_EQ(gs_verbs_gid_pick(e, 2, &f), -1);
+}
+
+static void expect_filter_error(const char *family, const char *range, const char *phrase)
+{
+    const char *const env[] = {"GS_IB_ADDR_FAMILY", family, "GS_IB_ADDR_RANGE", range, NULL};
+    gs_config cfg;
+    gs_verbs_gid_filter f;
+    config_with(&cfg, env);
+    GS_ASSERT_STATUS(gs_verbs_gid_filter_parse(&cfg, &f), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), phrase);
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+}
+
+GS_TEST(malformed_address_ranges_are_refused_naming_the_variable)
+{
+    expect_filter_error("auto", "10.0.0.0", "GS_IB_ADDR_RANGE=10.0.0.0 is not");
+    expect_filter_error("auto", "10.0.0.0/33", "expected prefix/len");
+    expect_filter_error("auto", "10.0.0/8", "expected prefix/len");
+    expect_filter_error("auto", "fd00::/129", "expected prefix/len");
+    expect_filter_error("auto", "fd00::/x", "expected prefix/len");
+    expect_filter_error("AF_INET6", "10.0.0.0/8", "an IPv4 range but GS_IB_ADDR_FAMILY asks for AF_INET6");
+    expect_filter_error("AF_INET", "fd00::/8", "an IPv6 range but GS_IB_ADDR_FAMILY asks for AF_INET");
 }
 
 GS_TEST(gid_link_local_detection)
 {
-    struct ibv_gid_entry a = gid_entry(0, "fe80::5054:ff:fe12:3456", IBV_GID_TYPE_ROCE_V2);
-    struct ibv_gid_entry b = gid_entry(0, "::ffff:169.254.3.4", IBV_GID_TYPE_ROCE_V2);
-    struct ibv_gid_entry c = gid_entry(0, "::ffff:10.77.0.1", IBV_GID_TYPE_ROCE_V2);
-    struct ibv_gid_entry d = gid_entry(0, "2001:db8::1", IBV_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry a = gid_entry(0, "fe80::5054:ff:fe12:3456", GS_VERBS_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry b = gid_entry(0, "::ffff:169.254.3.4", GS_VERBS_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry c = gid_entry(0, "::ffff:10.77.0.1", GS_VERBS_GID_TYPE_ROCE_V2);
+    gs_verbs_gid_entry d = gid_entry(0, "2001:db8::1", GS_VERBS_GID_TYPE_ROCE_V2);
     char text[64];
     GS_ASSERT(gs_verbs_gid_is_link_local(&a.gid));
     GS_ASSERT(gs_verbs_gid_is_link_local(&b.gid));
@@ -125,12 +187,13 @@ GS_TEST(mtu_helpers)
     GS_ASSERT_EQ(gs_verbs_mtu_min(IBV_MTU_512, IBV_MTU_2048), IBV_MTU_512);
 }
 
+/* The configuration refuses it (so gs_init and gsinfo report it). */
 static void expect_range_error(const char *var, const char *value)
 {
     const char *const env[] = {var, value, NULL};
+    fake_env fake = {env};
     gs_config cfg;
-    config_with(&cfg, env);
-    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_STATUS(gs_config_parse(&cfg, fake_getenv, &fake), GS_ERR_CONFIG);
     GS_ASSERT_CONTAINS(gs_last_error(), var);
 }
 
@@ -140,6 +203,14 @@ GS_TEST(config_ranges_are_checked_naming_the_variable)
     gs_config cfg;
     config_with(&cfg, none);
     GS_ASSERT_OK(gs_verbs_config_check(&cfg));
+    /* the transport checks again a configuration that did not come through the parser */
+    cfg.ib_sl = 16;
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_SL=16");
+    cfg.ib_sl = 0;
+    cfg.ib_timeout = 0;
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_TIMEOUT=0");
     expect_range_error("GS_IB_PORT", "0");
     expect_range_error("GS_IB_TIMEOUT", "32");
     expect_range_error("GS_IB_RETRY_CNT", "8");
@@ -230,7 +301,11 @@ static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
     vt->base.size = 2;
     vt->dev.link_layer = link_layer;
     vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
-    vt->dev.gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
+    vt->dev.gid_type =
+        link_layer == IBV_LINK_LAYER_ETHERNET ? GS_VERBS_GID_TYPE_ROCE_V2 : GS_VERBS_GID_TYPE_IB;
+    vt->dev.pkey = 0xffff;
+    if (link_layer == IBV_LINK_LAYER_ETHERNET)
+        GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.2", vt->dev.gid.raw), 1);
 }
 
 static gs_verbs_conn_blob good_blob(uint8_t link_layer)
@@ -239,7 +314,7 @@ static gs_verbs_conn_blob good_blob(uint8_t link_layer)
         .version = GS_VERBS_PROTO_VERSION,
         .link_layer = link_layer,
         .mtu = IBV_MTU_1024,
-        .gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB,
+        .gid_type = link_layer == IBV_LINK_LAYER_ETHERNET ? GS_VERBS_GID_TYPE_ROCE_V2 : GS_VERBS_GID_TYPE_IB,
         .magic = GS_VERBS_CONN_MAGIC,
         .src_rank = 0,
         .dst_rank = 1,
@@ -251,6 +326,7 @@ static gs_verbs_conn_blob good_blob(uint8_t link_layer)
         .rq_depth = 64,
         .ctrl_addr = 0x7f0000001040ull,
         .ctrl_rkey = 0x1234,
+        .pkey = 0xffff,
     };
     GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.1", b.gid), 1);
     return b;
@@ -329,9 +405,13 @@ static void spoil_reserved(gs_verbs_conn_blob *b)
 {
     b->reserved = 1;
 }
+static void spoil_pkey0(gs_verbs_conn_blob *b)
+{
+    b->pkey = 0x8000;
+}
 static void spoil_version(gs_verbs_conn_blob *b)
 {
-    b->version = 2;
+    b->version = 1;
 }
 static void spoil_magic(gs_verbs_conn_blob *b)
 {
@@ -345,25 +425,16 @@ static void spoil_dst(gs_verbs_conn_blob *b)
 GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
 {
     static const blob_case cases[] = {
-        {"link layer neither", spoil_ll},
-        {"MTU code", spoil_mtu},
-        {"MTU code", spoil_mtu0},
-        {"unknown GID type", spoil_gid_type},
-        {"24 bits", spoil_qpn_wide},
-        {"management QPs", spoil_qpn_gsi},
-        {"PSN wider", spoil_psn},
-        {"a LID on an Ethernet", spoil_roce_lid},
-        {"READ/atomic depth", spoil_rd0},
-        {"READ/atomic depth", spoil_rd_big},
-        {"receive depth", spoil_rq0},
-        {"receive depth", spoil_rq_big},
-        {"empty GID", spoil_gid_empty},
-        {"multicast GID", spoil_gid_mcast},
-        {"control slot", spoil_ctrl0},
-        {"control slot", spoil_ctrl_odd},
-        {"reserved bytes", spoil_reserved},
-        {"version 2", spoil_version},
-        {"magic", spoil_magic},
+        {"link layer neither", spoil_ll},   {"MTU code", spoil_mtu},
+        {"MTU code", spoil_mtu0},           {"unknown GID type", spoil_gid_type},
+        {"24 bits", spoil_qpn_wide},        {"management QPs", spoil_qpn_gsi},
+        {"PSN wider", spoil_psn},           {"a LID on an Ethernet", spoil_roce_lid},
+        {"READ/atomic depth", spoil_rd0},   {"READ/atomic depth", spoil_rd_big},
+        {"receive depth", spoil_rq0},       {"receive depth", spoil_rq_big},
+        {"empty GID", spoil_gid_empty},     {"multicast GID", spoil_gid_mcast},
+        {"control slot", spoil_ctrl0},      {"control slot", spoil_ctrl_odd},
+        {"reserved bytes", spoil_reserved}, {"partition key with base 0", spoil_pkey0},
+        {"version 1", spoil_version},       {"magic", spoil_magic},
         {"names 0 -> 2", spoil_dst},
     };
     gs_verbs_tp vt;
@@ -382,6 +453,37 @@ GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
     /* a well-formed blob from the other kind of fabric is a configuration error */
     b = good_blob(IBV_LINK_LAYER_INFINIBAND);
     GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+}
+
+GS_TEST(both_sides_must_choose_the_same_gid_type_and_family)
+{
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    GS_ASSERT_EQ(inet_pton(AF_INET6, "2001:db8::1", b.gid), 1);
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "peer rank 0 chose a RoCE v2 IPv6 GID (index 1, 2001:db8::1)");
+    GS_ASSERT_CONTAINS(gs_last_error(), "this rank a RoCE v2 IPv4 GID (index 1, ::ffff:10.77.0.2)");
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_ADDR_FAMILY");
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    b.gid_type = GS_VERBS_GID_TYPE_ROCE_V1;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "chose a RoCE v1 IPv4 GID");
+}
+
+GS_TEST(both_sides_of_a_queue_pair_must_be_in_one_partition)
+{
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    b.pkey = 0x7fff; /* the default partition, limited membership: the same partition */
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    b.pkey = 0x8001;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "partition 0x8001, this rank's in 0xffff");
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_PKEY");
 }
 
 GS_TEST(infiniband_blobs_need_a_unicast_lid_and_may_lack_a_gid)
@@ -426,6 +528,7 @@ GS_TEST(randomly_corrupted_blobs_never_pass_out_of_bounds_values)
         GS_ASSERT(b.rd_atomic >= 1 && b.rd_atomic <= GS_VERBS_RD_ATOMIC_MAX);
         GS_ASSERT(b.rq_depth >= 1 && b.rq_depth <= GS_VERBS_RQ_DEPTH);
         GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved == 0 && b.lid == 0);
+        GS_ASSERT_EQ(b.pkey & 0x7fff, 0x7fff);
         GS_ASSERT(b.ctrl_addr != 0 && (b.ctrl_addr & 7) == 0 && b.gid[0] != 0xff);
     }
     gs_log_level_now = level;
@@ -461,7 +564,7 @@ GS_TEST(device_open_finds_an_active_port_or_says_why_not)
     GS_ASSERT_GT(gs_verbs_mtu_bytes(dev.port_attr.active_mtu), 0);
     if (dev.link_layer == IBV_LINK_LAYER_ETHERNET) {
         GS_ASSERT_GE(dev.gid_index, 0);
-        GS_ASSERT(dev.gid_type == IBV_GID_TYPE_ROCE_V1 || dev.gid_type == IBV_GID_TYPE_ROCE_V2);
+        GS_ASSERT(dev.gid_type == GS_VERBS_GID_TYPE_ROCE_V1 || dev.gid_type == GS_VERBS_GID_TYPE_ROCE_V2);
     }
     gs_verbs_dev_close(&dev);
 }
@@ -470,6 +573,84 @@ static void need_device(void)
 {
     if (device_count() == 0)
         GS_SKIP("no verbs device on this machine (runs in the Soft-RoCE guest: tests/rxe-vm/ci.sh)");
+}
+
+static gs_status open_with(const char *const *env, gs_verbs_dev *dev)
+{
+    gs_config cfg;
+    memset(dev, 0, sizeof(*dev));
+    config_with(&cfg, env);
+    return gs_verbs_dev_open(&cfg, 0, dev);
+}
+
+/* On rxe0 over dummy0 (10.77.0.1/24): link-local IPv6 and 10.77.0.1, each as RoCE v1 and v2. */
+GS_TEST(gid_choice_on_the_device_follows_family_and_range)
+{
+    static const char *const none[] = {NULL};
+    static const char *const v6[] = {"GS_IB_ADDR_FAMILY", "AF_INET6", NULL};
+    static const char *const in_range[] = {"GS_IB_ADDR_RANGE", "10.77.0.0/24", NULL};
+    static const char *const out_of_range[] = {"GS_IB_ADDR_RANGE", "192.168.0.0/16", NULL};
+    gs_verbs_dev dev;
+    int auto_index;
+    need_device();
+    GS_ASSERT_OK(open_with(none, &dev));
+    if (dev.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        gs_verbs_dev_close(&dev);
+        GS_SKIP("not a RoCE port");
+    }
+    GS_ASSERT_EQ(dev.gid_type, GS_VERBS_GID_TYPE_ROCE_V2);
+    GS_ASSERT_EQ(gs_verbs_gid_family(&dev.gid), AF_INET);
+    auto_index = dev.gid_index;
+    gs_verbs_dev_close(&dev);
+    GS_ASSERT_OK(open_with(in_range, &dev));
+    GS_ASSERT_EQ(dev.gid_index, auto_index);
+    gs_verbs_dev_close(&dev);
+    GS_ASSERT_OK(open_with(v6, &dev));
+    GS_ASSERT_EQ(gs_verbs_gid_family(&dev.gid), AF_INET6);
+    GS_ASSERT_EQ(dev.gid_type, GS_VERBS_GID_TYPE_ROCE_V2);
+    GS_ASSERT(dev.gid_index != auto_index);
+    gs_verbs_dev_close(&dev);
+    GS_ASSERT_STATUS(open_with(out_of_range, &dev), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_ADDR_RANGE=192.168.0.0/16");
+    gs_verbs_dev_close(&dev);
+}
+
+/* The sysfs fallback (older rdma-core, or -DGS_IB_COMPAT=ON) reads what ibv_query_gid_ex reads. */
+GS_TEST(gid_entries_from_sysfs_match_the_library)
+{
+    static const char *const none[] = {NULL};
+    gs_verbs_dev dev;
+    int valid = 0;
+    need_device();
+    GS_ASSERT_OK(open_with(none, &dev));
+    printf("libibverbs calls: %s\n", gs_verbs_compat_summary());
+    for (int i = 0; i < dev.port_attr.gid_tbl_len && i < 64; i++) {
+        gs_verbs_gid_entry a, b;
+        int ra = gs_verbs_query_gid(dev.ctx, dev.name, dev.port, dev.link_layer, (uint32_t)i, &a);
+        int rb = gs_verbs_query_gid_sysfs(dev.ctx, "/sys/class/infiniband", dev.name, dev.port,
+                                          dev.link_layer, (uint32_t)i, &b);
+        if (ra != 0)
+            continue;
+        GS_ASSERT_EQ(rb, 0);
+        GS_ASSERT_EQ(memcmp(a.gid.raw, b.gid.raw, 16), 0);
+        GS_ASSERT_EQ(a.gid_type, b.gid_type);
+        GS_ASSERT_EQ(a.gid_index, b.gid_index);
+        GS_ASSERT_EQ(a.ndev_ifindex, b.ndev_ifindex);
+        valid++;
+    }
+    GS_ASSERT_GT(valid, 0);
+    gs_verbs_dev_close(&dev);
+}
+
+GS_TEST(compat_summary_names_the_build)
+{
+#if defined(GS_IB_HAVE_QUERY_GID_EX) && defined(GS_IB_HAVE_QUERY_GID_TABLE) &&                               \
+    defined(GS_IB_HAVE_FORK_STATUS) && defined(GS_IB_HAVE_PORT_FLAGS)
+    GS_ASSERT_STR_EQ(gs_verbs_compat_summary(), "native");
+#else
+    GS_ASSERT_CONTAINS(gs_verbs_compat_summary(), "compat");
+#endif
+    GS_ASSERT(gs_verbs_fork_state() != NULL);
 }
 
 GS_TEST(device_by_unknown_name_is_a_config_error)

@@ -295,6 +295,115 @@ GS_TEST(a_partition_key_the_port_lacks_is_refused_naming_it)
     run(1, foreign_pkey_body, env);
 }
 
+/* ---- per-peer control keys: rank 0's key reaches its own slot at rank 2, not rank 1's ---------- */
+
+#define SLOT_MARK 0x600dc0deull
+
+/* A descriptor of 8 bytes at addr in rank 2's control slots, under the key rank 2 gave rank 0. */
+static gs_rmr ctrl_descriptor(const gs_mr *mr, const gs_verbs_ep *ep, uint64_t addr)
+{
+    gs_rmr r;
+    gs_rmr_head head;
+    gs_mr_pack(mr, &r);
+    memcpy(&head, r.bytes, sizeof(head));
+    head.owner = 2;
+    head.addr = addr;
+    head.len = 8;
+    head.key = ep->rctrl_rkey;
+    head.access = GS_ACCESS_ALL;
+    memcpy(r.bytes, &head, sizeof(head));
+    return r;
+}
+
+static void ctrl_key_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = open_verbs(ctx);
+    gs_mr *mr = NULL;
+    (void)arg;
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    if (rank == 0) {
+        const gs_verbs_ep *ep = (const gs_verbs_ep *)gs_tp_ep(tp, 2);
+        uint64_t *src = gs_mr_addr(mr);
+        /* its own slot (a spare word): allowed */
+        gs_rmr own = ctrl_descriptor(mr, ep, ep->rctrl_addr + offsetof(gs_verbs_ctrl, reserved));
+        /* rank 1's slot, next to it in the same page: another key's */
+        gs_rmr other = ctrl_descriptor(
+            mr, ep, ep->rctrl_addr + sizeof(gs_verbs_ctrl) + offsetof(gs_verbs_ctrl, reserved));
+        gs_wc wc;
+        src[0] = SLOT_MARK;
+        GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 2), src, mr, 8, &own, 0, 1, GS_OP_SIGNALED));
+        wc = wait_for(tp, GS_WC_WRITE, NULL);
+        GS_ASSERT_STATUS(wc.status, GS_OK);
+        GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 2), src, mr, 8, &other, 0, 2, GS_OP_SIGNALED));
+        wc = wait_for(tp, GS_WC_WRITE, NULL);
+        GS_ASSERT_STATUS(wc.status, GS_ERR_REMOTE_ACCESS);
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "ctrlkey.done"));
+    if (rank == 2) {
+        const gs_verbs_tp *vt = (const gs_verbs_tp *)tp;
+        GS_ASSERT_EQ(vt->ctrl[0].reserved[0], SLOT_MARK);
+        GS_ASSERT_EQ(vt->ctrl[1].reserved[0], 0); /* rank 1's slot untouched */
+        GS_ASSERT(vt->ctrl_peer_mr[0]->rkey != vt->ctrl_peer_mr[1]->rkey);
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "ctrlkey.checked"));
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    gs_tp_close(tp); /* rank 0 and 2's connection broke on the access error */
+}
+
+GS_TEST(a_peer_key_reaches_only_that_peers_control_slot)
+{
+    need_device();
+    run(3, ctrl_key_body, NULL);
+}
+
+/* ---- a credit word that exceeds what was sent fails the endpoint -------------------------------- */
+
+static void forged_credit_body(gs_ctx *ctx, int rank, void *arg)
+{
+    gs_tp *tp = open_verbs(ctx);
+    gs_mr *mr = NULL;
+    (void)arg;
+    GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
+    if (rank == 1) { /* writes 10^6 credits into rank 0's slot for it, with the key it was given */
+        const gs_verbs_ep *ep = (const gs_verbs_ep *)gs_tp_ep(tp, 0);
+        uint64_t *src = gs_mr_addr(mr);
+        gs_rmr r;
+        gs_rmr_head head;
+        gs_wc wc;
+        gs_mr_pack(mr, &r);
+        memcpy(&head, r.bytes, sizeof(head));
+        head.owner = 0;
+        head.addr = ep->rctrl_addr + offsetof(gs_verbs_ctrl, credits);
+        head.len = 8;
+        head.key = ep->rctrl_rkey;
+        memcpy(r.bytes, &head, sizeof(head));
+        src[0] = 1000000;
+        GS_ASSERT_OK(gs_ep_write(gs_tp_ep(tp, 0), src, mr, 8, &r, 0, 1, GS_OP_SIGNALED));
+        wc = wait_for(tp, GS_WC_WRITE, NULL);
+        GS_ASSERT_STATUS(wc.status, GS_OK);
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "forged.written"));
+    if (rank == 0) {
+        gs_rmr *all = exchange(ctx, "forged.rmr", mr);
+        GS_ASSERT_STATUS(
+            gs_ep_write_imm(gs_tp_ep(tp, 1), gs_mr_addr(mr), mr, 8, &all[1], 0, 7, 1, GS_OP_SIGNALED),
+            GS_ERR_PROTOCOL);
+        GS_ASSERT_CONTAINS(gs_last_error(), "credit word of rank 1 reads 1000000");
+        free(all);
+    } else {
+        free(exchange(ctx, "forged.rmr", mr));
+    }
+    GS_ASSERT_OK(gs_store_barrier(ctx, "forged.done"));
+    GS_ASSERT_OK(gs_mr_dereg(mr));
+    gs_tp_close(tp);
+}
+
+GS_TEST(credits_beyond_what_was_sent_fail_the_endpoint)
+{
+    need_device();
+    run(2, forged_credit_body, NULL);
+}
+
 /* ---- fence: a WRITE after a READ of the same word ---------------------------------------------- */
 
 static void fence_body(gs_ctx *ctx, int rank, void *arg)

@@ -36,6 +36,22 @@ static inline uint64_t gs_verbs_wr_id(unsigned kind, int peer, uint32_t low)
     return ((uint64_t)kind << 60) | ((uint64_t)(uint32_t)peer << 32) | low;
 }
 
+/* A GID table entry, as rdma-core >= 32 gives it (struct ibv_gid_entry), kept in our own type so that
+ * the transport builds against older libibverbs too (verbs_compat.c fills it there from sysfs). */
+enum {
+    GS_VERBS_GID_TYPE_IB = 0, /* the values of enum ibv_gid_type, also on the wire (the blob) */
+    GS_VERBS_GID_TYPE_ROCE_V1 = 1,
+    GS_VERBS_GID_TYPE_ROCE_V2 = 2,
+};
+
+typedef struct gs_verbs_gid_entry {
+    union ibv_gid gid;
+    uint32_t gid_index;
+    uint32_t port_num;
+    uint32_t gid_type;     /* GS_VERBS_GID_TYPE_* */
+    uint32_t ndev_ifindex; /* the netdev of a RoCE GID, 0 if none or unknown */
+} gs_verbs_gid_entry;
+
 /* The chosen device and port, and what we learned from querying them. */
 typedef struct gs_verbs_dev {
     struct ibv_context *ctx;
@@ -47,8 +63,9 @@ typedef struct gs_verbs_dev {
     uint16_t lid;
     int gid_index; /* -1 on InfiniBand without GRH */
     union ibv_gid gid;
-    uint32_t gid_type;   /* enum ibv_gid_type */
+    uint32_t gid_type;   /* GS_VERBS_GID_TYPE_* */
     uint16_t pkey_index; /* GS_IB_PKEY's entry in the port's table (0 when unset) */
+    uint16_t pkey;       /* the key at that entry (both sides of a QP must be in one partition) */
     /* Soft-RoCE (rxe): its responder runs every request to the end, in order, so a fence
      * adds nothing; and a fenced work request there can stall its queue pair for good
      * (seen on Linux 6.1: READ, READ/FENCE, READ/FENCE never completed nor failed). */
@@ -115,6 +132,7 @@ typedef struct gs_verbs_ep {
     uint64_t imm_sent;         /* WRITE_IMM + SEND posted to the peer */
     uint64_t reposted;         /* receives re-posted for the peer */
     uint64_t credits_returned; /* value of the last credit WRITE to the peer */
+    uint64_t credits_seen;     /* the peer's credit total when last checked (it only grows) */
     uint64_t rctrl_addr;       /* the peer's control slot for us */
     uint32_t rctrl_rkey;
     gs_verbs_ctrl *lctrl; /* our control slot for the peer */
@@ -181,10 +199,13 @@ typedef struct gs_verbs_tp {
     uint64_t port_grace_ns;
     bool qp_events; /* some endpoint has a qp_event to apply */
 
-    /* Control slots, one per rank (ours unused), registered. */
+    /* Control slots, one per rank (ours unused): ctrl_mr registers them all for local access (the lkey
+     * of our own control operations); ctrl_peer_mr[p] registers slot p alone for remote write and read,
+     * and only peer p learns its rkey, so a peer's HCA cannot reach another peer's slot (credits). */
     gs_verbs_ctrl *ctrl;
     size_t ctrl_len;
     struct ibv_mr *ctrl_mr;
+    struct ibv_mr **ctrl_peer_mr; /* [size]; NULL at our own rank */
     /* Receive buffers: rq_depth per peer, GS_SEND_MAX bytes each. */
     uint8_t *rbuf;
     size_t rbuf_len;
@@ -222,6 +243,25 @@ static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
     return vt->rbuf + (size_t)buf * GS_SEND_MAX;
 }
 
+/* verbs_compat.c: libibverbs calls newer than some clusters' rdma-core, with fallbacks (sysfs) where
+ * the configure step did not find them (GS_IB_HAVE_*; -DGS_IB_COMPAT=ON forces the fallbacks). */
+/* One GID entry of device dev_name port port: 0 or an errno (an empty or unreadable entry). */
+int gs_verbs_query_gid(struct ibv_context *ctx, const char *dev_name, uint8_t port, uint8_t link_layer,
+                       uint32_t index, gs_verbs_gid_entry *e);
+/* The same from ibv_query_gid and sysfs gid_attrs (types/N, ndevs/N) whatever libibverbs offers;
+ * sysfs_root is "/sys/class/infiniband" but for tests. */
+int gs_verbs_query_gid_sysfs(struct ibv_context *ctx, const char *sysfs_root, const char *dev_name,
+                             uint8_t port, uint8_t link_layer, uint32_t index, gs_verbs_gid_entry *e);
+/* The valid GID entries of the port (at most cap), in index order. */
+int gs_verbs_read_gids(struct ibv_context *ctx, const char *dev_name, uint8_t port, uint8_t link_layer,
+                       int table_len, gs_verbs_gid_entry *out, int cap);
+/* Whether the port requires a GRH on every packet (IBV_QPF_GRH_REQUIRED; false where unknown). */
+bool gs_verbs_port_grh_required(const struct ibv_port_attr *attr);
+/* One phrase on fork safety after ibv_fork_init. */
+const char *gs_verbs_fork_state(void);
+/* Which libibverbs calls this build uses: "native" or "compat (...)". */
+const char *gs_verbs_compat_summary(void);
+
 /* verbs_dev.c: device, port and GID. */
 gs_status gs_verbs_config_check(const gs_config *cfg);
 /* GS_IB_TIMEOUT=-1 picks at most this exponent (0.54 s a try). */
@@ -244,8 +284,19 @@ const char *gs_verbs_kind_refusal(int transport_type, uint8_t link_layer);
 bool gs_verbs_available(const gs_config *cfg);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
 void gs_verbs_dev_close(gs_verbs_dev *dev);
-/* The best entry among n GID entries (automatic choice), or -1 if all are empty. */
-int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n);
+/* What the automatic GID choice may take: GS_IB_ADDR_FAMILY and GS_IB_ADDR_RANGE. */
+typedef struct gs_verbs_gid_filter {
+    int family;         /* AF_INET or AF_INET6: only that family; 0: any, IPv4 first */
+    int prefix_bits;    /* -1: no range; else the GID must share this many leading bits with prefix */
+    uint8_t prefix[16]; /* as a GID: IPv4 ranges as ::ffff:a.b.c.d */
+} gs_verbs_gid_filter;
+/* The filter of cfg, or GS_ERR_CONFIG naming the variable. */
+gs_status gs_verbs_gid_filter_parse(const gs_config *cfg, gs_verbs_gid_filter *f);
+/* AF_INET for an IPv4-mapped GID (::ffff:a.b.c.d), else AF_INET6. */
+int gs_verbs_gid_family(const union ibv_gid *gid);
+/* The best entry among n GID entries that pass the filter (NULL: all do), or -1 if none: routable
+ * beats link-local, then RoCE v2 beats v1, then IPv4 beats IPv6, then the lowest index. */
+int gs_verbs_gid_pick(const gs_verbs_gid_entry *entries, int n, const gs_verbs_gid_filter *f);
 bool gs_verbs_gid_is_link_local(const union ibv_gid *gid);
 void gs_verbs_gid_format(const union ibv_gid *gid, char *buf, size_t cap);
 const char *gs_verbs_gid_type_name(uint32_t type);

@@ -41,7 +41,10 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
             GS_SUBSYS_VERBS, GS_ERR_CONFIG,
             "GS_IB_TIMEOUT=0 is refused: it means no ack timeout on hardware, so a dead peer would never "
             "be found; use -1 (automatic) or 1-31");
+    gs_verbs_gid_filter filter;
     gs_status st = cfg->ib_pkey[0] ? gs_verbs_pkey_parse(cfg->ib_pkey, NULL) : GS_OK;
+    if (st == GS_OK)
+        st = gs_verbs_gid_filter_parse(cfg, &filter);
     if (st != GS_OK)
         return st;
     if (cfg->ib_retry_cnt == 7)
@@ -93,8 +96,13 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
     char seen[160] = "";
     size_t n = 0;
     dev->pkey_index = 0;
-    if (!cfg->ib_pkey[0])
+    dev->pkey = 0xffff; /* the default partition, if the table cannot be read */
+    if (!cfg->ib_pkey[0]) {
+        __be16 raw;
+        if (ibv_query_pkey(dev->ctx, dev->port, 0, &raw) == 0)
+            dev->pkey = ntohs(raw);
         return GS_OK;
+    }
     if (gs_verbs_pkey_parse(cfg->ib_pkey, &want) != GS_OK)
         return GS_ERR_CONFIG;
     for (int i = 0; i < dev->port_attr.pkey_tbl_len && i <= UINT16_MAX; i++) {
@@ -104,6 +112,7 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
         got = ntohs(raw);
         if (got == want) {
             dev->pkey_index = (uint16_t)i;
+            dev->pkey = got;
             return GS_OK;
         }
         if ((got & 0x7fff) == (want & 0x7fff) && base_match == UINT16_MAX)
@@ -117,6 +126,8 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
                     "its entry %u",
                     rank, cfg->ib_pkey, dev->port, base_match);
         dev->pkey_index = base_match;
+        __be16 raw;
+        dev->pkey = ibv_query_pkey(dev->ctx, dev->port, base_match, &raw) == 0 ? ntohs(raw) : want;
         return GS_OK;
     }
     return gs_fail(
@@ -162,29 +173,87 @@ void gs_verbs_gid_format(const union ibv_gid *gid, char *buf, size_t cap)
 const char *gs_verbs_gid_type_name(uint32_t type)
 {
     switch (type) {
-    case IBV_GID_TYPE_IB: return "IB";
-    case IBV_GID_TYPE_ROCE_V1: return "RoCE v1";
-    case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
+    case GS_VERBS_GID_TYPE_IB: return "IB";
+    case GS_VERBS_GID_TYPE_ROCE_V1: return "RoCE v1";
+    case GS_VERBS_GID_TYPE_ROCE_V2: return "RoCE v2";
     default: return "unknown type";
     }
 }
 
-/* Routable beats link-local, then RoCE v2 beats v1. */
-static int gid_score(const struct ibv_gid_entry *e)
+int gs_verbs_gid_family(const union ibv_gid *gid)
 {
-    int score = gs_verbs_gid_is_link_local(&e->gid) ? 0 : 4;
-    if (e->gid_type == IBV_GID_TYPE_ROCE_V2)
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    return memcmp(gid->raw, v4_mapped, sizeof(v4_mapped)) == 0 ? AF_INET : AF_INET6;
+}
+
+gs_status gs_verbs_gid_filter_parse(const gs_config *cfg, gs_verbs_gid_filter *f)
+{
+    static const int families[] = {0, AF_INET, AF_INET6}; /* GS_IB_ADDR_FAMILY's choices, in order */
+    char addr[GS_CONFIG_STR_MAX], *slash, *end;
+    long bits;
+    int family;
+
+    *f = (gs_verbs_gid_filter){.family = families[cfg->ib_addr_family], .prefix_bits = -1};
+    if (!cfg->ib_addr_range[0])
+        return GS_OK;
+    snprintf(addr, sizeof(addr), "%s", cfg->ib_addr_range);
+    slash = strchr(addr, '/');
+    if (slash)
+        *slash = '\0';
+    family = strchr(addr, ':') ? AF_INET6 : AF_INET;
+    bits = slash ? strtol(slash + 1, &end, 10) : -1;
+    if (!slash || end == slash + 1 || *end || bits < 0 || bits > (family == AF_INET ? 32 : 128) ||
+        inet_pton(family, addr, family == AF_INET ? f->prefix + 12 : f->prefix) != 1)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "GS_IB_ADDR_RANGE=%s is not an address range: expected prefix/len, e.g. 10.0.0.0/8 "
+                       "or fd00::/8",
+                       cfg->ib_addr_range);
+    if (f->family && f->family != family)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "GS_IB_ADDR_RANGE=%s is an %s range but GS_IB_ADDR_FAMILY asks for %s",
+                       cfg->ib_addr_range, family == AF_INET ? "IPv4" : "IPv6",
+                       f->family == AF_INET ? "AF_INET" : "AF_INET6");
+    if (family == AF_INET) {
+        f->prefix[10] = f->prefix[11] = 0xff;
+        bits += 96;
+    }
+    f->family = family;
+    f->prefix_bits = (int)bits;
+    return GS_OK;
+}
+
+static bool gid_passes(const union ibv_gid *gid, const gs_verbs_gid_filter *f)
+{
+    if (!f)
+        return true;
+    if (f->family && gs_verbs_gid_family(gid) != f->family)
+        return false;
+    for (int bit = 0; bit < f->prefix_bits; bit++) {
+        unsigned mask = 0x80u >> (bit % 8);
+        if ((gid->raw[bit / 8] & mask) != (f->prefix[bit / 8] & mask))
+            return false;
+    }
+    return true;
+}
+
+/* Routable beats link-local, then RoCE v2 beats v1, then IPv4 beats IPv6 (NCCL's default family). */
+static int gid_score(const gs_verbs_gid_entry *e)
+{
+    int score = gs_verbs_gid_is_link_local(&e->gid) ? 0 : 8;
+    if (e->gid_type == GS_VERBS_GID_TYPE_ROCE_V2)
+        score += 4;
+    else if (e->gid_type == GS_VERBS_GID_TYPE_ROCE_V1)
         score += 2;
-    else if (e->gid_type == IBV_GID_TYPE_ROCE_V1)
+    if (gs_verbs_gid_family(&e->gid) == AF_INET)
         score += 1;
     return score;
 }
 
-int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n)
+int gs_verbs_gid_pick(const gs_verbs_gid_entry *entries, int n, const gs_verbs_gid_filter *f)
 {
     int best = -1, best_score = -1;
     for (int i = 0; i < n; i++) {
-        if (gid_is_empty(&entries[i].gid))
+        if (gid_is_empty(&entries[i].gid) || !gid_passes(&entries[i].gid, f))
             continue;
         int score = gid_score(&entries[i]);
         if (score > best_score || (score == best_score && entries[i].gid_index < entries[best].gid_index)) {
@@ -195,32 +264,10 @@ int gs_verbs_gid_pick(const struct ibv_gid_entry *entries, int n)
     return best;
 }
 
-/* The valid GID entries of the port: one table query, else one query per index. */
-static int read_gid_entries(gs_verbs_dev *dev, struct ibv_gid_entry *out, int cap)
+static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev, gs_verbs_gid_entry *e)
 {
-    int n = 0;
-    size_t all = (size_t)dev->attr.phys_port_cnt * (size_t)dev->port_attr.gid_tbl_len;
-    struct ibv_gid_entry *table = calloc(all ? all : 1, sizeof(*table));
-    ssize_t got = table ? ibv_query_gid_table(dev->ctx, table, all, 0) : -ENOMEM;
-
-    if (got >= 0) {
-        for (ssize_t i = 0; i < got && n < cap; i++)
-            if (table[i].port_num == dev->port)
-                out[n++] = table[i];
-    } else {
-        gs_log_debug(VERBS, "ibv_query_gid_table on %s: %s; querying entries one by one", dev->name,
-                     strerror((int)-got));
-        for (int i = 0; i < dev->port_attr.gid_tbl_len && n < cap; i++)
-            if (ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)i, &out[n], 0) == 0)
-                n++;
-    }
-    free(table);
-    return n;
-}
-
-static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev, struct ibv_gid_entry *e)
-{
-    int rc = ibv_query_gid_ex(dev->ctx, dev->port, (uint32_t)cfg->ib_gid_index, e, 0);
+    int rc =
+        gs_verbs_query_gid(dev->ctx, dev->name, dev->port, dev->link_layer, (uint32_t)cfg->ib_gid_index, e);
     if (rc != 0 || gid_is_empty(&e->gid))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
                        "rank %d: GS_IB_GID_INDEX=%lld: entry of %s port %u is empty or unreadable (%s); "
@@ -230,18 +277,31 @@ static gs_status gid_explicit(const gs_config *cfg, int rank, gs_verbs_dev *dev,
     return GS_OK;
 }
 
-static gs_status gid_automatic(int rank, gs_verbs_dev *dev, struct ibv_gid_entry *e)
+static gs_status gid_automatic(const gs_config *cfg, int rank, gs_verbs_dev *dev, gs_verbs_gid_entry *e)
 {
+    gs_verbs_gid_filter filter;
     int cap = dev->port_attr.gid_tbl_len > 0 ? dev->port_attr.gid_tbl_len : 1;
-    struct ibv_gid_entry *entries = calloc((size_t)cap, sizeof(*entries));
+    gs_verbs_gid_entry *entries = calloc((size_t)cap, sizeof(*entries));
     gs_status status = GS_OK;
     int n, best;
 
+    if (gs_verbs_gid_filter_parse(cfg, &filter) != GS_OK)
+        return GS_ERR_CONFIG;
     if (!entries)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_NOMEM, "rank %d: no memory for %d GID entries", rank, cap);
-    n = read_gid_entries(dev, entries, cap);
-    best = gs_verbs_gid_pick(entries, n);
-    if (best < 0)
+    n = gs_verbs_read_gids(dev->ctx, dev->name, dev->port, dev->link_layer, dev->port_attr.gid_tbl_len,
+                           entries, cap);
+    best = gs_verbs_gid_pick(entries, n, &filter);
+    if (best < 0 && gs_verbs_gid_pick(entries, n, NULL) >= 0)
+        status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                         "rank %d: no GID of %s port %u matches GS_IB_ADDR_FAMILY=%s GS_IB_ADDR_RANGE=%s (%d "
+                         "entries; list them with `ibv_devinfo -v -d %s`): widen the range or unset them",
+                         rank, dev->name, dev->port,
+                         filter.family == AF_INET    ? "AF_INET"
+                         : filter.family == AF_INET6 ? "AF_INET6"
+                                                     : "auto",
+                         cfg->ib_addr_range[0] ? cfg->ib_addr_range : "(unset)", n, dev->name);
+    else if (best < 0)
         status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
                          "rank %d: %s port %u has no usable GID (%d entries, all empty): give its network "
                          "interface an IP address, or set GS_IB_GID_INDEX",
@@ -252,17 +312,23 @@ static gs_status gid_automatic(int rank, gs_verbs_dev *dev, struct ibv_gid_entry
     return status;
 }
 
-/* RoCE needs a GID (and InfiniBand uses one when GS_IB_GID_INDEX asks for a GRH). */
+/* RoCE needs a GID; InfiniBand uses one when GS_IB_GID_INDEX asks for a GRH or the port requires one
+ * (IBV_QPF_GRH_REQUIRED in the port's flags). */
 static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *dev)
 {
-    struct ibv_gid_entry e = {0};
+    gs_verbs_gid_entry e = {0};
     char text[64];
     gs_status status;
     bool ib = dev->link_layer != IBV_LINK_LAYER_ETHERNET;
 
+    bool grh_required = ib && gs_verbs_port_grh_required(&dev->port_attr);
+
     dev->lid = dev->port_attr.lid;
     dev->gid_index = -1;
-    if (ib && cfg->ib_gid_index < 0) {
+    if (grh_required && cfg->ib_gid_index < 0)
+        gs_log_info(VERBS, "rank %d: InfiniBand port %s:%u requires a GRH: addressing peers by GID", rank,
+                    dev->name, dev->port);
+    if (ib && cfg->ib_gid_index < 0 && !grh_required) {
         if (dev->lid == 0)
             return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
                            "rank %d: InfiniBand port %s:%u has no LID: is a subnet manager (opensm) running?",
@@ -270,7 +336,7 @@ static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *de
         gs_log_info(VERBS, "rank %d: %s port %u InfiniBand, LID %u", rank, dev->name, dev->port, dev->lid);
         return GS_OK;
     }
-    status = cfg->ib_gid_index >= 0 ? gid_explicit(cfg, rank, dev, &e) : gid_automatic(rank, dev, &e);
+    status = cfg->ib_gid_index >= 0 ? gid_explicit(cfg, rank, dev, &e) : gid_automatic(cfg, rank, dev, &e);
     if (status != GS_OK)
         return status;
     dev->gid_index = (int)e.gid_index;
@@ -281,7 +347,7 @@ static gs_status choose_address(const gs_config *cfg, int rank, gs_verbs_dev *de
                 dev->gid_index, gs_verbs_gid_type_name(dev->gid_type), text,
                 gs_verbs_gid_is_link_local(&dev->gid) ? ", link-local" : "",
                 cfg->ib_gid_index >= 0 ? " from GS_IB_GID_INDEX" : " chosen automatically");
-    if (gs_verbs_gid_is_link_local(&dev->gid))
+    if (!ib && gs_verbs_gid_is_link_local(&dev->gid))
         gs_log_warn(VERBS,
                     "rank %d: only a link-local GID on %s port %u: peers on other subnets cannot be reached",
                     rank, dev->name, dev->port);

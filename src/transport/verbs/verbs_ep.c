@@ -8,6 +8,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -156,7 +157,8 @@ void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verb
         .rd_atomic = vt->rd_atomic,
         .rq_depth = vt->rq_depth,
         .ctrl_addr = (uint64_t)(uintptr_t)ep->lctrl,
-        .ctrl_rkey = vt->ctrl_mr->rkey,
+        .ctrl_rkey = vt->ctrl_peer_mr[ep->base.peer]->rkey,
+        .pkey = vt->dev.pkey,
     };
     memcpy(blob->gid, vt->dev.gid.raw, sizeof(blob->gid));
 }
@@ -178,7 +180,7 @@ static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
         return "link layer neither InfiniBand nor Ethernet";
     if (gs_verbs_mtu_bytes((enum ibv_mtu)b->mtu) == 0)
         return "MTU code outside 1-5 (256-4096 bytes)";
-    if (b->gid_type > IBV_GID_TYPE_ROCE_V2)
+    if (b->gid_type > GS_VERBS_GID_TYPE_ROCE_V2)
         return "unknown GID type";
     if (b->qpn < 2 || b->qpn > 0xffffff)
         return "QP number outside 2-0xffffff (24 bits; 0 and 1 are the management QPs)";
@@ -198,9 +200,33 @@ static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
         return "a multicast GID (ff00::/8) for a reliable connection";
     if (b->ctrl_addr == 0 || (b->ctrl_addr & 7u))
         return "control slot address zero or not 8-byte aligned";
+    if ((b->pkey & 0x7fff) == 0)
+        return "partition key with base 0 (the invalid partition)";
     if (b->reserved != 0)
         return "reserved bytes not zero";
     return NULL;
+}
+
+/* Addressed by GID, both sides must have chosen the same GID type and address family: a RoCE v1 frame or
+ * an IPv6 packet does not reach a queue pair bound to a RoCE v2 IPv4 GID. */
+static gs_status check_same_address_kind(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob)
+{
+    const union ibv_gid *theirs = (const union ibv_gid *)(const void *)blob->gid;
+    int their_family = gs_verbs_gid_family(theirs), our_family = gs_verbs_gid_family(&vt->dev.gid);
+    char their_text[64], our_text[64];
+
+    if (vt->dev.gid_index < 0 || (blob->gid_type == vt->dev.gid_type && their_family == our_family))
+        return GS_OK;
+    gs_verbs_gid_format(theirs, their_text, sizeof(their_text));
+    gs_verbs_gid_format(&vt->dev.gid, our_text, sizeof(our_text));
+    return gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
+                   "rank %d: peer rank %d chose a %s %s GID (index %u, %s), this rank a %s %s GID (index %d, "
+                   "%s): both sides need the same GID type and address family; set GS_IB_ADDR_FAMILY (or "
+                   "GS_IB_GID_INDEX) to the same kind of entry on every host",
+                   vt->base.rank, peer, gs_verbs_gid_type_name(blob->gid_type),
+                   their_family == AF_INET ? "IPv4" : "IPv6", blob->gid_index, their_text,
+                   gs_verbs_gid_type_name(vt->dev.gid_type), our_family == AF_INET ? "IPv4" : "IPv6",
+                   vt->dev.gid_index, our_text);
 }
 
 gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs_conn_blob *blob)
@@ -225,22 +251,23 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
             GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
             "rank %d: peer rank %d's verbs connection blob is malformed: %s (link layer %u, MTU code "
             "%u, GID type %u, QP %#x, PSN %#x, LID %#x, READ depth %u, %u receives, GID %s, control "
-            "slot %#llx, reserved %#x)",
+            "slot %#llx, partition key %#06x, reserved %#x)",
             rank, peer, wrong, blob->link_layer, blob->mtu, blob->gid_type, blob->qpn, blob->psn, blob->lid,
-            blob->rd_atomic, blob->rq_depth, gid, (unsigned long long)blob->ctrl_addr, blob->reserved);
+            blob->rd_atomic, blob->rq_depth, gid, (unsigned long long)blob->ctrl_addr, blob->pkey,
+            blob->reserved);
     }
     if ((blob->link_layer == IBV_LINK_LAYER_ETHERNET) != (vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
                        "rank %d: peer rank %d's port is %s but this rank's is %s: both need the same fabric",
                        rank, peer, blob->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
                        vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
-    if (vt->dev.gid_index >= 0 && blob->gid_type != vt->dev.gid_type)
-        gs_log_warn(VERBS,
-                    "rank %d: peer rank %d uses a %s GID, this rank %s: packets may not reach; set the same "
-                    "GS_IB_GID_INDEX type on every host",
-                    rank, peer, gs_verbs_gid_type_name(blob->gid_type),
-                    gs_verbs_gid_type_name(vt->dev.gid_type));
-    return GS_OK;
+    if ((blob->pkey & 0x7fff) != (vt->dev.pkey & 0x7fff))
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "rank %d: peer rank %d's queue pair is in partition %#06x, this rank's in %#06x: packets "
+            "between two partitions are dropped; set the same GS_IB_PKEY on every rank",
+            rank, peer, blob->pkey, vt->dev.pkey);
+    return check_same_address_kind(vt, peer, blob);
 }
 
 static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote, enum ibv_mtu mtu)

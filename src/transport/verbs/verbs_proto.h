@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GS_VERBS_PROTO_VERSION 1
+#define GS_VERBS_PROTO_VERSION 2           /* 2: the partition key */
 #define GS_VERBS_CONN_MAGIC    0x53565347u /* "GSVS" */
 
 /*
@@ -35,13 +35,15 @@ typedef struct gs_verbs_conn_blob {
     uint8_t gid[16];    /* RoCE: the address; InfiniBand: the port GID */
     uint64_t ctrl_addr; /* src's control slot for dst (struct gs_verbs_ctrl) */
     uint32_t ctrl_rkey;
-    uint32_t reserved; /* zero */
+    uint16_t pkey;     /* the partition key src's queue pair uses (membership bit included) */
+    uint16_t reserved; /* zero */
 } gs_verbs_conn_blob;
 
 _Static_assert(offsetof(gs_verbs_conn_blob, version) == 0, "version byte first");
 _Static_assert(offsetof(gs_verbs_conn_blob, qpn) == 16, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, gid) == 32, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, ctrl_addr) == 48, "blob layout");
+_Static_assert(offsetof(gs_verbs_conn_blob, pkey) == 60, "blob layout");
 _Static_assert(sizeof(gs_verbs_conn_blob) == 64, "blob size");
 
 /*

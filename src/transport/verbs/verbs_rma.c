@@ -55,6 +55,24 @@ static uint64_t credits_available(const gs_verbs_ep *ep)
     return limit > ep->imm_sent ? limit - ep->imm_sent : 0;
 }
 
+/* The peer's credit total can only count receives it consumed, so never exceeds what we sent: a larger
+ * value (or one that went back) was not written by the peer's transport. Fails the endpoint then. */
+static bool credits_forged(gs_verbs_ep *ep)
+{
+    uint64_t returned = __atomic_load_n(&ep->lctrl->credits, __ATOMIC_ACQUIRE);
+    if (returned <= ep->imm_sent && returned >= ep->credits_seen) {
+        ep->credits_seen = returned;
+        return false;
+    }
+    snprintf(ep->why, sizeof(ep->why),
+             "rank %d: the credit word of rank %d reads %llu after %llu, but this rank sent it only %llu "
+             "WRITE_IMM/SEND: written by something other than that rank's transport",
+             ep->base.tp->rank, ep->base.peer, (unsigned long long)returned,
+             (unsigned long long)ep->credits_seen, (unsigned long long)ep->imm_sent);
+    gs_verbs_ep_fail(ep, GS_ERR_PROTOCOL, UINT64_MAX);
+    return true;
+}
+
 static bool sq_has_room(const gs_verbs_ep *ep, uint32_t n)
 {
     const gs_verbs_tp *vt = (const gs_verbs_tp *)ep->base.tp;
@@ -288,6 +306,8 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_INVALID,
                        "rank %d: %s of %zu bytes to peer rank %d: more than %u x %u bytes", vt->base.rank,
                        op->name, op->len, ep->base.peer, GS_VERBS_CHAIN_MAX - 1, vt->max_msg);
+    if (consumes_receive(op->opcode) && credits_forged(ep))
+        return gs_verbs_ep_usable(ep, op->name);
     if (consumes_receive(op->opcode) && credits_available(ep) == 0) {
         gs_verbs_progress(vt);
         if (credits_available(ep) == 0)

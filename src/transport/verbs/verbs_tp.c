@@ -30,10 +30,7 @@ static gs_status fork_setup(const gs_config *cfg, int rank)
             "rank %d: ibv_fork_init failed: %s (GS_IB_FORK_SAFE=1 must take effect before any other "
             "verbs call of the process)",
             rank, strerror(rc));
-    gs_log_info(VERBS, "rank %d: fork safety: %s", rank,
-                ibv_is_fork_initialized() == IBV_FORK_UNNEEDED
-                    ? "the kernel copies pinned pages on fork, nothing to do"
-                    : "registered memory is excluded from children (MADV_DONTFORK)");
+    gs_log_info(VERBS, "rank %d: fork safety: %s", rank, gs_verbs_fork_state());
     return GS_OK;
 }
 
@@ -147,11 +144,22 @@ static gs_status create_regions(gs_verbs_tp *vt)
     status = gs_pages_alloc(vt->ctrl_len, (void **)&vt->ctrl);
     if (status != GS_OK)
         return status;
-    status = gs_verbs_reg_raw(vt, vt->ctrl, vt->ctrl_len,
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-                              "control slots", &vt->ctrl_mr);
+    status =
+        gs_verbs_reg_raw(vt, vt->ctrl, vt->ctrl_len, IBV_ACCESS_LOCAL_WRITE, "control slots", &vt->ctrl_mr);
     if (status != GS_OK)
         return status;
+    vt->ctrl_peer_mr = gs_calloc((size_t)vt->base.size, sizeof(*vt->ctrl_peer_mr));
+    if (!vt->ctrl_peer_mr)
+        return GS_ERR_NOMEM;
+    for (int peer = 0; peer < vt->base.size; peer++) {
+        if (peer == vt->base.rank)
+            continue;
+        status = gs_verbs_reg_raw(vt, &vt->ctrl[peer], sizeof(gs_verbs_ctrl),
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+                                  "a peer's control slot", &vt->ctrl_peer_mr[peer]);
+        if (status != GS_OK)
+            return status;
+    }
     vt->rbuf_len = peers * vt->rq_depth * GS_SEND_MAX;
     status = gs_pages_alloc(vt->rbuf_len, (void **)&vt->rbuf);
     if (status != GS_OK)
@@ -350,6 +358,11 @@ static gs_status verbs_close(gs_tp *tp)
     for (int peer = 0; vt->base.eps && peer < vt->base.size; peer++)
         gs_verbs_ep_destroy(gs_verbs_ep_at(vt, peer));
     gs_verbs_mr_release_all(vt);
+    for (int peer = 0; vt->ctrl_peer_mr && peer < vt->base.size; peer++)
+        if (vt->ctrl_peer_mr[peer] && (rc = ibv_dereg_mr(vt->ctrl_peer_mr[peer])) != 0)
+            gs_log_warn(VERBS, "rank %d: deregistering the control slot of rank %d failed: %s", vt->base.rank,
+                        peer, strerror(rc));
+    free(vt->ctrl_peer_mr);
     if (vt->ctrl_mr && (rc = ibv_dereg_mr(vt->ctrl_mr)) != 0)
         gs_log_warn(VERBS, "rank %d: deregistering the control slots failed: %s", vt->base.rank,
                     strerror(rc));
@@ -422,8 +435,11 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         return status;
     }
     vt->up = true;
-    gs_log_info(VERBS, "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes",
-                ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline);
+    gs_log_info(VERBS,
+                "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes; "
+                "libibverbs calls: %s",
+                ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline,
+                gs_verbs_compat_summary());
     *tp_p = &vt->base;
     return GS_OK;
 }
@@ -455,11 +471,11 @@ static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
     snprintf(
         buf, cap,
         "verbs (device %s port %u, %s, LID %u, GID[%d] %s%s, active MTU %d, SL %lld, traffic class %lld, "
-        "pkey index %u, GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld)",
+        "pkey %#06x (index %u), GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld)",
         d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
-        d->gid_index, gid, d->gid_type == IBV_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
-        128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_sl, (long long)tp->cfg->ib_tc, d->pkey_index,
-        (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt);
+        d->gid_index, gid, d->gid_type == GS_VERBS_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
+        128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_sl, (long long)tp->cfg->ib_tc, d->pkey,
+        d->pkey_index, (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt);
 }
 
 const gs_tp_ops gs_verbs_ops = {
