@@ -33,7 +33,7 @@
  */
 #include "gradsync.h"
 
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/config.h"

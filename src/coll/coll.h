@@ -25,7 +25,6 @@
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
- *   reduce.c    reduction kernels
  *
  * An algorithm is a schedule: given the call and a cursor it names the next
  * step (gs_prim); the engine runs steps in order, each one when its message
@@ -37,7 +36,7 @@
 
 #include "coll/coll_proto.h"
 #include "coll/p2p.h"
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "gradsync.h"
 #include "util/config.h"
 #include "util/req.h"

@@ -3,7 +3,7 @@
  * format is ps_proto.h's). Knows files and shards, not the transport. */
 #include "ps/ckpt.h"
 
-#include "ps/crc32c.h"
+#include "util/crc32c.h"
 #include "ps/optim.h"
 #include "util/alloc.h"
 #include "util/log.h"

@@ -1,8 +1,8 @@
 /*
  * The parameter server's internal objects and the functions its files share.
  * It reaches the other ranks through the transport's ops and capabilities
- * only, and borrows nothing of the collectives but their reduction kernels
- * (coll/reduce.h).
+ * only, and borrows nothing of the collectives; the reduction kernels it
+ * shares with them live below both (kernel/reduce.h).
  *
  *   ps.c          parameters, roles, create/destroy, the control region
  *   register.c    collective registration of keys: regions, descriptors, init

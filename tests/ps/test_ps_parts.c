@@ -2,7 +2,7 @@
  * fixed-point conversion, CRC-32C, checkpoint files, formats. */
 #include "gs_test.h"
 #include "ps/ckpt.h"
-#include "ps/crc32c.h"
+#include "util/crc32c.h"
 #include "ps/fixed.h"
 #include "ps/optim.h"
 #include "ps/plan.h"

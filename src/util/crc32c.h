@@ -1,7 +1,7 @@
 /* CRC-32C (Castagnoli), as used by iSCSI, ext4 and RocksDB: the SSE4.2
  * instruction where the CPU has it, a table otherwise (same results). */
-#ifndef GS_PS_CRC32C_H
-#define GS_PS_CRC32C_H
+#ifndef GS_UTIL_CRC32C_H
+#define GS_UTIL_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

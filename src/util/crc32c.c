@@ -1,7 +1,7 @@
 /* CRC-32C for the checkpoint files: the SSE4.2 instruction where the CPU
  * has it, a table built once otherwise, the same results (crc32c.h). Knows
  * nothing of the parameter server beyond being used by it. */
-#include "ps/crc32c.h"
+#include "util/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>
