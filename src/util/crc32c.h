@@ -7,8 +7,8 @@
 #include <stdint.h>
 
 /* Continues crc (0 to start) over len bytes. */
-uint32_t gs_ps_crc32c(uint32_t crc, const void *data, size_t len);
+uint32_t gs_crc32c(uint32_t crc, const void *data, size_t len);
 /* The table version alone (for tests comparing the two). */
-uint32_t gs_ps_crc32c_table(uint32_t crc, const void *data, size_t len);
+uint32_t gs_crc32c_table(uint32_t crc, const void *data, size_t len);
 
 #endif
