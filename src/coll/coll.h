@@ -23,8 +23,17 @@
  *   pairwise.c  every newer collective over messages: per peer, a block each way
  *   blocks.c    what each newer collective sends to and receives from each peer
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
+ *   box.h       the boxes' layout, shared by box.c and tiny.c
+ *   parts.c     allreduce by parts over the boxes (large allreduces on one host)
+ *   tiny.c      the tiny path: 2-rank allreduce of at most 256 B, or barrier, over the boxes
+ *   zcopy.c     over tcp, large calls' send mode: copied or by reference (GS_OP_ZCOPY)
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
+ *   p2p.h       point-to-point's objects, shared with comm.c and engine.c
+ *   summary.c   the init summary rank 0 prints at GS_LOG_LEVEL=info
+ *   trace.c     GS_TRACE events of the collectives
+ *   coll_proto.h  the wire format, all in one place
+ *   coll.h      this file: the objects and functions the files share
  *
  * An algorithm is a schedule: given the call and a cursor it names the next
  * step (gs_prim); the engine runs steps in order, each one when its message
