@@ -29,7 +29,7 @@
  *   zcopy.c     over tcp, large calls' send mode: copied or by reference (GS_OP_ZCOPY)
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
- *   p2p.h       point-to-point's objects, shared with comm.c and engine.c
+ *   p2p.h       point-to-point's objects and calls (p2p.c's interface)
  *   summary.c   the init summary rank 0 prints at GS_LOG_LEVEL=info
  *   trace.c     GS_TRACE events of the collectives
  *   coll_proto.h  the wire format, all in one place
