@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RECOVERY_TP_BASE 0x10000u /* ctx->tp_next of recovery G: G * this + 256 * ns */
+#define RECOVERY_TP_BASE 0x10000u /* transport open count of recovery G: G * this + 256 * ns */
 
 /* ---- moving the state onto a new transport ------------------------------------------------ */
 
@@ -132,7 +132,7 @@ static gs_status new_transport(gs_ps *ps, bool restarted)
     gs_tp *old = ps->tp, *tp = NULL;
     gs_ps_tx *tx = ps->is_server ? &ps->srv.tx : &ps->wrk.tx;
     gs_status st;
-    ps->ctx->tp_next = RECOVERY_TP_BASE * ps->gen + 0x100u * (ps->ns & 0xffu);
+    gs_boot_tp_count_set(ps->ctx, RECOVERY_TP_BASE * ps->gen + 0x100u * (ps->ns & 0xffu));
     st = gs_tp_open(ps->ctx, ps->transport, &tp);
     if (st != GS_OK)
         return st;
