@@ -733,6 +733,15 @@ void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t ch
  * 64 KiB and 1 MiB, docs/collectives.md). */
 #define GS_BOX_PIPE_COLUMNS   16
 #define GS_BOX_PIPE_MIN_BYTES (16u << 10)
+/* The schedule cursor past its step: the column's next step or, past the
+ * column's last, the next column's first. */
+void gs_coll_cursor_advance(gs_coll_op *op);
+/* For schedules in which a rank sits some steps out: fill(op, step, p, arg)
+ * describes the cursor's step, true when this rank has a part in it.
+ * gs_coll_next_mine moves the cursor past each step and gives the first one
+ * of this rank's; false when the call has no more. */
+typedef bool (*gs_coll_fill_fn)(gs_coll_op *op, int step, gs_prim *p, const void *arg);
+bool gs_coll_next_mine(gs_coll_op *op, gs_prim *p, gs_coll_fill_fn fill, const void *arg);
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

@@ -99,8 +99,9 @@ static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes,
     return true;
 }
 
-static bool fill(gs_coll_op *op, int step, gs_prim *p)
+static bool fill(gs_coll_op *op, int step, gs_prim *p, const void *unused)
 {
+    (void)unused;
     int r = op->comm->rank;
     if (op->parts) {
         gs_parts_fill(op, step, p);
@@ -150,17 +151,7 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
 
 static bool direct_next(gs_coll_op *op, gs_prim *p)
 {
-    while (op->col < op->ncols) {
-        int step = op->step;
-        bool mine = fill(op, step, p);
-        if (++op->step == op->nsteps) {
-            op->step = 0;
-            op->col++;
-        }
-        if (mine)
-            return true;
-    }
-    return false;
+    return gs_coll_next_mine(op, p, fill, NULL);
 }
 
 const gs_coll_algo gs_direct_algo = {
