@@ -240,13 +240,7 @@ gs_status gs_ps_restart(gs_ps *ps)
         st = get_u32(ps, key, &gen, sizeof(gen));
     /* Step 2: our state, from our checkpoint. */
     if (st == GS_OK)
-        st = gs_ps_fixed_init(&ps->fixed, ps->params.atomic_frac_bits, ps->nworkers);
-    if (st == GS_OK)
-        st = gs_ps_plan_init(&ps->plan, ps->nservers, ps->params.shard_bytes, sizeof(float));
-    if (st == GS_OK && !(ps->incarnation = gs_calloc((size_t)ps->nservers, sizeof(uint32_t))))
-        st = GS_ERR_NOMEM;
-    if (st == GS_OK)
-        st = gs_ps_server_init(ps);
+        st = gs_ps_state_init(ps); /* a server: checked above */
     if (st == GS_OK && !ps->srv.restore)
         st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
                      "rank %d: server %d restarted (GS_REJOIN=1) without a checkpoint to restore: set "
