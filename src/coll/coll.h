@@ -588,6 +588,10 @@ void gs_prim_describe_wait(const gs_coll_op *op, const gs_prim *prim, char *buf,
 /* Step constructors used by the algorithms. */
 gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *local, void *out,
                      size_t bytes);
+/* Post bytes from local to every peer (stride: bytes between peers' pieces, 0: the same). */
+gs_prim gs_prim_send_all(const void *local, size_t bytes, size_t stride);
+/* Take what every peer posted (root: only the root's, -1: every peer's). */
+gs_prim gs_prim_recv_all(gs_prim_mode mode, const void *local, void *out, size_t bytes, int root);
 
 /* ---- engine.c */
 /* The communicator's lock, taken only when a progress thread shares it. */
