@@ -10,9 +10,10 @@ port agrees with the one gradsync's C library derives.
 
     PYTHONPATH=build/python /usr/bin/python3 python/tests/test_launch.py [-v] [-k NAME]
 
-gsrun and gshello are looked up in GS_TOOLS, else in the build tree that
-holds the gradsync package (build/python/gradsync -> build/tools); missing
-tools and launchers fail the test, they are not skipped.
+gsrun is looked up in GS_TOOLS, else in the build tree that holds the
+gradsync package (build/python/gradsync -> build/tools), and the example
+gshello in GS_EXAMPLES, else beside it (build/examples); missing programs and
+launchers fail the test, they are not skipped.
 """
 import os
 import re
@@ -44,12 +45,18 @@ def tools_dir():
     return d
 
 
-def tool(name):
-    path = os.path.join(tools_dir(), name)
+def tool(name, folder=None, variable="GS_TOOLS"):
+    folder = folder or tools_dir()
+    path = os.path.join(folder, name)
     if not os.access(path, os.X_OK):
-        raise AssertionError("%s not found in %s: build it (cmake --build BUILD --target %s) or set GS_TOOLS"
-                             % (name, tools_dir(), name))
+        raise AssertionError("%s not found in %s: build it (cmake --build BUILD --target %s) or set %s"
+                             % (name, folder, name, variable))
     return path
+
+
+def example(name):
+    folder = os.environ.get("GS_EXAMPLES") or os.path.join(os.path.dirname(tools_dir()), "examples")
+    return tool(name, folder, "GS_EXAMPLES")
 
 
 def free_port():
@@ -218,7 +225,7 @@ class Mapping(unittest.TestCase):
             return clean_env(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
                              OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_SIZE="2",
                              OMPI_MCA_ess_base_jobid=job, GS_LOG_LEVEL="info", GS_TIMEOUT_MS="20000")
-        procs = [subprocess.Popen([tool("gshello")], env=env_of(r), stdout=subprocess.PIPE,
+        procs = [subprocess.Popen([example("gshello")], env=env_of(r), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True) for r in range(2)]
         outs = [p.communicate(timeout=60)[0] for p in procs]
         self.assertEqual([p.returncode for p in procs], [0, 0], outs)

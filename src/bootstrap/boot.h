@@ -51,7 +51,8 @@ struct gs_ctx {
     /* Transport opens through this context: gs_tp_open sets tp_open to
      * tp_next++ and the backends name their store exchanges with it. Every
      * rank opens in the same order; a process that replaces a lost rank
-     * sets tp_next to the value the others agreed on (gs_ps recovery). */
+     * restarts the count at the value the others agreed on
+     * (gs_boot_tp_count_set, called by gs_ps recovery); nothing else writes it. */
     unsigned tp_next;
     unsigned tp_open;
     unsigned comm_next; /* communicators created on it so far: names their store keys */
@@ -69,6 +70,10 @@ gs_status gs_boot_discover(const gs_config *cfg, gs_getenv_fn getenv_fn, void *a
  * exactly when they run on one kernel in the same namespaces (and so can
  * share memory and see each other's pids). */
 void gs_boot_host_id(char *buf, size_t cap);
+/* The next transport open through ctx is number next (its store exchanges
+ * are named by it): for a job whose ranks agreed on a fresh numbering after
+ * a recovery, so a replacement process and the survivors open alike. */
+void gs_boot_tp_count_set(gs_ctx *ctx, unsigned next);
 
 /* Creates a context from an already parsed configuration and an environment
  * (gs_ctx_create passes the process's; tests pass their own). */

@@ -417,3 +417,8 @@ gs_status gs_ctx_param(const gs_ctx *ctx, const char *name, char *buf, size_t ca
     return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "gs_ctx_param: no parameter %s%s%s%s", name,
                    near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
 }
+
+void gs_boot_tp_count_set(gs_ctx *ctx, unsigned next)
+{
+    ctx->tp_next = next;
+}

@@ -24,9 +24,17 @@
  *   pairwise.c  every newer collective over messages: per peer, a block each way
  *   blocks.c    what each newer collective sends to and receives from each peer
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
+ *   box.h       the boxes' layout, shared by box.c and tiny.c
+ *   parts.c     allreduce by parts over the boxes (large allreduces on one host)
+ *   tiny.c      the tiny path: 2-rank allreduce of at most 256 B, or barrier, over the boxes
+ *   zcopy.c     over tcp, large calls' send mode: copied or by reference (GS_OP_ZCOPY)
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
- *   reduce.c    reduction kernels
+ *   p2p.h       point-to-point's objects and calls (p2p.c's interface)
+ *   summary.c   the init summary rank 0 prints at GS_LOG_LEVEL=info
+ *   trace.c     GS_TRACE events of the collectives
+ *   coll_proto.h  the wire format, all in one place
+ *   coll.h      this file: the objects and functions the files share
  *
  * An algorithm is a schedule: given the call and a cursor it names the next
  * step (gs_prim); the engine runs steps in order, each one when its message
@@ -38,7 +46,7 @@
 
 #include "coll/coll_proto.h"
 #include "coll/p2p.h"
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "gradsync.h"
 #include "util/config.h"
 #include "util/req.h"
@@ -591,6 +599,10 @@ void gs_prim_describe_wait(const gs_coll_op *op, const gs_prim *prim, char *buf,
 /* Step constructors used by the algorithms. */
 gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *local, void *out,
                      size_t bytes);
+/* Post bytes from local to every peer (stride: bytes between peers' pieces, 0: the same). */
+gs_prim gs_prim_send_all(const void *local, size_t bytes, size_t stride);
+/* Take what every peer posted (root: only the root's, -1: every peer's). */
+gs_prim gs_prim_recv_all(gs_prim_mode mode, const void *local, void *out, size_t bytes, int root);
 
 /* ---- engine.c */
 /* The communicator's lock, taken only when a progress thread shares it. */
@@ -736,6 +748,15 @@ void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t ch
  * 64 KiB and 1 MiB, docs/collectives.md). */
 #define GS_BOX_PIPE_COLUMNS   16
 #define GS_BOX_PIPE_MIN_BYTES (16u << 10)
+/* The schedule cursor past its step: the column's next step or, past the
+ * column's last, the next column's first. */
+void gs_coll_cursor_advance(gs_coll_op *op);
+/* For schedules in which a rank sits some steps out: fill(op, step, p, arg)
+ * describes the cursor's step, true when this rank has a part in it.
+ * gs_coll_next_mine moves the cursor past each step and gives the first one
+ * of this rank's; false when the call has no more. */
+typedef bool (*gs_coll_fill_fn)(gs_coll_op *op, int step, gs_prim *p, const void *arg);
+bool gs_coll_next_mine(gs_coll_op *op, gs_prim *p, gs_coll_fill_fn fill, const void *arg);
 /* [first, first + n) elements of chunk col of a segment of seg elements. */
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p);
 /* base + off, or NULL when base is NULL (barrier and count 0 have no buffers). */

@@ -53,27 +53,6 @@ static void direct_start(gs_coll_op *op)
     op->nsteps = 2; /* send, receive */
 }
 
-static gs_prim send_all(const void *local, size_t bytes, size_t stride)
-{
-    return (gs_prim){.kind = GS_PRIM_SEND_ALL,
-                     .local = local,
-                     .bytes = bytes,
-                     .stride = stride,
-                     .root = -1,
-                     .out_slot = -1};
-}
-
-static gs_prim recv_all(gs_prim_mode mode, const void *local, void *out, size_t bytes)
-{
-    return (gs_prim){.kind = GS_PRIM_RECV_ALL,
-                     .mode = mode,
-                     .local = local,
-                     .out = out,
-                     .bytes = bytes,
-                     .root = -1,
-                     .out_slot = -1};
-}
-
 /* Broadcast: column 0 is all to all (agreement), later ones root to all. */
 static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p)
 {
@@ -81,15 +60,15 @@ static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes,
     const uint8_t *in = gs_coll_at(op->send, first * op->es);
     uint8_t *out = gs_coll_at(op->recv, first * op->es);
     if (op->col == 0 || op->box) { /* boxes: every rank posts every column */
-        *p = step == 0 ? send_all(root ? in : NULL, root ? bytes : 0, 0)
-                       : recv_all(GS_PRIM_BCAST, root ? in : NULL, out, bytes);
+        *p = step == 0 ? gs_prim_send_all(root ? in : NULL, root ? bytes : 0, 0)
+                       : gs_prim_recv_all(GS_PRIM_BCAST, root ? in : NULL, out, bytes, -1);
         p->root = op->root;
         return true;
     }
     if (step == 0) {
         if (!root)
             return false;
-        *p = send_all(in, bytes, 0);
+        *p = gs_prim_send_all(in, bytes, 0);
         p->out = out; /* and store my own copy */
     } else {
         if (root)
@@ -99,8 +78,9 @@ static bool broadcast_step(gs_coll_op *op, int step, size_t first, size_t bytes,
     return true;
 }
 
-static bool fill(gs_coll_op *op, int step, gs_prim *p)
+static bool fill(gs_coll_op *op, int step, gs_prim *p, const void *unused)
 {
+    (void)unused;
     int r = op->comm->rank;
     if (op->parts) {
         gs_parts_fill(op, step, p);
@@ -114,17 +94,18 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
     switch (op->kind) {
     case GS_COLL_REDUCE_SCATTER:
         /* my own piece: in place it is also out, so the boxes use their copy */
-        *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, op->count * es)
-                       : recv_all(GS_PRIM_REDUCE,
-                                  op->box ? NULL : gs_coll_at(op->send, ((size_t)r * op->count + first) * es),
-                                  gs_coll_at(op->recv, first * es), bytes);
+        *p = step == 0 ? gs_prim_send_all(gs_coll_at(op->send, first * es), bytes, op->count * es)
+                       : gs_prim_recv_all(
+                             GS_PRIM_REDUCE,
+                             op->box ? NULL : gs_coll_at(op->send, ((size_t)r * op->count + first) * es),
+                             gs_coll_at(op->recv, first * es), bytes, -1);
         p->stride = op->count * es; /* the boxes find my piece of every rank's post with it */
         p->finish = avg && step == 1;
         break;
     case GS_COLL_ALLGATHER:
-        *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, 0)
-                       : recv_all(GS_PRIM_GATHER, gs_coll_at(op->send, first * es),
-                                  gs_coll_at(op->recv, first * es), bytes);
+        *p = step == 0 ? gs_prim_send_all(gs_coll_at(op->send, first * es), bytes, 0)
+                       : gs_prim_recv_all(GS_PRIM_GATHER, gs_coll_at(op->send, first * es),
+                                          gs_coll_at(op->recv, first * es), bytes, -1);
         p->stride = step == 0 ? 0 : op->count * es;
         break;
     case GS_COLL_BROADCAST:
@@ -132,15 +113,15 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
             return false;
         break;
     case GS_COLL_BARRIER:
-        *p = step == 0 ? send_all(NULL, 0, 0) : recv_all(GS_PRIM_GATHER, NULL, NULL, 0);
+        *p = step == 0 ? gs_prim_send_all(NULL, 0, 0) : gs_prim_recv_all(GS_PRIM_GATHER, NULL, NULL, 0, -1);
         break;
     case GS_COLL_REDUCE: /* over the boxes only (select.c) */
     case GS_COLL_GATHER:
     case GS_COLL_SCATTER: gs_rooted_fill(op, step, first, bytes, p); break;
     case GS_COLL_ALLTOALL: gs_alltoall_fill(op, step, first, bytes, p); break;
     default: /* allreduce: my operand is the copy the send step made */
-        *p = step == 0 ? send_all(gs_coll_at(op->send, first * es), bytes, 0)
-                       : recv_all(GS_PRIM_REDUCE, NULL, gs_coll_at(op->recv, first * es), bytes);
+        *p = step == 0 ? gs_prim_send_all(gs_coll_at(op->send, first * es), bytes, 0)
+                       : gs_prim_recv_all(GS_PRIM_REDUCE, NULL, gs_coll_at(op->recv, first * es), bytes, -1);
         p->finish = avg && step == 1;
         break;
     }
@@ -150,17 +131,7 @@ static bool fill(gs_coll_op *op, int step, gs_prim *p)
 
 static bool direct_next(gs_coll_op *op, gs_prim *p)
 {
-    while (op->col < op->ncols) {
-        int step = op->step;
-        bool mine = fill(op, step, p);
-        if (++op->step == op->nsteps) {
-            op->step = 0;
-            op->col++;
-        }
-        if (mine)
-            return true;
-    }
-    return false;
+    return gs_coll_next_mine(op, p, fill, NULL);
 }
 
 const gs_coll_algo gs_direct_algo = {

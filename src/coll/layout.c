@@ -32,6 +32,25 @@ void gs_coll_layout_cap(gs_coll_op *op, size_t max_seg, size_t pieces, size_t ch
     op->step = 0;
 }
 
+void gs_coll_cursor_advance(gs_coll_op *op)
+{
+    if (++op->step == op->nsteps) {
+        op->step = 0;
+        op->col++;
+    }
+}
+
+bool gs_coll_next_mine(gs_coll_op *op, gs_prim *p, gs_coll_fill_fn fill, const void *arg)
+{
+    while (op->col < op->ncols) {
+        bool mine = fill(op, op->step, p, arg);
+        gs_coll_cursor_advance(op);
+        if (mine)
+            return true;
+    }
+    return false;
+}
+
 void gs_coll_chunk(const gs_coll_op *op, size_t seg, size_t col, size_t *first_p, size_t *n_p)
 {
     size_t first = col * op->col_elems;

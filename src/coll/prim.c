@@ -18,6 +18,27 @@
 #include <stdio.h>
 #include <string.h>
 
+gs_prim gs_prim_send_all(const void *local, size_t bytes, size_t stride)
+{
+    return (gs_prim){.kind = GS_PRIM_SEND_ALL,
+                     .local = local,
+                     .bytes = bytes,
+                     .stride = stride,
+                     .root = -1,
+                     .out_slot = -1};
+}
+
+gs_prim gs_prim_recv_all(gs_prim_mode mode, const void *local, void *out, size_t bytes, int root)
+{
+    return (gs_prim){.kind = GS_PRIM_RECV_ALL,
+                     .mode = mode,
+                     .local = local,
+                     .out = out,
+                     .bytes = bytes,
+                     .root = root,
+                     .out_slot = -1};
+}
+
 gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *local, void *out,
                      size_t bytes)
 {

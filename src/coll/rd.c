@@ -92,20 +92,15 @@ static bool fill(gs_coll_op *op, const rd_shape *s, int k, gs_prim *p)
     return true;
 }
 
+static bool fill_step(gs_coll_op *op, int step, gs_prim *p, const void *shape)
+{
+    return fill(op, shape, step, p);
+}
+
 static bool rd_next(gs_coll_op *op, gs_prim *p)
 {
     rd_shape s = shape_of(op->comm);
-    while (op->col < op->ncols) {
-        int k = op->step;
-        bool mine = fill(op, &s, k, p);
-        if (++op->step == op->nsteps) {
-            op->step = 0;
-            op->col++;
-        }
-        if (mine)
-            return true;
-    }
-    return false;
+    return gs_coll_next_mine(op, p, fill_step, &s);
 }
 
 const gs_coll_algo gs_rd_algo = {

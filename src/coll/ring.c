@@ -74,10 +74,7 @@ static bool allreduce_next(gs_coll_op *op, gs_prim *p)
      * is proven arrived only by the peer's next call, after this one
      * returned the buffers to the caller) */
     p->from_user = op->send_mr && (j == 0 || (n == 2 && j == 1 && op->col + 1 < op->ncols));
-    if (++op->step == op->nsteps) {
-        op->step = 0;
-        op->col++;
-    }
+    gs_coll_cursor_advance(op);
     return true;
 }
 
@@ -108,10 +105,7 @@ static bool reduce_scatter_next(gs_coll_op *op, gs_prim *p)
     p->recv_first = true;
     p->send_unit = gs_coll_unit(op, op->col, j);
     p->recv_unit = gs_coll_unit(op, op->col, j - 1);
-    if (++op->step == op->nsteps) {
-        op->step = 0;
-        op->col++;
-    }
+    gs_coll_cursor_advance(op);
     return true;
 }
 
@@ -140,10 +134,7 @@ static bool allgather_next(gs_coll_op *op, gs_prim *p)
     }
     p->send_unit = gs_coll_unit(op, op->col, j);
     p->recv_unit = gs_coll_unit(op, op->col, j - 1);
-    if (++op->step == op->nsteps) {
-        op->step = 0;
-        op->col++;
-    }
+    gs_coll_cursor_advance(op);
     return true;
 }
 

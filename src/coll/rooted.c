@@ -15,27 +15,6 @@
  */
 #include "coll/coll.h"
 
-static gs_prim post(const void *local, size_t bytes, size_t stride)
-{
-    return (gs_prim){.kind = GS_PRIM_SEND_ALL,
-                     .local = local,
-                     .bytes = bytes,
-                     .stride = stride,
-                     .root = -1,
-                     .out_slot = -1};
-}
-
-static gs_prim read_all(gs_prim_mode mode, const void *local, void *out, size_t bytes, int root)
-{
-    return (gs_prim){.kind = GS_PRIM_RECV_ALL,
-                     .mode = mode,
-                     .local = local,
-                     .out = out,
-                     .bytes = bytes,
-                     .root = root,
-                     .out_slot = -1};
-}
-
 void gs_rooted_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_prim *p)
 {
     bool root = op->comm->rank == op->root;
@@ -44,24 +23,26 @@ void gs_rooted_fill(gs_coll_op *op, int step, size_t first, size_t bytes, gs_pri
     uint8_t *out = gs_coll_at(op->recv, first * es);
     switch (op->kind) {
     case GS_COLL_REDUCE:
-        *p = step == 0 ? post(root ? NULL : in, root ? 0 : bytes, 0)
-                       : read_all(root ? GS_PRIM_REDUCE : GS_PRIM_GATHER, root ? in : NULL, root ? out : NULL,
-                                  bytes, op->root);
+        *p = step == 0 ? gs_prim_send_all(root ? NULL : in, root ? 0 : bytes, 0)
+                       : gs_prim_recv_all(root ? GS_PRIM_REDUCE : GS_PRIM_GATHER, root ? in : NULL,
+                                          root ? out : NULL, bytes, op->root);
         p->to_root = true;
         p->finish = root && step == 1 && op->redop == GS_AVG;
         break;
     case GS_COLL_GATHER:
-        *p = step == 0 ? post(root ? NULL : in, root ? 0 : bytes, 0)
-                       : read_all(GS_PRIM_GATHER, root ? in : NULL, root ? out : NULL, bytes, op->root);
+        *p = step == 0
+                 ? gs_prim_send_all(root ? NULL : in, root ? 0 : bytes, 0)
+                 : gs_prim_recv_all(GS_PRIM_GATHER, root ? in : NULL, root ? out : NULL, bytes, op->root);
         p->to_root = true;
         p->stride = step == 0 ? 0 : block;
         break;
     default: /* scatter: the root's piece for rank q is chunk k of block q */
         *p = step == 0
-                 ? post(root ? in : NULL, root ? bytes : 0, root ? block : 0) /* my piece: from my input */
-                 : read_all(GS_PRIM_BCAST,
-                            root ? gs_coll_at(op->send, (size_t)op->root * block + first * es) : NULL, out,
-                            bytes, op->root);
+                 ? gs_prim_send_all(root ? in : NULL, root ? bytes : 0,
+                                    root ? block : 0) /* my piece: from my input */
+                 : gs_prim_recv_all(GS_PRIM_BCAST,
+                                    root ? gs_coll_at(op->send, (size_t)op->root * block + first * es) : NULL,
+                                    out, bytes, op->root);
         p->pieces = true;
         break;
     }

@@ -3,7 +3,7 @@
  * format is ps_proto.h's). Knows files and shards, not the transport. */
 #include "ps/ckpt.h"
 
-#include "ps/crc32c.h"
+#include "util/crc32c.h"
 #include "ps/optim.h"
 #include "util/alloc.h"
 #include "util/log.h"
@@ -53,7 +53,7 @@ static void put_raw(ckpt_writer *w, const void *data, size_t len)
 /* Appends to the payload (counted in the CRC). */
 static void put(ckpt_writer *w, const void *data, size_t len)
 {
-    w->crc = gs_ps_crc32c(w->crc, data, len);
+    w->crc = gs_crc32c(w->crc, data, len);
     w->bytes += len;
     put_raw(w, data, len);
 }
@@ -62,7 +62,7 @@ static uint32_t header_crc(const gs_ps_ckpt_header *h)
 {
     gs_ps_ckpt_header copy = *h;
     copy.header_crc = 0;
-    return gs_ps_crc32c(0, &copy, sizeof(copy));
+    return gs_crc32c(0, &copy, sizeof(copy));
 }
 
 static void fill_header(gs_ps_ckpt_header *h, const gs_ps_ckpt_meta *m, uint32_t nshards)
@@ -272,7 +272,7 @@ static void meta_from_header(gs_ps_ckpt_meta *m, const gs_ps_ckpt_header *h)
 static gs_status parse(const char *path, gs_ps_ckpt *ck, const gs_ps_ckpt_header *h)
 {
     cursor c = {(const char *)ck->buf + sizeof(*h), (size_t)h->payload_bytes};
-    if (gs_ps_crc32c(0, c.p, c.left) != h->payload_crc)
+    if (gs_crc32c(0, c.p, c.left) != h->payload_crc)
         return damaged(path, "payload CRC mismatch");
     meta_from_header(&ck->meta, h);
     ck->meta.keys = take(&c, (uint64_t)h->nkeys * sizeof(gs_ps_ckpt_key));

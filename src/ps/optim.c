@@ -3,7 +3,7 @@
  * no transport, no shard layout beyond the pointers it is given. */
 #include "ps/optim.h"
 
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "util/log.h"
 
 #include <math.h>

@@ -328,17 +328,23 @@ static gs_status open_transport(gs_ps *ps)
     return st;
 }
 
-static gs_status setup(gs_ps *ps)
+gs_status gs_ps_state_init(gs_ps *ps)
 {
-    gs_status st = assign_roles(ps);
-    if (st == GS_OK)
-        st = gs_ps_fixed_init(&ps->fixed, ps->params.atomic_frac_bits, ps->nworkers);
+    gs_status st = gs_ps_fixed_init(&ps->fixed, ps->params.atomic_frac_bits, ps->nworkers);
     if (st == GS_OK)
         st = gs_ps_plan_init(&ps->plan, ps->nservers, ps->params.shard_bytes, sizeof(float));
     if (st == GS_OK && !(ps->incarnation = gs_calloc((size_t)ps->nservers, sizeof(uint32_t))))
         st = GS_ERR_NOMEM;
     if (st == GS_OK)
         st = ps->is_server ? gs_ps_server_init(ps) : gs_ps_worker_init(ps);
+    return st;
+}
+
+static gs_status setup(gs_ps *ps)
+{
+    gs_status st = assign_roles(ps);
+    if (st == GS_OK)
+        st = gs_ps_state_init(ps);
     if (st == GS_OK)
         st = open_transport(ps);
     if (st == GS_OK)

@@ -1,8 +1,8 @@
 /*
  * The parameter server's internal objects and the functions its files share.
  * It reaches the other ranks through the transport's ops and capabilities
- * only, and borrows nothing of the collectives but their reduction kernels
- * (coll/reduce.h).
+ * only, and borrows nothing of the collectives; the reduction kernels it
+ * shares with them live below both (kernel/reduce.h).
  *
  *   ps.c          parameters, roles, create/destroy, the control region
  *   register.c    collective registration of keys: regions, descriptors, init
@@ -274,6 +274,10 @@ void gs_ps_tag(const gs_ps *ps, char *buf, size_t cap, const char *fmt, ...)
 /* Sets up the control region and the tx ring on ps->tp and exchanges the
  * control descriptors (tag includes the generation). Collective. */
 gs_status gs_ps_connect(gs_ps *ps);
+/* Once the roles are known: the fixed-point format, the shard plan, the
+ * servers' incarnations and the server's or worker's own state (create, and
+ * a restarted server's recovery). */
+gs_status gs_ps_state_init(gs_ps *ps);
 /* Frees what gs_ps_connect and registration put on ps->tp. */
 void gs_ps_disconnect(gs_ps *ps);
 

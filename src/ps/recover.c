@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RECOVERY_TP_BASE 0x10000u /* ctx->tp_next of recovery G: G * this + 256 * ns */
+#define RECOVERY_TP_BASE 0x10000u /* transport open count of recovery G: G * this + 256 * ns */
 
 /* ---- moving the state onto a new transport ------------------------------------------------ */
 
@@ -132,7 +132,7 @@ static gs_status new_transport(gs_ps *ps, bool restarted)
     gs_tp *old = ps->tp, *tp = NULL;
     gs_ps_tx *tx = ps->is_server ? &ps->srv.tx : &ps->wrk.tx;
     gs_status st;
-    ps->ctx->tp_next = RECOVERY_TP_BASE * ps->gen + 0x100u * (ps->ns & 0xffu);
+    gs_boot_tp_count_set(ps->ctx, RECOVERY_TP_BASE * ps->gen + 0x100u * (ps->ns & 0xffu));
     st = gs_tp_open(ps->ctx, ps->transport, &tp);
     if (st != GS_OK)
         return st;
@@ -240,13 +240,7 @@ gs_status gs_ps_restart(gs_ps *ps)
         st = get_u32(ps, key, &gen, sizeof(gen));
     /* Step 2: our state, from our checkpoint. */
     if (st == GS_OK)
-        st = gs_ps_fixed_init(&ps->fixed, ps->params.atomic_frac_bits, ps->nworkers);
-    if (st == GS_OK)
-        st = gs_ps_plan_init(&ps->plan, ps->nservers, ps->params.shard_bytes, sizeof(float));
-    if (st == GS_OK && !(ps->incarnation = gs_calloc((size_t)ps->nservers, sizeof(uint32_t))))
-        st = GS_ERR_NOMEM;
-    if (st == GS_OK)
-        st = gs_ps_server_init(ps);
+        st = gs_ps_state_init(ps); /* a server: checked above */
     if (st == GS_OK && !ps->srv.restore)
         st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
                      "rank %d: server %d restarted (GS_REJOIN=1) without a checkpoint to restore: set "

@@ -6,7 +6,7 @@
  */
 #include "ps/ps.h"
 
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "ps/optim.h"
 #include "ps/pool.h"
 #include "util/alloc.h"

@@ -170,7 +170,7 @@ struct gs_tp_ops {
 /* The backends built in, in preference order for GS_TRANSPORT=auto. */
 extern const gs_tp_ops gs_shm_ops;
 extern const gs_tp_ops gs_tcp_ops;
-#ifdef GS_HAVE_VERBS
+#ifdef GS_TP_BUILT_VERBS
 extern const gs_tp_ops gs_verbs_ops;
 #endif
 

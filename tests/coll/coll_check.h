@@ -11,7 +11,7 @@
 #include "multirank.h"
 
 #include "bootstrap/boot.h"
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "transport/tp.h"
 #include "util/clock.h"
 #include "util/config.h"

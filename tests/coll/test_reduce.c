@@ -4,7 +4,7 @@
  * vector alignment, out of place and in place on either operand; the f16 and bf16 conversions exhaustively
  * (f16) or over edge cases and random patterns.
  */
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "gs_test.h"
 
 #include <math.h>

@@ -156,3 +156,15 @@ const char *gs_test_tool(const char *name)
     snprintf(path, sizeof(path), "%.*s/../tools/%s", (int)(sizeof(path) - 64), self, name);
     return path;
 }
+
+const char *gs_test_example(const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "../examples/%s", name);
+    const char *path = gs_test_tool(rel);
+    if (access(path, X_OK) != 0) {
+        fprintf(stderr, "  %s is missing\n", path);
+        GS_SKIP("examples not built (configure with -DGS_BUILD_EXAMPLES=ON)");
+    }
+    return path;
+}

@@ -45,5 +45,8 @@ int gs_test_count(const char *text, const char *needle);
 /* The path of a built tool: $GS_TOOLS_DIR/name (set by ctest), else
  * <this test's directory>/../tools/name. */
 const char *gs_test_tool(const char *name);
+/* The same for a built example (build/examples/name); skips the case when
+ * the examples are not built. */
+const char *gs_test_example(const char *name);
 
 #endif

@@ -2,7 +2,7 @@
  * fixed-point conversion, CRC-32C, checkpoint files, formats. */
 #include "gs_test.h"
 #include "ps/ckpt.h"
-#include "ps/crc32c.h"
+#include "util/crc32c.h"
 #include "ps/fixed.h"
 #include "ps/optim.h"
 #include "ps/plan.h"
@@ -251,17 +251,17 @@ GS_TEST(fixed_point_rounds_to_nearest)
 
 GS_TEST(crc32c_known_values_and_both_paths_agree)
 {
-    GS_ASSERT_U64_EQ(gs_ps_crc32c(0, "123456789", 9), 0xe3069283u);
-    GS_ASSERT_U64_EQ(gs_ps_crc32c_table(0, "123456789", 9), 0xe3069283u);
-    GS_ASSERT_U64_EQ(gs_ps_crc32c(0, "", 0), 0);
+    GS_ASSERT_U64_EQ(gs_crc32c(0, "123456789", 9), 0xe3069283u);
+    GS_ASSERT_U64_EQ(gs_crc32c_table(0, "123456789", 9), 0xe3069283u);
+    GS_ASSERT_U64_EQ(gs_crc32c(0, "", 0), 0);
     uint8_t buf[1031];
     for (size_t i = 0; i < sizeof(buf); i++)
         buf[i] = (uint8_t)(i * 131 + 7);
     for (size_t len = 0; len < sizeof(buf); len += 97) {
-        uint32_t whole = gs_ps_crc32c(0, buf, len);
-        GS_ASSERT_U64_EQ(whole, gs_ps_crc32c_table(0, buf, len));
+        uint32_t whole = gs_crc32c(0, buf, len);
+        GS_ASSERT_U64_EQ(whole, gs_crc32c_table(0, buf, len));
         /* continuing over two pieces gives the same */
-        GS_ASSERT_U64_EQ(whole, gs_ps_crc32c(gs_ps_crc32c(0, buf, len / 3), buf + len / 3, len - len / 3));
+        GS_ASSERT_U64_EQ(whole, gs_crc32c(gs_crc32c(0, buf, len / 3), buf + len / 3, len - len / 3));
     }
 }
 

@@ -23,9 +23,9 @@ for pkg in torch numpy; do
         exit 1
     }
 done
-echo "python: building the backend, libgradsync.so and gsrun in $out"
+echo "python: building the backend, libgradsync.so, gsrun and the example gshello in $out"
 cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGS_SANITIZE=OFF -DGS_BUILD_TESTS=OFF \
-    -DGS_BUILD_EXAMPLES=OFF -DGS_WITH_TORCH=ON >/dev/null
+    -DGS_BUILD_EXAMPLES=ON -DGS_WITH_TORCH=ON >/dev/null
 cmake --build "$out" --target gs_c10d gradsync gsrun gshello -j"$(nproc)" >/dev/null
 echo "python: test_backend.py"
 PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_backend.py" -v 2>&1 |
@@ -34,7 +34,7 @@ echo "python: test_capi.py"
 PYTHONPATH="$out/python" timeout 600 /usr/bin/python3 "$root/python/tests/test_capi.py" -v 2>&1 | tail -40
 # torchrun, gsrun, mpirun (openmpi-bin) and srun's variables; a missing launcher fails
 echo "python: test_launch.py"
-PYTHONPATH="$out/python" GS_TOOLS="$out/tools" timeout 600 /usr/bin/python3 "$root/python/tests/test_launch.py" -v \
+PYTHONPATH="$out/python" GS_TOOLS="$out/tools" GS_EXAMPLES="$out/examples" timeout 600 /usr/bin/python3 "$root/python/tests/test_launch.py" -v \
     2>&1 | grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
 # PyTorch's own DistributedTest suite, the tests that run on CPU (the lists
 # in python/tests/dist_suite_ws*.txt; docs/pytorch.md has the full run): every

@@ -6,7 +6,7 @@
  */
 #include "gs_test.h"
 
-#ifdef GS_HAVE_VERBS
+#ifdef GS_TP_BUILT_VERBS
 #include "transport/verbs/verbs.h"
 #include "util/config.h"
 #include "util/log.h"

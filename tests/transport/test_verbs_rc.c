@@ -10,7 +10,7 @@
 #include "gs_test.h"
 #include "multirank.h"
 
-#ifdef GS_HAVE_VERBS
+#ifdef GS_TP_BUILT_VERBS
 #include "bootstrap/boot.h"
 #include "transport/verbs/verbs.h"
 #include "util/clock.h"

@@ -13,8 +13,8 @@
  * close, so a thread blocked in poll() never sees one reused.
  *
  * Files: tcp_tp.c (ops table, open through the store, close), tcp_ep.c (the
- * transport object and its endpoints, without the store), tcp_conn.c
- * (addresses, listening, socket options), tcp_setup.c (dialling, accepting
+ * transport object and its endpoints, without the store), tcp_addr.c
+ * (addresses, listening, socket options), tcp_connect.c (dialling, accepting
  * and the hello exchange), tcp_mr.c (regions), tcp_rma.c (posting
  * ops), tcp_tx.c (sending frames), tcp_progress.c (receiving frames,
  * endpoint errors, deadlines), tcp_serve.c (acting on what arrived),
@@ -202,7 +202,8 @@ int gs_tcp_ep_pollfds(const gs_tcp_ep *ep, struct pollfd *pfds);
 /* Stops the progress thread, says goodbye to every live peer, frees everything. */
 void gs_tcp_tp_destroy(gs_tcp_tp *tp);
 
-/* tcp_conn.c and tcp_setup.c: addresses and connection setup. */
+/* tcp_addr.c (addresses, listening, socket options) and tcp_connect.c (dialling and accepting every peer, the
+ * hello exchange). */
 typedef struct gs_tcp_addr {
     struct sockaddr_storage sa;
     socklen_t len;

@@ -4,9 +4,9 @@
 # (allreduce), repeated ROUNDS times interleaved; per size the median over
 # the rounds of each run's median, and the ratio push_pull / allreduce.
 #
-# usage: tools/gsbench_ps/compare.sh BUILD_DIR [-w W] [-s S] [-t TRANSPORT] [-r ROUNDS]
+# usage: tools/gsbench/ps_vs_allreduce.sh BUILD_DIR [-w W] [-s S] [-t TRANSPORT] [-r ROUNDS]
 #                                    [--sizes LIST] [--iters N] [--agg write|atomic] [--mode sync|async]
-# e.g.   tools/gsbench_ps/compare.sh build -w 2 -s 1 -t shm --sizes 1M,16M,64M -r 3
+# e.g.   tools/gsbench/ps_vs_allreduce.sh build -w 2 -s 1 -t shm --sizes 1M,16M,64M -r 3
 set -euo pipefail
 
 [ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
@@ -23,12 +23,12 @@ while [ $# -gt 0 ]; do
     --iters) iters=$2; shift 2 ;;
     --agg) agg=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
-    *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+    *) echo "ps_vs_allreduce.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
 gsrun=$build/tools/gsrun gsbench=$build/tools/gsbench
 for f in "$gsrun" "$gsbench"; do
-    [ -x "$f" ] || { echo "compare.sh: $f is missing: build the tree first" >&2; exit 1; }
+    [ -x "$f" ] || { echo "ps_vs_allreduce.sh: $f is missing: build the tree first" >&2; exit 1; }
 done
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

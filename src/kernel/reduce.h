@@ -2,6 +2,8 @@
  * Reduction kernels: element-wise dst[i] = a[i] op b[i] for every data type
  * and operator, vectorized by the compiler (one clone per x86 ISA level,
  * picked at load time), and the half-precision conversions they use.
+ * Below coll and ps, which both use them (and gsbench --kernels): knows
+ * nothing of communicators, servers or transports.
  *
  * Semantics (the same on every rank and every run, so that a fixed reduction
  * order gives bitwise-identical results):
@@ -23,8 +25,8 @@
  *    C division of the wrapped sum, truncating toward zero). One division at
  *    the end means every rank receives the same bits.
  */
-#ifndef GS_COLL_REDUCE_H
-#define GS_COLL_REDUCE_H
+#ifndef GS_KERNEL_REDUCE_H
+#define GS_KERNEL_REDUCE_H
 
 #include "gradsync.h"
 

@@ -1,7 +1,7 @@
-/* CRC-32C for the checkpoint files: the SSE4.2 instruction where the CPU
- * has it, a table built once otherwise, the same results (crc32c.h). Knows
- * nothing of the parameter server beyond being used by it. */
-#include "ps/crc32c.h"
+/* CRC-32C: the SSE4.2 instruction where the CPU has it, a table built once
+ * otherwise, the same results (crc32c.h). The parameter server checks its
+ * checkpoint files with it; this file knows nothing of them. */
+#include "util/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -21,7 +21,7 @@ static void table_init(void)
     }
 }
 
-uint32_t gs_ps_crc32c_table(uint32_t crc, const void *data, size_t len)
+uint32_t gs_crc32c_table(uint32_t crc, const void *data, size_t len)
 {
     const uint8_t *p = data;
     pthread_once(&table_once, table_init);
@@ -49,11 +49,11 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
 }
 #endif
 
-uint32_t gs_ps_crc32c(uint32_t crc, const void *data, size_t len)
+uint32_t gs_crc32c(uint32_t crc, const void *data, size_t len)
 {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("sse4.2"))
         return crc32c_sse42(crc, data, len);
 #endif
-    return gs_ps_crc32c_table(crc, data, len);
+    return gs_crc32c_table(crc, data, len);
 }

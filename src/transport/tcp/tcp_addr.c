@@ -1,6 +1,6 @@
-/* Connection setup of the tcp transport: which address to listen on, the
- * address blob each rank publishes, socket options, and the hello exchange
- * that proves the job token in both directions. */
+/* Addresses and sockets of the tcp transport: which address to listen on,
+ * the address blob each rank publishes, socket options and network
+ * namespaces. Dialling and accepting the peers is tcp_connect.c's. */
 #include "transport/tcp/tcp.h"
 
 #include "util/clock.h"

@@ -29,7 +29,7 @@ static void expect_hello(const char *out, int size, const char *prefix_fmt)
 
 GS_TEST(gshello_alone_is_one_rank)
 {
-    char *argv[] = {(char *)gs_test_tool("gshello"), NULL};
+    char *argv[] = {(char *)gs_test_example("gshello"), NULL};
     gs_test_proc p;
     gs_test_spawn(&p, argv, NULL);
     gs_test_proc_wait(&p, 20000);
@@ -41,7 +41,7 @@ GS_TEST(gshello_alone_is_one_rank)
 GS_TEST(gshello_under_gsrun_with_4_ranks)
 {
     char gshello[4200];
-    snprintf(gshello, sizeof(gshello), "%s", gs_test_tool("gshello"));
+    snprintf(gshello, sizeof(gshello), "%s", gs_test_example("gshello"));
     char *argv[] = {(char *)gs_test_tool("gsrun"), "-n", "4", gshello, NULL};
     gs_test_proc p;
     gs_test_spawn(&p, argv, NULL);
@@ -60,7 +60,7 @@ static bool have_mpirun(void)
 static void run_mpirun(const char *store_arg)
 {
     char gshello[4200];
-    snprintf(gshello, sizeof(gshello), "%s", gs_test_tool("gshello"));
+    snprintf(gshello, sizeof(gshello), "%s", gs_test_example("gshello"));
     char *with_store[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
                           "-x",     (char *)store_arg,     gshello,           NULL};
     char *without[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", gshello, NULL};
@@ -107,7 +107,7 @@ GS_TEST(gshello_under_torchrun_variables)
             env[k] = vars[r][k];
         env[4] = "MASTER_ADDR=localhost";
         env[5] = NULL;
-        char *argv[] = {(char *)gs_test_tool("gshello"), NULL};
+        char *argv[] = {(char *)gs_test_example("gshello"), NULL};
         gs_test_spawn(&p[r], argv, env);
     }
     for (int r = 0; r < N; r++) {
@@ -127,7 +127,7 @@ GS_TEST(gshello_under_torchrun_variables)
 GS_TEST(gshello_reports_a_bad_launcher_variable)
 {
     static const char *const env[] = {"RANK=1", "WORLD_SIZE=two", NULL};
-    char *argv[] = {(char *)gs_test_tool("gshello"), NULL};
+    char *argv[] = {(char *)gs_test_example("gshello"), NULL};
     gs_test_proc p;
     gs_test_spawn(&p, argv, env);
     gs_test_proc_wait(&p, 20000);

@@ -3,7 +3,7 @@
  * one simple loop over restrict pointers that gcc vectorizes; the file is
  * compiled at -O3 whatever the build type, without FMA contraction, and each
  * loop is cloned for AVX-512, AVX2 and baseline x86-64, chosen at load time.
- * Check with: gcc -O3 -fopt-info-vec-optimized -Iinclude -Isrc -c src/coll/reduce.c
+ * Check with: gcc -O3 -fopt-info-vec-optimized -Iinclude -Isrc -c src/kernel/reduce.c
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "fp-contract=off")
@@ -11,7 +11,7 @@
 #pragma clang fp contract(off)
 #endif
 
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "util/copy.h"
 
 #if defined(__x86_64__)

@@ -23,10 +23,11 @@
  * exact; each worker pulls them at the end and counts the elements that
  * differ.
  *
- * A W-rank allreduce of the same sizes for comparison: scripts/ps_bench.sh
- * runs both in one session and prints them side by side.
+ * A W-rank allreduce of the same sizes for comparison: ps_vs_allreduce.sh
+ * (beside this file) runs both in one session and prints them side by side.
  */
 #include "gradsync.h"
+#include "gsbench.h"
 
 #include "util/clock.h"
 #include "util/config.h"

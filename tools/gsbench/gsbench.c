@@ -32,8 +32,9 @@
  * computed here, and the count of wrong elements is summed over ranks.
  */
 #include "gradsync.h"
+#include "gsbench.h"
 
-#include "coll/reduce.h"
+#include "kernel/reduce.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/config.h"
@@ -827,9 +828,6 @@ static void setup(bench *b)
     if (!b->times || !b->tmax || !b->counts || !b->displs)
         fail("allocating buffers", GS_ERR_NOMEM);
 }
-
-/* gsbench --ps: the parameter-server benchmark (tools/gsbench_ps/gsbench_ps.c). */
-int gs_bench_ps_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
