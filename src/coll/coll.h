@@ -276,6 +276,7 @@ struct gs_comm {
      * one (hier_local: the core indices) and the most (hier_lmax) */
     int hier_hosts, hier_local, hier_lmax;
     int hier_h, hier_l;     /* this rank's host and its index among the host's ranks */
+    int hier_extras;        /* a core rank: the extras that fold into it (hier.c); 0 otherwise */
     int *hier_rank;         /* [hier_hosts * hier_lmax]: the rank at (host, index), -1 past a host's ranks */
     uint8_t *hier_scratch;  /* even hosts: hier_hosts chunks, a reduce_scatter's host-reduced blocks */
     int *ring;              /* [size]: the rings' order, host by host (ring.c): the rank at each position */

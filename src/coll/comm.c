@@ -290,6 +290,11 @@ static void hier_places(gs_comm *comm)
         comm->hier_rank[h * lmax + count[h]++] = r;
     }
     free(count);
+    comm->hier_extras = 0;
+    if (comm->hier_l < lmin)
+        for (int l = comm->hier_l + lmin; l < lmax && comm->hier_rank[comm->hier_h * lmax + l] >= 0;
+             l += lmin)
+            comm->hier_extras++;
     /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring */
     if (lmin == lmax && gs_pages_alloc((size_t)hosts * comm->chunk, (void **)&comm->hier_scratch) != GS_OK)
         comm->hier_scratch = NULL;

@@ -80,11 +80,7 @@ static int core_units(const gs_comm *c)
 /* Extras folding into this core rank (0 for an extra). */
 static int extras_of_me(const gs_comm *c)
 {
-    int n = 0;
-    if (c->hier_l < c->hier_local)
-        while (at(c, c->hier_h, c->hier_l + (n + 1) * c->hier_local) >= 0)
-            n++;
-    return n;
+    return c->hier_extras;
 }
 
 /* The steps this rank runs per column: an extra sends its parts and
