@@ -56,12 +56,15 @@ static uint64_t credits_available(const gs_verbs_ep *ep)
 }
 
 /* The peer's credit total can only count receives it consumed, so never exceeds what we sent: a larger
- * value (or one that went back) was not written by the peer's transport. Fails the endpoint then. */
+ * value was not written by the peer's transport. Fails the endpoint then. A smaller one than seen
+ * before is a stale write landing late (seen on Soft-RoCE: the peer's credit writes share one
+ * source word), harmless: it only holds credits back until the next. */
 static bool credits_forged(gs_verbs_ep *ep)
 {
     uint64_t returned = __atomic_load_n(&ep->lctrl->credits, __ATOMIC_ACQUIRE);
-    if (returned <= ep->imm_sent && returned >= ep->credits_seen) {
-        ep->credits_seen = returned;
+    if (returned <= ep->imm_sent) {
+        if (returned > ep->credits_seen)
+            ep->credits_seen = returned;
         return false;
     }
     snprintf(ep->why, sizeof(ep->why),
