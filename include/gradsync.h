@@ -478,6 +478,10 @@ GS_API gs_status gs_comm_create_group(gs_comm *comm, const int *ranks, int n, gs
  * rebuild makes it fail within GS_TIMEOUT_MS on the others (shrink comm again). See docs/elastic.md.
  */
 GS_API gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p);
+/* For a communicator made by gs_comm_shrink: how long the survivors' agreement
+ * and the rebuild of the communicator took, in ns (both 0 for any other
+ * communicator); either pointer may be NULL. For progress reports. */
+GS_API void gs_comm_shrink_times(const gs_comm *comm, uint64_t *agree_ns, uint64_t *rebuild_ns);
 
 /* recvbuf[i] = sendbuf[i] reduced over the ranks, count elements. */
 GS_API gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,

@@ -212,3 +212,45 @@ gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_
     free(all);
     return st;
 }
+
+gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s)
+{
+    uint64_t agree_ns = 0, rebuild_ns = 0;
+    gs_comm *next = NULL;
+    gs_status st;
+    if (!sync->comm || sync->ps)
+        return gt_fail(GS_ERR_UNSUPPORTED, "--elastic needs --sync allreduce and more than one rank");
+    st = gs_comm_shrink(sync->comm, &next);
+    if (st != GS_OK)
+        return gt_fail(st, "shrinking to the surviving ranks failed: %s", gt_lib_error());
+    gs_comm_abort(sync->comm); /* frees the requests still pending on it */
+    for (size_t i = 0; i < sync->npending; i++)
+        sync->pending[i] = NULL;
+    sync->npending = 0;
+    sync->announced = 0;
+    sync->waited = 0;
+    sync->comm = next;
+    sync->rank = gs_comm_rank(next);
+    sync->size = gs_comm_size(next);
+    gs_comm_shrink_times(next, &agree_ns, &rebuild_ns);
+    *agree_s = (double)agree_ns * 1e-9;
+    *rebuild_s = (double)rebuild_ns * 1e-9;
+    return GS_OK;
+}
+
+gs_status gt_sync_gather(gt_sync *sync, const int64_t *mine, int64_t *all, size_t count)
+{
+    gs_status st = GS_OK;
+    if (!sync->comm) {
+        memcpy(all, mine, count * sizeof(*mine));
+        return GS_OK;
+    }
+    if ((st = gs_allgather(sync->comm, mine, all, count, GS_I64)) != GS_OK)
+        gt_fail(st, "allgather of %zu values failed: %s", count, gt_lib_error());
+    return st;
+}
+
+gs_ctx *gt_sync_ctx(gt_sync *sync)
+{
+    return sync->ctx;
+}

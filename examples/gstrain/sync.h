@@ -86,4 +86,16 @@ void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s);
  * (has_weights; a server passes 0): *same_p = 1 when they all agree. */
 gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_p);
 
+/* --elastic (allreduce only). After a call failed with GS_ERR_PEER_LOST:
+ * the survivors' communicator (gs_comm_shrink) replaces the failed one,
+ * which is aborted with the requests still pending on it; rank and size
+ * are then this rank's among the survivors. On failure the failed one
+ * stays (shrink it again). *agree_s and *rebuild_s: the parts of the
+ * shrink. */
+gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s);
+/* Allgathers count int64 values per trainer, in rank order. */
+gs_status gt_sync_gather(gt_sync *sync, const int64_t *mine, int64_t *all, size_t count);
+/* The job's context (its store carries gstrain's own notes). */
+gs_ctx *gt_sync_ctx(gt_sync *sync);
+
 #endif

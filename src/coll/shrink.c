@@ -119,3 +119,11 @@ out:
     free(members);
     return st;
 }
+
+void gs_comm_shrink_times(const gs_comm *comm, uint64_t *agree_ns, uint64_t *rebuild_ns)
+{
+    if (agree_ns)
+        *agree_ns = comm ? comm->shrink_agree_ns : 0;
+    if (rebuild_ns)
+        *rebuild_ns = comm ? comm->shrink_build_ns : 0;
+}
