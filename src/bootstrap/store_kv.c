@@ -66,6 +66,28 @@ gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, si
     return GS_OK;
 }
 
+gs_status gs_boot_kv_probe(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p)
+{
+    gs_ctx *root = root_of(ctx);
+    gs_store_request req = {.type = GS_STORE_GET, .key = key, .arg = 1, .quiet = true};
+    gs_store_reply reply = {.buf = buf, .cap = buf ? cap : 0};
+    size_t len = 0;
+    char none[1];
+    gs_status st;
+    if (!root->has_ext) {
+        st = gs_boot_client_request(root->store, &req, &reply);
+        if (st == GS_OK && len_p)
+            *len_p = reply.len;
+        return st;
+    }
+    pthread_mutex_lock(&root->ext_lock);
+    st = root->ext.get(root->ext.arg, key, buf ? buf : none, buf ? cap : 0, &len, 1);
+    pthread_mutex_unlock(&root->ext_lock);
+    if (st == GS_OK && len_p)
+        *len_p = len;
+    return st;
+}
+
 static void part_key(const gs_ctx *ctx, unsigned n, const char *tag, int rank, char *key, size_t cap)
 {
     snprintf(key, cap, "%skv.%u.%s.%d", ctx->prefix, n, tag, rank);

@@ -92,7 +92,7 @@ gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p)
     }
     snprintf(tag, sizeof(tag), "coll/%u/shrink/%u", comm->id, serial);
     seen_lost(comm, lost);
-    st = gs_boot_survivors(comm->ctx, tag, (int)comm->cfg->timeout_ms, lost, in);
+    st = gs_boot_survivors(comm->ctx, tag, (int)comm->cfg->timeout_ms, lost, false, in);
     if (st != GS_OK)
         goto out;
     t1 = gs_now_ns();
