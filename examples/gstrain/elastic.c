@@ -35,11 +35,13 @@ gs_status gt_elastic_init(trainer *t)
         if (!t->undo.params[i] || !t->undo.velocity[i])
             return gt_fail(GS_ERR_NOMEM, "--elastic: no memory for copies of %zu parameters", t->nparams);
     }
-    t->members = calloc((size_t)t->size, sizeof(*t->members));
+    int world = gs_ctx_size(gt_sync_ctx(t->sync));
+    t->members = calloc((size_t)world, sizeof(*t->members));
     if (!t->members)
-        return gt_fail(GS_ERR_NOMEM, "--elastic: no memory for %d ranks", t->size);
+        return gt_fail(GS_ERR_NOMEM, "--elastic: no memory for %d ranks", world);
     for (int r = 0; r < t->size; r++)
-        t->members[r] = r; /* the trainers are the job's ranks (allreduce) */
+        t->members[r] = r; /* the trainers are the job's ranks (allreduce); a joiner learns them */
+    t->grow_checked = UINT64_MAX;
     return GS_OK;
 }
 
@@ -230,4 +232,56 @@ void gt_elastic_point_done(trainer *t)
     r->first_s = (double)(now - t->resumed_ns) * 1e-9;
     if (t->kill_ns)
         r->total_s = (double)(now - t->kill_ns) * 1e-9;
+}
+
+gs_status gt_elastic_adopt(trainer *t)
+{
+    int64_t pos = (int64_t)t->pos, mine = gs_ctx_rank(gt_sync_ctx(t->sync)), *all;
+    size_t stats_words = (size_t)t->opt.epochs * sizeof(gt_epoch_stats) / sizeof(int32_t);
+    gs_status st;
+    t->rank = gt_sync_rank(t->sync);
+    t->size = gt_sync_size(t->sync);
+    if (!(all = calloc((size_t)t->size, sizeof(*all))))
+        return gt_fail(GS_ERR_NOMEM, "--elastic: no memory for %d ranks", t->size);
+    st = gt_sync_bcast(t->sync, &pos, 1, GS_I64);
+    if (st == GS_OK)
+        st = gt_sync_bcast(t->sync, t->params, t->nparams, GS_F32);
+    if (st == GS_OK)
+        st = gt_sync_bcast(t->sync, gt_sgd_velocity(t->sgd), t->nparams, GS_F32);
+    if (st == GS_OK)
+        st = gt_sync_bcast(t->sync, t->stats, stats_words, GS_I32);
+    if (st == GS_OK)
+        st = gt_sync_gather(t->sync, &mine, all, 1);
+    if (st == GS_OK) {
+        for (int i = 0; i < t->size; i++)
+            t->members[i] = (int)all[i];
+        t->pos = (uint64_t)pos;
+        t->grow_checked = t->pos; /* this point's grow point is the one just passed */
+    }
+    free(all);
+    return st;
+}
+
+gs_status gt_elastic_grow(trainer *t)
+{
+    gt_join j = {.at_step = gt_steps_before(t, t->pos)};
+    int nold = t->size, grown = 0;
+    double t0 = gt_now_s(), t1;
+    gs_status st;
+    t->grow_checked = t->pos;
+    if ((st = gt_sync_grow(t->sync, &grown)) != GS_OK || !grown)
+        return st;
+    t1 = gt_now_s();
+    if ((st = gt_elastic_adopt(t)) != GS_OK)
+        return st;
+    j.grow_s = t1 - t0;
+    j.adopt_s = gt_now_s() - t1;
+    j.ranks = t->size;
+    for (int i = nold; i < t->size && j.njoined < GT_LOST_MAX; i++)
+        j.joined[j.njoined++] = t->members[i]; /* joiners come after the old ranks */
+    if (t->njoins < GT_RECOVERIES_MAX)
+        t->joins[t->njoins++] = j;
+    if (t->rank == 0)
+        gt_report_join(t->opt.json ? stderr : stdout, &j);
+    return GS_OK;
 }

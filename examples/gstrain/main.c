@@ -197,7 +197,8 @@ static gt_sync_params sync_params(const gt_options *opt)
                          .count = gt_mlp_param_count(),
                          .lr = opt->lr,
                          .momentum = opt->momentum,
-                         .weight_decay = opt->weight_decay};
+                         .weight_decay = opt->weight_decay,
+                         .join = opt->join};
     sp.nsegments = gt_mlp_buckets(bucket_floats(opt), sp.segments, GT_SYNC_MAX_SEGMENTS);
     return sp;
 }
@@ -249,6 +250,8 @@ static gs_status setup(trainer *t)
         st = setup_trainer(t);
     if (st == GS_OK)
         st = gt_sync_start(t->sync, t->params);
+    if (st == GS_OK && t->opt.join) /* the running ranks' state: where they are, weights, momentum */
+        st = gt_elastic_adopt(t);
     return st;
 }
 
@@ -358,7 +361,13 @@ static gs_status run(trainer *t, int *same_p)
     if (t->rank == 0 && !t->opt.json)
         gt_report_setup(stdout, &t->info);
     while (t->pos < end) {
-        st = run_point(t, gt_point_at(t, t->pos), &hash, &same);
+        gt_point p = gt_point_at(t, t->pos);
+        st = GS_OK;
+        if (t->opt.elastic && t->grow_checked != t->pos &&
+            ((p.kind == GT_PT_STEP && p.step == 0) || p.kind == GT_PT_SAME))
+            st = gt_elastic_grow(t); /* processes waiting to join come in here */
+        if (st == GS_OK)
+            st = run_point(t, p, &hash, &same);
         if (st == GS_OK) {
             t->pos++;
             gt_elastic_point_done(t);
@@ -377,7 +386,7 @@ static gs_status run(trainer *t, int *same_p)
     if (st == GS_OK && t->rank == 0) {
         if (t->opt.json)
             gt_report_json(stdout, &t->info, t->stats, t->opt.epochs, gt_now_s() - start, hash, same, t->rec,
-                           t->nrec);
+                           t->nrec, t->joins, t->njoins);
         else
             gt_report_final(stdout, &t->info, &t->stats[t->opt.epochs - 1], gt_now_s() - start, hash, same);
     }
@@ -394,6 +403,8 @@ int main(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     openblas_set_num_threads(t.opt.threads);
     gt_elastic = t.opt.elastic;
+    if (t.opt.join)
+        setenv("GS_REJOIN", "1", 1); /* the context takes a lost rank's place in the store */
     st = setup(&t);
     if (st == GS_OK)
         st = gt_sync_is_server(t.sync) ? serve(&t, &same) : run(&t, &same);

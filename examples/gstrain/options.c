@@ -50,6 +50,10 @@ static void usage(FILE *out)
             "  --elastic           survive a lost rank (run under gsrun --elastic): the survivors shrink\n"
             "                      the communicator, go back to the last step every rank completed and\n"
             "                      go on with the same global batch split over the ranks left\n"
+            "  --join              join a running --elastic job in a lost rank's place (gsrun --restarts\n"
+            "                      starts it so, with GS_REJOIN=1): at the next epoch's start (or the\n"
+            "                      final check) the running ranks admit it and broadcast the weights and\n"
+            "                      the momentum; implies --elastic\n"
             "  --die R:S[:WHEN]    (tests) rank R SIGKILLs itself in global step S; WHEN: compute (before\n"
             "                      the step's forward pass, default), sync (its exchange under way) or\n"
             "                      recovery (100 ms into the first recovery at or after step S)\n"
@@ -121,6 +125,7 @@ enum {
     OPT_PLOT,
     OPT_ELASTIC,
     OPT_DIE,
+    OPT_JOIN,
 };
 
 static const struct option long_options[] = {
@@ -144,6 +149,7 @@ static const struct option long_options[] = {
     {"plot", required_argument, NULL, OPT_PLOT},
     {"elastic", no_argument, NULL, OPT_ELASTIC},
     {"die", required_argument, NULL, OPT_DIE},
+    {"join", no_argument, NULL, OPT_JOIN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -205,6 +211,7 @@ static int apply(int c, const char *arg, gt_options *opt)
     case OPT_PLOT: opt->plot = arg; break;
     case OPT_ELASTIC: opt->elastic = 1; break;
     case OPT_DIE: rc = parse_die(arg, opt); break;
+    case OPT_JOIN: opt->join = opt->elastic = 1; break;
     default: rc = -1; break;
     }
     return rc;
@@ -239,6 +246,10 @@ int gt_options_parse(int argc, char **argv, gt_options *opt)
     if (optind < argc) {
         fprintf(stderr, "gstrain: unexpected argument '%s'; see gstrain --help\n", argv[optind]);
         return 2;
+    }
+    if (opt->elastic && !opt->join) { /* a restarted rank (gsrun --restarts) joins */
+        const char *rejoin = getenv("GS_REJOIN");
+        opt->join = rejoin && strcmp(rejoin, "1") == 0;
     }
     if (opt->elastic && opt->method != GT_SYNC_ALLREDUCE) {
         fprintf(stderr, "gstrain: --elastic works with --sync allreduce only (the parameter server's "

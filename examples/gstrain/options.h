@@ -41,6 +41,7 @@ typedef struct gt_options {
     const char *save; /* write the final weights here (rank 0) */
     const char *plot; /* draw the epochs' figures into this PNG (rank 0, gnuplot) */
     int elastic;      /* a lost rank does not end the run: the survivors shrink and go on */
+    int join;         /* join a running --elastic job (--join, or GS_REJOIN=1 with --elastic) */
     gt_die die[GT_DIE_MAX];
     int ndie;
 } gt_options;

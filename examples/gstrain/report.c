@@ -152,8 +152,36 @@ static void json_recoveries(FILE *out, const gt_recovery *rec, int nrec)
     fputc(']', out);
 }
 
+void gt_report_join(FILE *out, const gt_join *j)
+{
+    fprintf(out, "gstrain: rank%s", j->njoined == 1 ? "" : "s");
+    for (int i = 0; i < j->njoined; i++)
+        fprintf(out, "%s %d", i ? "," : "", j->joined[i]);
+    fprintf(out,
+            " joined after step %" PRIu64 "; %d ranks continue (grow %.1f ms, state broadcast %.1f ms)\n",
+            j->at_step, j->ranks, 1e3 * j->grow_s, 1e3 * j->adopt_s);
+    fflush(out);
+}
+
+static void json_joins(FILE *out, const gt_join *joins, int njoins)
+{
+    fprintf(out, ", \"joins\": [");
+    for (int i = 0; i < njoins; i++) {
+        const gt_join *j = &joins[i];
+        fprintf(out, "%s{\"joined\": [", i ? ", " : "");
+        for (int k = 0; k < j->njoined; k++)
+            fprintf(out, "%s%d", k ? ", " : "", j->joined[k]);
+        fprintf(out, "], \"ranks\": %d, \"at_step\": %" PRIu64, j->ranks, j->at_step);
+        json_seconds(out, "grow_s", j->grow_s);
+        json_seconds(out, "adopt_s", j->adopt_s);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}
+
 void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *stats, int n, double total_s,
-                    uint64_t hash, int same, const gt_recovery *rec, int nrec)
+                    uint64_t hash, int same, const gt_recovery *rec, int nrec, const gt_join *joins,
+                    int njoins)
 {
     fprintf(
         out,
@@ -179,6 +207,7 @@ void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *st
     fprintf(out, "], \"elastic\": %s, \"ranks_final\": %d", info->elastic ? "true" : "false",
             info->ranks_final);
     json_recoveries(out, rec, nrec);
+    json_joins(out, joins, njoins);
     fprintf(out,
             ", \"final_test_acc\": %.6f, \"total_s\": %.3f, \"weights_hash\": \"%016" PRIx64 "\", "
             "\"weights_identical\": %s}\n",

@@ -34,6 +34,16 @@ typedef struct gt_run_info {
 
 #define GT_LOST_MAX 8
 
+/* --elastic: processes that joined at a grow point. */
+typedef struct gt_join {
+    int joined[GT_LOST_MAX]; /* their job ranks */
+    int njoined;
+    int ranks;        /* trainers after */
+    uint64_t at_step; /* the steps done when they joined */
+    double grow_s;    /* gs_comm_grow: admission, agreement, the new communicator */
+    double adopt_s;   /* the broadcast of the point, the weights, the momentum and the figures */
+} gt_join;
+
 /* --elastic: one recovery from a lost rank, as the new rank 0 saw it. */
 typedef struct gt_recovery {
     int lost[GT_LOST_MAX]; /* the job ranks (GS_RANK) lost */
@@ -86,7 +96,10 @@ void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *l
                      uint64_t hash, int same);
 /* One JSON object on out. */
 void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *stats, int n, double total_s,
-                    uint64_t hash, int same, const gt_recovery *rec, int nrec);
+                    uint64_t hash, int same, const gt_recovery *rec, int nrec, const gt_join *joins,
+                    int njoins);
+/* "rank 2 joined after step 32; 4 ranks continue (...)" */
+void gt_report_join(FILE *out, const gt_join *j);
 /* "rank 2 lost at step 913; 3 ranks continue from step 912 (...)" */
 void gt_report_recovery(FILE *out, const gt_recovery *r);
 

@@ -66,6 +66,9 @@ typedef struct trainer {
     int timing;          /* the last recovery's first completed point is still to come */
     uint64_t resumed_ns; /* the end of its rollback */
     uint64_t kill_ns;    /* the --die kill it recovered from (0: unknown) */
+    gt_join joins[GT_RECOVERIES_MAX];
+    int njoins;
+    uint64_t grow_checked; /* the point whose grow point is behind (UINT64_MAX: none yet) */
 } trainer;
 
 /* Point pos of the run; the number of points; the steps before point pos. */
@@ -86,5 +89,12 @@ void gt_elastic_maybe_die(trainer *t, gt_die_when when, uint64_t step);
 gs_status gt_elastic_recover(trainer *t, uint64_t failed_ns);
 /* A point completed: the first after a recovery completes its figures. */
 void gt_elastic_point_done(trainer *t);
+/* A grow point (before point t->pos, an epoch's first step or the final
+ * check): processes waiting to join are admitted and take the state of
+ * trainer 0 (gt_elastic_adopt). Collective over the trainers. */
+gs_status gt_elastic_grow(trainer *t);
+/* After a grow (every trainer, the joiners too): trainer 0's point,
+ * weights, momentum and figures, and the trainers' job ranks. */
+gs_status gt_elastic_adopt(trainer *t);
 
 #endif

@@ -6,7 +6,8 @@
  * (gstrain compares their hashes: "weights_identical") and the final test
  * accuracy is within 1 point of an unbroken run under the same BLAS kernel.
  * Also: a second rank killed during the shrink, rank 0 killed (the store is
- * gsrun's, so the survivors go on), and without --elastic the job still
+ * gsrun's, so the survivors go on), a killed rank restarted by gsrun
+ * --restarts joining at the next epoch, and without --elastic the job still
  * stops with a clear error.
  *
  * GS_ELASTIC_RUNS (default 3) sets the number of random runs, GS_ELASTIC_SEED
@@ -54,9 +55,12 @@ static double absolute(double x)
 
 /* gstrain under gsrun --elastic -n RANKS over transport, with the --die
  * options dies (NULL-terminated, or NULL). */
-static void run_elastic(gt_run *r, const char *transport, const char *const *dies)
+static void run_elastic_restarts(gt_run *r, const char *transport, const char *const *dies,
+                                 const char *restarts)
 {
-    const char *gsrun_opts[] = {"--elastic", "--transport", transport, "--timeout-ms", "20000", NULL};
+    const char *gsrun_opts[] = {"--elastic",    "--transport", transport,
+                                "--timeout-ms", "20000",       restarts ? "--restarts" : NULL,
+                                restarts,       NULL};
     const char *args[32];
     int argc = 0;
     for (int i = 0; i < TRAIN_ARGC; i++)
@@ -67,6 +71,11 @@ static void run_elastic(gt_run *r, const char *transport, const char *const *die
     }
     args[argc] = NULL;
     gt_run_gstrain_launch(r, RANKS, gsrun_opts, args);
+}
+
+static void run_elastic(gt_run *r, const char *transport, const char *const *dies)
+{
+    run_elastic_restarts(r, transport, dies, NULL);
 }
 
 /* The final test accuracy of an unbroken 4-rank run under the current kernel. */
@@ -89,7 +98,7 @@ static void check_recovered(const gt_run *r, int survivors, double reference)
     GS_ASSERT_CONTAINS(r->out, "\"weights_identical\": true");
     GS_ASSERT_EQ((int)gt_json_number(r->out, "ranks_final"), survivors);
     GS_ASSERT(gt_json_number(r->out, "kill_to_step_s") > 0);
-    GS_ASSERT_CONTAINS(r->err, "the others go on (--elastic)");
+    GS_ASSERT(strstr(r->err, "the others go on (--elastic)") || strstr(r->err, "restarting it as a joiner"));
     gt_assert_blas_core(r->out);
     acc = gt_json_number(r->out, "final_test_acc");
     fprintf(stderr, "  final test accuracy %.4f (unbroken %.4f)\n", acc, reference);
@@ -196,6 +205,24 @@ GS_TEST_TP(rank_0_killed_the_store_is_gsruns_survivors_go_on)
     check_recovered(&r, RANKS - 1, reference);
     GS_ASSERT_CONTAINS(r.out, "\"lost\": [0]");
     GS_ASSERT_CONTAINS(r.out, "[1] {\"ranks\": 4");
+}
+
+/* gsrun --restarts 1: rank 2, killed in step 5, is started again as a
+ * joiner (GS_REJOIN=1); the 3 survivors admit it at the start of epoch 2
+ * (after step 16) and broadcast the weights and the momentum; the 4 end
+ * bitwise identical and learn as the unbroken run. */
+GS_TEST_TP(killed_rank_restarted_joins_at_the_next_epoch)
+{
+    static gt_run r;
+    double reference;
+    gt_require_dataset();
+    reference = unbroken_accuracy(&r, transport);
+    run_elastic_restarts(&r, transport, (const char *[]){"2:5:sync", NULL}, "1");
+    check_recovered(&r, RANKS, reference);
+    GS_ASSERT_CONTAINS(r.out, "\"lost\": [2]");
+    GS_ASSERT_CONTAINS(r.out, "\"joins\": [{\"joined\": [2], \"ranks\": 4, \"at_step\": 16");
+    GS_ASSERT_CONTAINS(r.err, "restarting it as a joiner (restart 1 of 1)");
+    GS_ASSERT_CONTAINS(r.err, "rank 2 joined after step 16; 4 ranks continue");
 }
 
 /* Without gstrain's --elastic a lost rank still ends the job, with the
