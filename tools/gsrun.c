@@ -250,19 +250,21 @@ static void emit_lines(int rank, line_buf *b, bool flush)
     b->len -= start;
 }
 
-static void pump(int rank, line_buf *b)
+/* One read of the rank's pipe; false when nothing more is there now. */
+static bool pump(int rank, line_buf *b)
 {
     ssize_t n = read(b->fd, b->data + b->len, sizeof(b->data) - b->len);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return false;
     if (n <= 0) {
         emit_lines(rank, b, true);
         close(b->fd);
         b->fd = -1;
-        return;
+        return false;
     }
     b->len += (size_t)n;
     emit_lines(rank, b, false);
+    return true;
 }
 
 /* ---- ranks -------------------------------------------------------------- */
@@ -427,16 +429,12 @@ static bool any_restart_running(const job *j);
  * new ones). */
 static void drain(int rank, line_buf *b)
 {
-    while (b->fd >= 0) {
-        ssize_t n = read(b->fd, b->data + b->len, sizeof(b->data) - b->len);
-        if (n <= 0) {
-            emit_lines(rank, b, true);
-            close(b->fd);
-            b->fd = -1;
-            return;
-        }
-        b->len += (size_t)n;
-        emit_lines(rank, b, false);
+    while (b->fd >= 0 && pump(rank, b))
+        ;
+    if (b->fd >= 0) { /* a writer escaped the rank's group: its pipe is the old rank's, closed */
+        emit_lines(rank, b, true);
+        close(b->fd);
+        b->fd = -1;
     }
 }
 

@@ -14,8 +14,6 @@
 #include "coll_check.h"
 
 #include "bootstrap/boot.h"
-#include "util/config.h"
-#include "util/log.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -36,62 +34,16 @@ typedef struct gr_arg {
     join_case how;
 } gr_arg;
 
-static const char *env_of(const char *name, void *arg)
-{
-    (void)arg;
-    return getenv(name);
-}
-
-static gs_ctx *make_ctx(void)
-{
-    gs_config cfg;
-    gs_ctx *ctx = NULL;
-    GS_ASSERT_OK(gs_config_parse(&cfg, env_of, NULL));
-    GS_ASSERT_OK(gs_log_configure(cfg.log_level, cfg.log_subsys, cfg.log_file));
-    GS_ASSERT_OK(gs_boot_ctx_create(&cfg, env_of, NULL, &ctx));
-    return ctx;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
-static float value(int world, size_t i)
-{
-    return (float)((world + 1) * (int)(i % 7));
-}
-
-/* Allreduces on comm, whose ranks are the job ranks olds[], are right. */
-static void check_sums(gs_comm *comm, int world)
-{
-    int n = gs_comm_size(comm);
-    int32_t mine = world, olds[RANKS];
-    float *buf = malloc(COUNT * sizeof(float));
-    GS_ASSERT(buf != NULL);
-    GS_ASSERT_OK(gs_allgather(comm, &mine, olds, 1, GS_I32));
-    for (int c = 0; c < 3; c++) {
-        size_t count = c == 0 ? COUNT : (size_t)(c * 4001 + 3);
-        for (size_t i = 0; i < count; i++)
-            buf[i] = value(world, i + (size_t)c);
-        GS_ASSERT_OK(gs_allreduce(comm, buf, buf, count, GS_F32, GS_SUM));
-        for (size_t i = 0; i < count; i++) {
-            float want = 0;
-            for (int q = 0; q < n; q++)
-                want += value(olds[q], i + (size_t)c);
-            if (buf[i] != want)
-                gs_test_fail_here(__FILE__, __LINE__, "rank %d: [%zu] = %g, expected %g", world, i,
-                                  (double)buf[i], (double)want);
-        }
-    }
-    free(buf);
-}
-
 /* The first rank 3: in the communicator, dies inside its third allreduce. */
 static void first_incarnation(const gr_arg *a)
 {
-    gs_ctx *ctx = make_ctx();
+    gs_ctx *ctx = gs_test_own_ctx();
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, a->transport, &tp);
     float *buf = calloc(COUNT, sizeof(float));
@@ -109,7 +61,7 @@ static void replacement(const gr_arg *a)
     gs_ctx *ctx;
     gs_comm *comm = NULL;
     setenv("GS_REJOIN", "1", 1);
-    ctx = make_ctx();
+    ctx = gs_test_own_ctx();
     if (a->how == JOIN_DIES) {
         char key[64];
         uint64_t nonce = 7;
@@ -128,7 +80,7 @@ static void replacement(const gr_arg *a)
     GS_ASSERT_OK(gs_comm_grow(ctx, NULL, &comm));
     GS_ASSERT_EQ(gs_comm_size(comm), RANKS);
     GS_ASSERT_EQ(gs_comm_rank(comm), RANKS - 1); /* joiners come last */
-    check_sums(comm, 3);
+    cc_check_member_sums(comm, 3, 3, COUNT);
     GS_ASSERT_OK(gs_comm_destroy(comm));
     GS_ASSERT_OK(gs_ctx_destroy(ctx));
     _exit(0);
@@ -156,7 +108,7 @@ static void supervisor(const gr_arg *a)
 
 static void old_rank(int rank, const gr_arg *a)
 {
-    gs_ctx *ctx = make_ctx();
+    gs_ctx *ctx = gs_test_own_ctx();
     gs_tp *tp;
     gs_comm *comm = cc_open(ctx, a->transport, &tp), *shrunk = NULL, *grown = NULL;
     float *buf = calloc(COUNT, sizeof(float));
@@ -171,7 +123,7 @@ static void old_rank(int rank, const gr_arg *a)
     GS_ASSERT_EQ(gs_comm_size(shrunk), RANKS - 1);
     if (a->how == JOIN_NOT_ASKED) { /* never grows: the joiner gives up on its own */
         GS_ASSERT_OK(gs_boot_store_get_ms(ctx, "test/joiner-gave-up", NULL, 0, &len, 20000));
-        check_sums(shrunk, rank);
+        cc_check_member_sums(shrunk, rank, 3, COUNT);
     } else {
         if (a->how == JOIN_DIES)
             GS_ASSERT_OK(gs_store_get(ctx, "test/joiner-died", NULL, 0, &len));
@@ -186,7 +138,7 @@ static void old_rank(int rank, const gr_arg *a)
         shrunk = NULL;
         GS_ASSERT_EQ(gs_comm_rank(grown), rank); /* the old ranks keep their order, first */
         GS_ASSERT_EQ(gs_comm_size(grown), a->how == JOIN_OK ? RANKS : RANKS - 1);
-        check_sums(grown, rank);
+        cc_check_member_sums(grown, rank, 3, COUNT);
         /* nobody else waits: the next grow point changes nothing */
         gs_comm *again = NULL;
         GS_ASSERT_OK(gs_comm_grow(NULL, grown, &again));
