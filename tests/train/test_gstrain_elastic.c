@@ -159,13 +159,14 @@ GS_TEST_TP(random_rank_killed_at_random_step_survivors_finish)
                          gt_json_number(r.out, "rebuild_s"),     gt_json_number(r.out, "resync_s"),
                          gt_json_number(r.out, "rollback_s"),    gt_json_number(r.out, "first_step_s"),
                          gt_json_number(r.out, "kill_to_step_s")};
-        ahead += gt_json_number(r.out, "ahead") > 0;
+        int undid = (int)gt_json_number(r.out, "ahead");
+        ahead += undid > 0;
         fprintf(stderr,
                 "  run %d: kill to first step %.1f ms: detection %.1f, agreement %.1f, rebuild %.1f, resync "
                 "%.1f, "
-                "rollback %.1f, first step %.1f\n",
+                "rollback %.1f, first step %.1f; survivors that undid a step: %d\n",
                 i, 1e3 * f[i].total, 1e3 * f[i].detect, 1e3 * f[i].agree, 1e3 * f[i].rebuild,
-                1e3 * f[i].resync, 1e3 * f[i].rollback, 1e3 * f[i].first);
+                1e3 * f[i].resync, 1e3 * f[i].rollback, 1e3 * f[i].first, undid);
     }
     fprintf(stderr,
             "  %s, %d runs, medians (ms): kill to first step %.1f | detection %.1f, agreement %.1f, rebuild "
