@@ -478,6 +478,29 @@ GS_API gs_status gs_comm_create_group(gs_comm *comm, const int *ranks, int n, gs
  * rebuild makes it fail within GS_TIMEOUT_MS on the others (shrink comm again). See docs/elastic.md.
  */
 GS_API gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p);
+/* For a communicator made by gs_comm_shrink: how long the survivors' agreement
+ * and the rebuild of the communicator took, in ns (both 0 for any other
+ * communicator); either pointer may be NULL. For progress reports. */
+GS_API void gs_comm_shrink_times(const gs_comm *comm, uint64_t *agree_ns, uint64_t *rebuild_ns);
+/*
+ * Joining a running job. Every rank of comm calls gs_comm_grow(NULL, comm,
+ * &newcomm) at a point they choose (the same on each, e.g. an epoch
+ * boundary: it is collective over comm); a process that joins calls
+ * gs_comm_grow(ctx, NULL, &newcomm) with its context. A joiner is a process
+ * of the job whose rank is not among comm's: under gsrun a restarted rank,
+ * whose context (GS_REJOIN=1) takes the place of the lost rank in the store,
+ * which checks its job token. It announces itself in the store and waits
+ * (GS_TIMEOUT_MS) until comm's rank 0 admits it at a grow point. Then the
+ * old ranks and the joiners agree through the store on who is alive (as in
+ * gs_comm_shrink: one lost meanwhile is out, not waited for), and
+ * *newcomm_p is a communicator of them: comm's ranks first, in their order,
+ * then the joiners in job-rank order, over a transport of comm's kind.
+ * When nobody is waiting the old ranks get *newcomm_p = NULL (keep comm):
+ * one small broadcast over comm (nothing at all while comm holds every
+ * rank of the job). comm stays usable; destroy it once the new one is made.
+ * The job never has more ranks than it started with (the store's world).
+ */
+GS_API gs_status gs_comm_grow(gs_ctx *ctx, gs_comm *comm, gs_comm **newcomm_p);
 
 /* recvbuf[i] = sendbuf[i] reduced over the ranks, count elements. */
 GS_API gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,

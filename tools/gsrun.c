@@ -1,7 +1,7 @@
 /*
  * gsrun: start N local ranks of a gradsync job.
  *
- *   gsrun -n N [--transport T] [--timeout-ms MS] [--grace-ms MS] [--elastic] [--] prog args...
+ *   gsrun -n N [--transport T] [--timeout-ms MS] [--grace-ms MS] [--elastic] [--restarts K] [--] prog args...
  *
  * gsrun serves the job's store on 127.0.0.1 (an ephemeral port) with a fresh
  * random GS_JOB_TOKEN, and gives every rank GS_RANK, GS_WORLD_SIZE,
@@ -21,7 +21,12 @@
  * (128 + signal for a signal). With --elastic a rank killed by a signal is
  * only reported: the others go on (they shrink their communicators,
  * docs/elastic.md), gsrun's store keeps serving them, and gsrun exits 0 if
- * every other rank exits 0. Every rank's group is killed once the rank
+ * every other rank exits 0. With --restarts K (which implies --elastic) a
+ * rank that fails (a signal or a non-zero exit) is started again in its
+ * place, with GS_REJOIN=1, as a joiner (docs/elastic.md), up to K times in
+ * all; a restarted rank still waiting to join when every other rank has
+ * exited 0 is stopped after the grace period, its status not counted.
+ * Every rank's group is killed once the rank
  * is gone, and every rank dies with gsrun (PR_SET_PDEATHSIG): no process of
  * the job outlives it.
  */
@@ -64,7 +69,9 @@ typedef struct line_buf {
 typedef struct rank_proc {
     pid_t pid; /* also its process group; 0 before start */
     bool running;
-    int status; /* waitpid status once reaped */
+    int starts;     /* 1 + its restarts */
+    bool abandoned; /* a restart stopped because the job ended without it */
+    int status;     /* waitpid status once reaped */
     line_buf out, err;
 } rank_proc;
 
@@ -73,7 +80,8 @@ typedef struct run_opts {
     const char *transport;
     long timeout_ms; /* 0: the ranks' own GS_TIMEOUT_MS */
     long grace_ms;
-    bool elastic; /* a rank killed by a signal does not stop the others */
+    bool elastic;  /* a rank killed by a signal does not stop the others */
+    long restarts; /* failed ranks started again as joiners, in all */
     char **argv;
 } run_opts;
 
@@ -88,10 +96,12 @@ typedef struct job {
     struct rlimit orig_nofile;
     bool have_orig_nofile;
     int sigfd;
-    int failed_rank;     /* the first rank that failed, -1 if none */
-    int lost;            /* --elastic: ranks killed by a signal, the others going on */
-    int interrupted;     /* the signal gsrun got, 0 if none */
-    uint64_t kill_at_ns; /* SIGKILL for ranks still running then; 0 if not stopping */
+    int failed_rank;        /* the first rank that failed, -1 if none */
+    int lost;               /* --elastic: ranks killed by a signal, the others going on */
+    long restarted;         /* --restarts: restarts so far */
+    uint64_t abandon_at_ns; /* --restarts: when to stop the restarts still waiting (0: not yet) */
+    int interrupted;        /* the signal gsrun got, 0 if none */
+    uint64_t kill_at_ns;    /* SIGKILL for ranks still running then; 0 if not stopping */
 } job;
 
 static void usage(FILE *f)
@@ -99,13 +109,15 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: gsrun -n N [--transport auto|shm|tcp|verbs] [--timeout-ms MS] [--grace-ms MS] [--elastic] "
-        "[--] prog [args...]\n"
+        "[--restarts K] [--] prog [args...]\n"
         "  -n, --np N        number of local ranks to start (1 to %d)\n"
         "  --transport T     sets GS_TRANSPORT for every rank\n"
         "  --timeout-ms MS   sets GS_TIMEOUT_MS for every rank (deadline of every wait)\n"
         "  --grace-ms MS     after a rank fails, time the others get between SIGTERM and SIGKILL "
         "(default 2000)\n"
         "  --elastic         a rank killed by a signal does not stop the others (they shrink and go on)\n"
+        "  --restarts K      start a failed rank again as a joiner (GS_REJOIN=1), up to K times in all;\n"
+        "                    implies --elastic\n"
         "  -h, --help        this text;  --version  the gradsync version\n"
         "Every output line is prefixed with \"[rank] \"; gsrun exits with the status of the first rank "
         "that failed (128+signal if killed), else 0.\n",
@@ -163,6 +175,12 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 return 2;
             }
             o->transport = v;
+        } else if (strcmp(a, "--restarts") == 0) {
+            if (!parse_long(v, 0, INT_MAX, &o->restarts)) {
+                fprintf(stderr, "gsrun: --restarts needs a number of restarts, got '%s'\n", v ? v : "");
+                return 2;
+            }
+            o->elastic = o->elastic || o->restarts > 0;
         } else if (strcmp(a, "--timeout-ms") == 0 || strcmp(a, "--grace-ms") == 0) {
             long *dst = a[2] == 't' ? &o->timeout_ms : &o->grace_ms;
             if (!parse_long(v, a[2] == 't' ? 1 : 0, INT_MAX, dst)) {
@@ -232,19 +250,21 @@ static void emit_lines(int rank, line_buf *b, bool flush)
     b->len -= start;
 }
 
-static void pump(int rank, line_buf *b)
+/* One read of the rank's pipe; false when nothing more is there now. */
+static bool pump(int rank, line_buf *b)
 {
     ssize_t n = read(b->fd, b->data + b->len, sizeof(b->data) - b->len);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return false;
     if (n <= 0) {
         emit_lines(rank, b, true);
         close(b->fd);
         b->fd = -1;
-        return;
+        return false;
     }
     b->len += (size_t)n;
     emit_lines(rank, b, false);
+    return true;
 }
 
 /* ---- ranks -------------------------------------------------------------- */
@@ -252,9 +272,9 @@ static void pump(int rank, line_buf *b)
 static bool overridden(const char *entry, const job *j)
 {
     static const char *const ours[] = {
-        "GS_RANK=",           "GS_WORLD_SIZE=",    "GS_LOCAL_RANK=", "GS_STORE=",
-        "GS_STORE_EXTERNAL=", "GS_JOB_TOKEN=",     "RANK=",          "WORLD_SIZE=",
-        "LOCAL_RANK=",        "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",   "MASTER_PORT="};
+        "GS_RANK=",      "GS_WORLD_SIZE=", "GS_LOCAL_RANK=", "GS_STORE=",   "GS_STORE_EXTERNAL=",
+        "GS_JOB_TOKEN=", "RANK=",          "WORLD_SIZE=",    "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+        "MASTER_ADDR=",  "MASTER_PORT=",   "GS_REJOIN="};
     for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
         if (strncmp(entry, ours[i], strlen(ours[i])) == 0)
             return true;
@@ -294,7 +314,7 @@ static char **rank_env(const job *j, int rank)
 
     while (environ[count])
         count++;
-    env = calloc(count + 15, sizeof(*env));
+    env = calloc(count + 16, sizeof(*env));
     if (!env)
         return NULL;
     for (size_t i = 0; i < count && ok; i++)
@@ -311,6 +331,8 @@ static char **rank_env(const job *j, int rank)
         ok = add_env(env, &k, "GS_TRANSPORT=%s", j->opts.transport);
     if (ok && j->opts.timeout_ms)
         ok = add_env(env, &k, "GS_TIMEOUT_MS=%ld", j->opts.timeout_ms);
+    if (ok && j->ranks[rank].starts > 0) /* a restart: it takes the lost rank's place and joins */
+        ok = add_env(env, &k, "GS_REJOIN=1");
     if (!ok) {
         free_env(env);
         return NULL;
@@ -358,6 +380,7 @@ static int start_rank(job *j, int rank)
     }
     setpgid(r->pid, r->pid); /* also in the child: whichever runs first */
     r->running = true;
+    r->starts++;
     r->out = (line_buf){.fd = out[0], .out_fd = 1};
     r->err = (line_buf){.fd = err[0], .out_fd = 2};
     fcntl(out[0], F_SETFL, O_NONBLOCK);
@@ -400,12 +423,62 @@ static int exit_code(int status)
     return 1;
 }
 
+static bool any_restart_running(const job *j);
+
+/* The rest of a dead rank's output, then its pipes closed (a restart gets
+ * new ones). */
+static void drain(int rank, line_buf *b)
+{
+    while (b->fd >= 0 && pump(rank, b))
+        ;
+    if (b->fd >= 0) { /* a writer escaped the rank's group: its pipe is the old rank's, closed */
+        emit_lines(rank, b, true);
+        close(b->fd);
+        b->fd = -1;
+    }
+}
+
+/* --restarts: the rank failed; starts it again as a joiner if restarts are
+ * left. The store's thread runs by now: the child only calls what is safe
+ * between fork and exec (exec_rank). */
+static bool restart(job *j, int rank, int status)
+{
+    if (j->restarted >= j->opts.restarts || j->interrupted)
+        return false;
+    j->restarted++;
+    fprintf(stderr, "gsrun: rank %d %s %d; restarting it as a joiner (restart %ld of %ld)\n", rank,
+            WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), j->restarted, j->opts.restarts);
+    drain(rank, &j->ranks[rank].out);
+    drain(rank, &j->ranks[rank].err);
+    return start_rank(j, rank) == 0;
+}
+
+/* --restarts: once every rank never restarted has exited 0, a restarted
+ * rank still running may wait for a grow point that never comes: it gets
+ * the grace period, then is stopped. */
+static void maybe_abandon(job *j)
+{
+    for (int r = 0; r < j->opts.n; r++)
+        if (j->ranks[r].running && j->ranks[r].starts == 1)
+            return;
+    if (!j->abandon_at_ns && any_restart_running(j))
+        j->abandon_at_ns = gs_deadline_after_ms(j->opts.grace_ms);
+}
+
 static void rank_ended(job *j, int rank, int status)
 {
     rank_proc *r = &j->ranks[rank];
     r->running = false;
     r->status = status;
-    if (exit_code(status) == 0 || j->failed_rank >= 0)
+    if (r->abandoned)
+        return;
+    if (exit_code(status) == 0 || j->failed_rank >= 0) {
+        if (j->opts.restarts && j->failed_rank < 0)
+            maybe_abandon(j);
+        return;
+    }
+    if (j->opts.restarts && restart(j, rank, status))
         return;
     if (j->opts.elastic && WIFSIGNALED(status) && !j->interrupted && ++j->lost < j->opts.n) {
         fprintf(stderr, "gsrun: rank %d was killed by signal %d (%s); the others go on (--elastic)\n", rank,
@@ -462,6 +535,14 @@ static void on_signal(job *j)
 
 /* ---- the loop ----------------------------------------------------------- */
 
+static bool any_restart_running(const job *j)
+{
+    for (int r = 0; r < j->opts.n; r++)
+        if (j->ranks[r].running && j->ranks[r].starts > 1)
+            return true;
+    return false;
+}
+
 static bool any_running(const job *j)
 {
     for (int r = 0; r < j->opts.n; r++)
@@ -491,6 +572,18 @@ static bool next_wake(job *j, uint64_t *drain_until, uint64_t *wake_p)
         if (gs_deadline_passed(*drain_until))
             return false; /* a writer escaped the rank's group: stop waiting for it */
         wake = *drain_until;
+    } else if (j->abandon_at_ns && !j->kill_at_ns) {
+        if (gs_deadline_passed(j->abandon_at_ns)) {
+            for (int r = 0; r < j->opts.n; r++)
+                if (j->ranks[r].running && j->ranks[r].starts > 1) {
+                    fprintf(stderr, "gsrun: the job ended without restarted rank %d; stopping it\n", r);
+                    j->ranks[r].abandoned = true;
+                    kill(-j->ranks[r].pid, SIGTERM);
+                }
+            j->kill_at_ns = gs_deadline_after_ms(j->opts.grace_ms);
+        } else {
+            wake = j->abandon_at_ns;
+        }
     } else if (j->kill_at_ns) {
         if (gs_deadline_passed(j->kill_at_ns)) {
             signal_ranks(j, SIGKILL);

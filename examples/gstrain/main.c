@@ -10,38 +10,14 @@
  * compared across ranks: they must be bitwise identical. With --sync ps some
  * ranks are parameter servers: they run serve() instead of the training.
  */
-#include "data.h"
-#include "mlp.h"
-#include "options.h"
 #include "plot.h"
-#include "report.h"
-#include "sgd.h"
-#include "sync.h"
+#include "trainer.h"
 #include "util.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct trainer {
-    gt_options opt;
-    gt_dataset train, test;
-    gt_sync *sync;
-    gt_mlp *mlp;
-    gt_sgd *sgd;
-    float *params;
-    size_t nparams;
-    size_t *order;    /* this epoch's shuffled training-set order */
-    uint8_t *labels;  /* labels of the rows in the model's input */
-    size_t batch_cap; /* most rows this rank puts through the model at once */
-    int rank, size;
-    gt_run_info info;
-    gt_epoch_stats *stats;
-} trainer;
-
-/* Per-epoch sums of one rank, summed over the ranks at the end of the epoch. */
-enum { SUM_LOSS, SUM_CORRECT, SUM_COMPUTE, SUM_WAIT, SUM_SYNC, SUM_COUNT };
 
 static gs_status on_grad_ready(void *arg, size_t offset, size_t count)
 {
@@ -72,68 +48,107 @@ static void load_rows(trainer *t, const gt_dataset *set, const size_t *order, si
     }
 }
 
-/* One step on global batch [lo, lo + global) of the order. The time inside
- * the sync module counts as wait (for the slowest rank, with --split-wait)
- * and sync, the rest of the step as compute. */
-static gs_status train_step(trainer *t, size_t lo, size_t global, double *sums)
+/* Point pos of the run: each epoch has steps + 2 points. */
+gt_point gt_point_at(const trainer *t, uint64_t pos)
 {
+    uint64_t per = t->steps + 2, k = pos % per;
+    if (pos >= per * (uint64_t)t->opt.epochs)
+        return (gt_point){.kind = GT_PT_SAME, .epoch = t->opt.epochs};
+    return (gt_point){.kind = k < t->steps    ? GT_PT_STEP
+                              : k == t->steps ? GT_PT_SUMS
+                                              : GT_PT_EVAL,
+                      .epoch = (int)(pos / per) + 1,
+                      .step = k < t->steps ? (size_t)k : 0};
+}
+
+uint64_t gt_point_count(const trainer *t)
+{
+    return (t->steps + 2) * (uint64_t)t->opt.epochs + 1;
+}
+
+uint64_t gt_steps_before(const trainer *t, uint64_t pos)
+{
+    uint64_t per = t->steps + 2, k = pos % per;
+    if (pos >= per * (uint64_t)t->opt.epochs)
+        return t->steps * (uint64_t)t->opt.epochs;
+    return pos / per * t->steps + (k < t->steps ? k : t->steps);
+}
+
+/* Step `step` of the epoch: global batch [lo, lo + global) of the order,
+ * this rank's share of it. The time inside the sync module counts as wait
+ * (for the slowest rank, with --split-wait) and sync, the rest of the step
+ * as compute. */
+static gs_status train_step(trainer *t, size_t step)
+{
+    size_t batch = t->opt.batch, lo = step * batch,
+           global = t->train.count - lo < batch ? t->train.count - lo : batch;
     size_t first = lo + global * (size_t)t->rank / (size_t)t->size;
     size_t n = lo + global * (size_t)(t->rank + 1) / (size_t)t->size - first;
     size_t correct = 0;
-    double start = gt_now_s(), wait0, sync0, wait1, sync1;
+    uint64_t number = gt_steps_before(t, t->pos) + 1; /* the global step, 1-based */
+    double start = gt_now_s(), wait0, sync0, wait1, sync1, *sums = t->sums;
     gs_status st;
     uint64_t t0 = gs_clock_ns(), t1, t2, t3; /* GS_TRACE: the phases beside the library's operations */
+    gt_elastic_maybe_die(t, GT_DIE_COMPUTE, number);
     gt_sync_times(t->sync, &wait0, &sync0);
     load_rows(t, &t->train, t->order, first, n);
     gt_mlp_forward(t->mlp, n, t->labels, &sums[SUM_LOSS], &correct);
     gs_trace_span("forward", t0, t1 = gs_clock_ns());
     st = gt_mlp_backward(t->mlp, n, t->labels, 1.0f / (float)global, on_grad_ready, t->sync);
     gs_trace_span("backward", t1, t2 = gs_clock_ns());
-    if (st == GS_OK)
+    if (st == GS_OK) {
+        gt_elastic_maybe_die(t, GT_DIE_SYNC, number);
         st = gt_sync_finish(t->sync);
+    }
     gs_trace_span("sync", t2, t3 = gs_clock_ns());
     if (st == GS_OK && t->sgd)
         gt_sgd_step(t->sgd, t->params, gt_sync_grads(t->sync));
     gs_trace_span("update", t3, gs_clock_ns());
     gt_sync_times(t->sync, &wait1, &sync1);
     sums[SUM_CORRECT] += (double)correct;
+    sums[SUM_ROWS] += (double)n;
     sums[SUM_COMPUTE] += gt_now_s() - start - (wait1 - wait0) - (sync1 - sync0);
     sums[SUM_WAIT] += wait1 - wait0;
     sums[SUM_SYNC] += sync1 - sync0;
+    if (st == GS_OK && t->rank == 0) {
+        double seen = sums[SUM_ROWS] > 0 ? sums[SUM_ROWS] : 1; /* this rank's rows so far */
+        gt_progress_update(&t->bar, step + 1, lo + global, sums[SUM_LOSS] / seen,
+                           sums[SUM_SYNC] / (sums[SUM_COMPUTE] + sums[SUM_WAIT] + sums[SUM_SYNC]));
+    }
     return st;
 }
 
-static gs_status train_epoch(trainer *t, int epoch, gt_epoch_stats *s)
+/* The start of an epoch (its first step, or that step again after a
+ * recovery): the epoch's order, zero sums, the progress bar. */
+static void begin_epoch(trainer *t, int epoch)
 {
-    size_t n = t->train.count, batch = t->opt.batch, steps = (n + batch - 1) / batch;
-    double sums[SUM_COUNT] = {0}, start = gt_now_s();
-    gt_progress bar;
-    gs_status st = GS_OK;
-    shuffle(t->order, n, t->opt.seed, epoch);
+    shuffle(t->order, t->train.count, t->opt.seed, epoch);
+    memset(t->sums, 0, sizeof(t->sums));
+    t->epoch_start = gt_now_s();
+    gt_progress_begin(&t->bar, t->rank == 0 ? t->opt.progress : GT_PROGRESS_NONE, stdout, epoch,
+                      t->opt.epochs, t->steps);
+}
+
+/* The epoch's metrics summed over the ranks. The training loss and
+ * accuracy are over the rows the sums hold: every row of the epoch, or
+ * after a lost rank those the survivors computed. */
+static gs_status epoch_sums(trainer *t, gt_epoch_stats *s)
+{
+    double sums[SUM_COUNT];
+    gs_status st;
+    s->time_s = gt_now_s() - t->epoch_start;
     if (t->rank == 0)
-        gt_progress_begin(&bar, t->opt.progress, stdout, epoch, t->opt.epochs, steps);
-    for (size_t step = 0; step < steps && st == GS_OK; step++) {
-        size_t lo = step * batch, global = n - lo < batch ? n - lo : batch;
-        st = train_step(t, lo, global, sums);
-        if (t->rank == 0) {
-            double seen = (double)(lo + global) / (double)t->size; /* this rank's rows, about */
-            gt_progress_update(&bar, step + 1, lo + global, sums[SUM_LOSS] / seen,
-                               sums[SUM_SYNC] / (sums[SUM_COMPUTE] + sums[SUM_WAIT] + sums[SUM_SYNC]));
-        }
-    }
-    s->time_s = gt_now_s() - start;
-    if (t->rank == 0)
-        gt_progress_end(&bar);
-    if (st == GS_OK)
-        st = gt_sync_sum(t->sync, sums, SUM_COUNT);
-    s->epoch = epoch;
-    s->train_loss = sums[SUM_LOSS] / (double)n;
-    s->train_acc = sums[SUM_CORRECT] / (double)n;
+        gt_progress_end(&t->bar);
+    memcpy(sums, t->sums, sizeof(sums));
+    if ((st = gt_sync_sum(t->sync, sums, SUM_COUNT)) != GS_OK)
+        return st;
+    s->train_loss = sums[SUM_ROWS] > 0 ? sums[SUM_LOSS] / sums[SUM_ROWS] : 0;
+    s->train_acc = sums[SUM_ROWS] > 0 ? sums[SUM_CORRECT] / sums[SUM_ROWS] : 0;
     s->compute_s = sums[SUM_COMPUTE] / t->size;
     s->wait_s = sums[SUM_WAIT] / t->size;
     s->sync_s = sums[SUM_SYNC] / t->size;
-    s->images_per_s = (double)n / s->time_s;
-    return st;
+    s->images_per_s = (double)t->train.count / s->time_s;
+    return GS_OK;
 }
 
 /* Test loss and accuracy: each rank evaluates its slice of the test set. */
@@ -182,7 +197,8 @@ static gt_sync_params sync_params(const gt_options *opt)
                          .count = gt_mlp_param_count(),
                          .lr = opt->lr,
                          .momentum = opt->momentum,
-                         .weight_decay = opt->weight_decay};
+                         .weight_decay = opt->weight_decay,
+                         .join = opt->join};
     sp.nsegments = gt_mlp_buckets(bucket_floats(opt), sp.segments, GT_SYNC_MAX_SEGMENTS);
     return sp;
 }
@@ -195,7 +211,9 @@ static gs_status setup_trainer(trainer *t)
         st = gt_data_load(t->opt.data_dir, "t10k", t->opt.test_limit, &t->test);
     if (st != GS_OK)
         return st;
-    t->batch_cap = (t->opt.batch + (size_t)t->size - 1) / (size_t)t->size;
+    size_t ranks = t->opt.elastic ? 1 : (size_t)t->size; /* --elastic: the fewest ranks there may be left */
+    t->steps = (t->train.count + t->opt.batch - 1) / t->opt.batch;
+    t->batch_cap = (t->opt.batch + ranks - 1) / ranks;
     t->batch_cap = t->batch_cap < 256 ? 256 : t->batch_cap;
     t->params = aligned_alloc(64, (t->nparams * sizeof(float) + 63) & ~(size_t)63);
     t->order = calloc(t->train.count, sizeof(size_t));
@@ -210,6 +228,8 @@ static gs_status setup_trainer(trainer *t)
                            &t->sgd);
     if (st == GS_OK)
         gt_mlp_init(t->mlp, t->opt.seed);
+    if (st == GS_OK && t->opt.elastic)
+        st = gt_elastic_init(t);
     return st;
 }
 
@@ -230,11 +250,14 @@ static gs_status setup(trainer *t)
         st = setup_trainer(t);
     if (st == GS_OK)
         st = gt_sync_start(t->sync, t->params);
+    if (st == GS_OK && t->opt.join) /* the running ranks' state: where they are, weights, momentum */
+        st = gt_elastic_adopt(t);
     return st;
 }
 
 static void teardown(trainer *t)
 {
+    gt_elastic_free(t);
     gt_sgd_destroy(t->sgd);
     gt_mlp_destroy(t->mlp);
     free(t->stats);
@@ -273,7 +296,9 @@ static void describe(trainer *t)
                             .params = t->nparams,
                             .threads = t->opt.threads,
                             .blas_core = openblas_get_corename(),
-                            .split_wait = t->opt.split_wait};
+                            .split_wait = t->opt.split_wait,
+                            .elastic = t->opt.elastic,
+                            .ranks_final = t->size};
 }
 
 /* A parameter-server rank: serves in the background (started by
@@ -294,36 +319,74 @@ static gs_status serve(trainer *t, int *same_p)
     return st;
 }
 
+/* Runs point p (t->pos) once. */
+static gs_status run_point(trainer *t, gt_point p, uint64_t *hash_p, int *same_p)
+{
+    gt_epoch_stats *s = &t->stats[p.epoch - 1];
+    gs_status st;
+    switch (p.kind) {
+    case GT_PT_STEP:
+        if (p.step == 0)
+            begin_epoch(t, p.epoch);
+        gt_elastic_save(t, p);
+        return train_step(t, p.step);
+    case GT_PT_SUMS:
+        gt_elastic_save(t, p);
+        s->epoch = p.epoch;
+        return epoch_sums(t, s);
+    case GT_PT_EVAL:
+        st = evaluate(t, s);
+        if (st == GS_OK && t->rank == 0 && !t->opt.json && t->reported < p.epoch) {
+            gt_report_epoch(stdout, s, t->opt.epochs, t->opt.split_wait);
+            t->reported = p.epoch;
+        }
+        return st;
+    case GT_PT_SAME:
+        *hash_p = gt_hash64(t->params, t->nparams * sizeof(float));
+        return gt_sync_same(t->sync, *hash_p, 1, same_p);
+    }
+    return GS_ERR_INVALID;
+}
+
 /* Trains, evaluates after every epoch, checks the weights agree; trainer 0
- * reports. The collective calls here and in serve() must match. */
+ * reports. The collective calls here and in serve() must match. With
+ * --elastic a point lost with a rank is recovered from and run again. */
 static gs_status run(trainer *t, int *same_p)
 {
     double start = gt_now_s();
-    uint64_t hash;
-    int epoch = 0, same = 0;
+    uint64_t hash = 0, end = gt_point_count(t);
+    int same = 0;
     gs_status st = GS_OK;
     describe(t);
     if (t->rank == 0 && !t->opt.json)
         gt_report_setup(stdout, &t->info);
-    for (epoch = 1; epoch <= t->opt.epochs && st == GS_OK; epoch++) {
-        gt_epoch_stats *s = &t->stats[epoch - 1];
-        st = train_epoch(t, epoch, s);
+    while (t->pos < end) {
+        gt_point p = gt_point_at(t, t->pos);
+        st = GS_OK;
+        if (t->opt.elastic && t->grow_checked != t->pos &&
+            ((p.kind == GT_PT_STEP && p.step == 0) || p.kind == GT_PT_SAME))
+            st = gt_elastic_grow(t); /* processes waiting to join come in here */
         if (st == GS_OK)
-            st = evaluate(t, s);
-        if (st == GS_OK && t->rank == 0 && !t->opt.json)
-            gt_report_epoch(stdout, s, t->opt.epochs, t->opt.split_wait);
+            st = run_point(t, p, &hash, &same);
+        if (st == GS_OK) {
+            t->pos++;
+            gt_elastic_point_done(t);
+            continue;
+        }
+        if (!t->opt.elastic || st != GS_ERR_PEER_LOST)
+            return st;
+        if ((st = gt_elastic_recover(t, gs_clock_ns())) != GS_OK)
+            return st;
     }
-    if (st != GS_OK)
-        return st;
-    hash = gt_hash64(t->params, t->nparams * sizeof(float));
-    st = gt_sync_same(t->sync, hash, 1, &same);
+    t->info.ranks_final = t->size;
     if (st == GS_OK && t->rank == 0 && t->opt.save)
         st = save_weights(t);
     if (st == GS_OK && t->rank == 0 && t->opt.plot)
         st = gt_plot_write(t->opt.plot, &t->info, t->stats, t->opt.epochs);
     if (st == GS_OK && t->rank == 0) {
         if (t->opt.json)
-            gt_report_json(stdout, &t->info, t->stats, t->opt.epochs, gt_now_s() - start, hash, same);
+            gt_report_json(stdout, &t->info, t->stats, t->opt.epochs, gt_now_s() - start, hash, same, t->rec,
+                           t->nrec, t->joins, t->njoins);
         else
             gt_report_final(stdout, &t->info, &t->stats[t->opt.epochs - 1], gt_now_s() - start, hash, same);
     }
@@ -339,6 +402,9 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc == 1 ? 0 : 2;
     openblas_set_num_threads(t.opt.threads);
+    gt_elastic = t.opt.elastic;
+    if (t.opt.join)
+        setenv("GS_REJOIN", "1", 1); /* the context takes a lost rank's place in the store */
     st = setup(&t);
     if (st == GS_OK)
         st = gt_sync_is_server(t.sync) ? serve(&t, &same) : run(&t, &same);

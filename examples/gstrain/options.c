@@ -47,6 +47,16 @@ static void usage(FILE *out)
             "  --save FILE         write the final weights (float32, layer by layer: W then b)\n"
             "  --plot FILE         draw loss, accuracy and the compute/sync split per epoch into a PNG\n"
             "                      (needs gnuplot: apt-get install gnuplot-nox)\n"
+            "  --elastic           survive a lost rank (run under gsrun --elastic): the survivors shrink\n"
+            "                      the communicator, go back to the last step every rank completed and\n"
+            "                      go on with the same global batch split over the ranks left\n"
+            "  --join              join a running --elastic job in a lost rank's place (gsrun --restarts\n"
+            "                      starts it so, with GS_REJOIN=1): at the next epoch's start (or the\n"
+            "                      final check) the running ranks admit it and broadcast the weights and\n"
+            "                      the momentum; implies --elastic\n"
+            "  --die R:S[:WHEN]    (tests) rank R SIGKILLs itself in global step S; WHEN: compute (before\n"
+            "                      the step's forward pass, default), sync (its exchange under way) or\n"
+            "                      recovery (100 ms into the first recovery at or after step S)\n"
             "  -h, --help          this text\n",
             GT_DATA_DIR_DEFAULT, DEFAULT_EPOCHS, DEFAULT_BATCH, (double)DEFAULT_LR, (double)DEFAULT_MOMENTUM,
             DEFAULT_SEED, DEFAULT_BUCKET_KB);
@@ -113,6 +123,9 @@ enum {
     OPT_JSON,
     OPT_SAVE,
     OPT_PLOT,
+    OPT_ELASTIC,
+    OPT_DIE,
+    OPT_JOIN,
 };
 
 static const struct option long_options[] = {
@@ -134,9 +147,35 @@ static const struct option long_options[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"save", required_argument, NULL, OPT_SAVE},
     {"plot", required_argument, NULL, OPT_PLOT},
+    {"elastic", no_argument, NULL, OPT_ELASTIC},
+    {"die", required_argument, NULL, OPT_DIE},
+    {"join", no_argument, NULL, OPT_JOIN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
+
+/* --die R:S[:WHEN]. */
+static int parse_die(const char *text, gt_options *opt)
+{
+    static const char *const whens[] = {"compute", "sync", "recovery", NULL};
+    char rank[32], step[32], when[32] = "compute";
+    unsigned long long r, st;
+    int choice = 0;
+    if (opt->ndie == GT_DIE_MAX) {
+        fprintf(stderr, "gstrain: at most %d --die options\n", GT_DIE_MAX);
+        return -1;
+    }
+    if (sscanf(text, "%31[0-9]:%31[0-9]:%31s", rank, step, when) < 2) {
+        fprintf(stderr, "gstrain: --die wants RANK:STEP[:compute|sync|recovery], got '%s'\n", text);
+        return -1;
+    }
+    if (parse_ulong("--die's rank", rank, 0, 1u << 20, &r) ||
+        parse_ulong("--die's step", step, 1, UINT64_MAX, &st) ||
+        parse_choice("--die's WHEN", when, whens, &choice))
+        return -1;
+    opt->die[opt->ndie++] = (gt_die){.rank = (int)r, .step = st, .when = (gt_die_when)choice};
+    return 0;
+}
 
 /* Applies one option; -1 on a bad value. */
 static int apply(int c, const char *arg, gt_options *opt)
@@ -170,6 +209,9 @@ static int apply(int c, const char *arg, gt_options *opt)
     case OPT_JSON: opt->json = 1; break;
     case OPT_SAVE: opt->save = arg; break;
     case OPT_PLOT: opt->plot = arg; break;
+    case OPT_ELASTIC: opt->elastic = 1; break;
+    case OPT_DIE: rc = parse_die(arg, opt); break;
+    case OPT_JOIN: opt->join = opt->elastic = 1; break;
     default: rc = -1; break;
     }
     return rc;
@@ -203,6 +245,15 @@ int gt_options_parse(int argc, char **argv, gt_options *opt)
     }
     if (optind < argc) {
         fprintf(stderr, "gstrain: unexpected argument '%s'; see gstrain --help\n", argv[optind]);
+        return 2;
+    }
+    if (opt->elastic && !opt->join) { /* a restarted rank (gsrun --restarts) joins */
+        const char *rejoin = getenv("GS_REJOIN");
+        opt->join = rejoin && strcmp(rejoin, "1") == 0;
+    }
+    if (opt->elastic && opt->method != GT_SYNC_ALLREDUCE) {
+        fprintf(stderr, "gstrain: --elastic works with --sync allreduce only (the parameter server's "
+                        "workers cannot shrink yet)\n");
         return 2;
     }
     if (opt->json && !progress_given)

@@ -87,8 +87,8 @@ void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *l
                      uint64_t hash, int same)
 {
     if (same)
-        fprintf(out, "weights: bitwise identical on all %d rank%s (hash %016" PRIx64 ")\n", info->ranks,
-                info->ranks == 1 ? "" : "s", hash);
+        fprintf(out, "weights: bitwise identical on all %d rank%s (hash %016" PRIx64 ")\n", info->ranks_final,
+                info->ranks_final == 1 ? "" : "s", hash);
     else
         fprintf(out, "weights: DIFFER between ranks (rank 0 hash %016" PRIx64 ")\n", hash);
     if (last)
@@ -97,8 +97,91 @@ void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *l
     fflush(out);
 }
 
+void gt_report_recovery(FILE *out, const gt_recovery *r)
+{
+    fprintf(out, "gstrain: rank%s", r->nlost == 1 ? "" : "s");
+    for (int i = 0; i < r->nlost; i++)
+        fprintf(out, "%s %d", i ? "," : "", r->lost[i]);
+    if (r->at_epoch_end)
+        fprintf(out, " lost after step %" PRIu64 " (end of an epoch)", r->at_step);
+    else
+        fprintf(out, " lost at step %" PRIu64, r->at_step);
+    fprintf(out, "; %d rank%s continue from step %" PRIu64 " (", r->ranks, r->ranks == 1 ? "" : "s",
+            r->from_step);
+    if (r->detect_s >= 0)
+        fprintf(out, "detection %.0f ms, ", 1e3 * r->detect_s);
+    fprintf(out, "agreement %.1f ms, rebuild %.1f ms, resync %.1f ms, rollback %.1f ms)", 1e3 * r->agree_s,
+            1e3 * r->rebuild_s, 1e3 * r->resync_s, 1e3 * r->rollback_s);
+    if (r->ahead)
+        fprintf(out, "; %d rank%s had gone one point further and undid it", r->ahead,
+                r->ahead == 1 ? "" : "s");
+    fputc('\n', out);
+    fflush(out);
+}
+
+/* A time that may be unknown (< 0): null. */
+static void json_seconds(FILE *out, const char *key, double s)
+{
+    if (s < 0)
+        fprintf(out, ", \"%s\": null", key);
+    else
+        fprintf(out, ", \"%s\": %.6f", key, s);
+}
+
+static void json_recoveries(FILE *out, const gt_recovery *rec, int nrec)
+{
+    fprintf(out, ", \"recoveries\": [");
+    for (int i = 0; i < nrec; i++) {
+        const gt_recovery *r = &rec[i];
+        fprintf(out, "%s{\"lost\": [", i ? ", " : "");
+        for (int k = 0; k < r->nlost; k++)
+            fprintf(out, "%s%d", k ? ", " : "", r->lost[k]);
+        fprintf(out,
+                "], \"ranks\": %d, \"at_step\": %" PRIu64 ", \"at_epoch_end\": %s, \"from_step\": %" PRIu64
+                ", \"ahead\": %d",
+                r->ranks, r->at_step, r->at_epoch_end ? "true" : "false", r->from_step, r->ahead);
+        json_seconds(out, "detect_s", r->detect_s);
+        json_seconds(out, "agree_s", r->agree_s);
+        json_seconds(out, "rebuild_s", r->rebuild_s);
+        json_seconds(out, "resync_s", r->resync_s);
+        json_seconds(out, "rollback_s", r->rollback_s);
+        json_seconds(out, "first_step_s", r->first_s);
+        json_seconds(out, "kill_to_step_s", r->total_s);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}
+
+void gt_report_join(FILE *out, const gt_join *j)
+{
+    fprintf(out, "gstrain: rank%s", j->njoined == 1 ? "" : "s");
+    for (int i = 0; i < j->njoined; i++)
+        fprintf(out, "%s %d", i ? "," : "", j->joined[i]);
+    fprintf(out,
+            " joined after step %" PRIu64 "; %d ranks continue (grow %.1f ms, state broadcast %.1f ms)\n",
+            j->at_step, j->ranks, 1e3 * j->grow_s, 1e3 * j->adopt_s);
+    fflush(out);
+}
+
+static void json_joins(FILE *out, const gt_join *joins, int njoins)
+{
+    fprintf(out, ", \"joins\": [");
+    for (int i = 0; i < njoins; i++) {
+        const gt_join *j = &joins[i];
+        fprintf(out, "%s{\"joined\": [", i ? ", " : "");
+        for (int k = 0; k < j->njoined; k++)
+            fprintf(out, "%s%d", k ? ", " : "", j->joined[k]);
+        fprintf(out, "], \"ranks\": %d, \"at_step\": %" PRIu64, j->ranks, j->at_step);
+        json_seconds(out, "grow_s", j->grow_s);
+        json_seconds(out, "adopt_s", j->adopt_s);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}
+
 void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *stats, int n, double total_s,
-                    uint64_t hash, int same)
+                    uint64_t hash, int same, const gt_recovery *rec, int nrec, const gt_join *joins,
+                    int njoins)
 {
     fprintf(
         out,
@@ -121,8 +204,12 @@ void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *st
             s->eval_s, s->compute_s, s->wait_s, s->sync_s, share(s->wait_s, step) / 100,
             share(s->sync_s, step) / 100, s->images_per_s);
     }
+    fprintf(out, "], \"elastic\": %s, \"ranks_final\": %d", info->elastic ? "true" : "false",
+            info->ranks_final);
+    json_recoveries(out, rec, nrec);
+    json_joins(out, joins, njoins);
     fprintf(out,
-            "], \"final_test_acc\": %.6f, \"total_s\": %.3f, \"weights_hash\": \"%016" PRIx64 "\", "
+            ", \"final_test_acc\": %.6f, \"total_s\": %.3f, \"weights_hash\": \"%016" PRIx64 "\", "
             "\"weights_identical\": %s}\n",
             n ? stats[n - 1].test_acc : 0.0, total_s, hash, same ? "true" : "false");
     fflush(out);

@@ -28,7 +28,39 @@ typedef struct gt_run_info {
     const char
         *blas_core; /* OpenBLAS's kernel (OPENBLAS_CORETYPE or the CPU's): the weights' bits depend on it */
     int split_wait;
+    int elastic;     /* --elastic */
+    int ranks_final; /* trainers at the end (fewer than ranks after a loss) */
 } gt_run_info;
+
+#define GT_LOST_MAX 8
+
+/* --elastic: processes that joined at a grow point. */
+typedef struct gt_join {
+    int joined[GT_LOST_MAX]; /* their job ranks */
+    int njoined;
+    int ranks;        /* trainers after */
+    uint64_t at_step; /* the steps done when they joined */
+    double grow_s;    /* gs_comm_grow: admission, agreement, the new communicator */
+    double adopt_s;   /* the broadcast of the point, the weights, the momentum and the figures */
+} gt_join;
+
+/* --elastic: one recovery from a lost rank, as the new rank 0 saw it. */
+typedef struct gt_recovery {
+    int lost[GT_LOST_MAX]; /* the job ranks (GS_RANK) lost */
+    int nlost;
+    int ranks;          /* trainers that went on */
+    uint64_t at_step;   /* the global step (1-based) new rank 0 was in; at the end of an epoch, its last */
+    int at_epoch_end;   /* lost in an epoch's metric sums, its evaluation or the final check */
+    uint64_t from_step; /* steps every survivor had completed: the run goes on from there */
+    int ahead;          /* survivors that had completed the next point as well: they undid it */
+    double detect_s;    /* from the kill to the error (--die kills only, else < 0) */
+    double agree_s;     /* the survivors' agreement in the store (gs_comm_shrink) */
+    double rebuild_s;   /* the new communicator (gs_comm_shrink) */
+    double resync_s;    /* the survivors telling each other where they are */
+    double rollback_s;  /* restoring the weights and momentum of before the point to redo */
+    double first_s;     /* from the end of the rollback to the first completed step (or point) */
+    double total_s;     /* from the kill to that completion (--die kills only, else < 0) */
+} gt_recovery;
 
 typedef struct gt_epoch_stats {
     int epoch;
@@ -64,6 +96,11 @@ void gt_report_final(FILE *out, const gt_run_info *info, const gt_epoch_stats *l
                      uint64_t hash, int same);
 /* One JSON object on out. */
 void gt_report_json(FILE *out, const gt_run_info *info, const gt_epoch_stats *stats, int n, double total_s,
-                    uint64_t hash, int same);
+                    uint64_t hash, int same, const gt_recovery *rec, int nrec, const gt_join *joins,
+                    int njoins);
+/* "rank 2 joined after step 32; 4 ranks continue (...)" */
+void gt_report_join(FILE *out, const gt_join *j);
+/* "rank 2 lost at step 913; 3 ranks continue from step 912 (...)" */
+void gt_report_recovery(FILE *out, const gt_recovery *r);
 
 #endif

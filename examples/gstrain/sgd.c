@@ -41,3 +41,8 @@ void gt_sgd_step(gt_sgd *sgd, float *restrict weights, const float *restrict gra
         weights[i] -= lr * v[i];
     }
 }
+
+float *gt_sgd_velocity(gt_sgd *sgd)
+{
+    return sgd->velocity;
+}

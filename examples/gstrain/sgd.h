@@ -20,5 +20,8 @@ gs_status gt_sgd_create(size_t count, const gt_sgd_params *params, gt_sgd **sgd_
 void gt_sgd_destroy(gt_sgd *sgd);
 /* One update of the count weights from the (globally averaged) gradient. */
 void gt_sgd_step(gt_sgd *sgd, float *weights, const float *grads);
+/* The optimizer's state: the count momentum floats (saved and restored by
+ * --elastic, broadcast to a joiner). */
+float *gt_sgd_velocity(gt_sgd *sgd);
 
 #endif

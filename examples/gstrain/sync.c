@@ -24,6 +24,13 @@ static gs_status join(gt_sync *sync)
     if (st != GS_OK)
         return gt_fail(st, "cannot join the job: %s", gt_lib_error());
     gt_rank = gs_ctx_rank(sync->ctx);
+    if (sync->p.join) {
+        if ((st = gs_comm_grow(sync->ctx, NULL, &sync->comm)) != GS_OK) {
+            gt_fail(st, "cannot join the running job: %s", gt_lib_error());
+            gs_ctx_destroy(sync->ctx);
+        }
+        return st;
+    }
     if (gs_ctx_size(sync->ctx) > 1 && (st = gs_comm_create(sync->ctx, NULL, &sync->comm)) != GS_OK) {
         gt_fail(st, "cannot create the communicator over %d ranks: %s", gs_ctx_size(sync->ctx),
                 gt_lib_error());
@@ -211,4 +218,74 @@ gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_
         *same_p = same;
     free(all);
     return st;
+}
+
+gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s)
+{
+    uint64_t agree_ns = 0, rebuild_ns = 0;
+    gs_comm *next = NULL;
+    gs_status st;
+    if (!sync->comm || sync->ps)
+        return gt_fail(GS_ERR_UNSUPPORTED, "--elastic needs --sync allreduce and more than one rank");
+    st = gs_comm_shrink(sync->comm, &next);
+    if (st != GS_OK)
+        return gt_fail(st, "shrinking to the surviving ranks failed: %s", gt_lib_error());
+    gs_comm_abort(sync->comm); /* frees the requests still pending on it */
+    for (size_t i = 0; i < sync->npending; i++)
+        sync->pending[i] = NULL;
+    sync->npending = 0;
+    sync->announced = 0;
+    sync->waited = 0;
+    sync->comm = next;
+    sync->rank = gs_comm_rank(next);
+    sync->size = gs_comm_size(next);
+    gs_comm_shrink_times(next, &agree_ns, &rebuild_ns);
+    *agree_s = (double)agree_ns * 1e-9;
+    *rebuild_s = (double)rebuild_ns * 1e-9;
+    return GS_OK;
+}
+
+gs_status gt_sync_grow(gt_sync *sync, int *grown_p)
+{
+    gs_comm *next = NULL;
+    gs_status st;
+    *grown_p = 0;
+    if (!sync->comm)
+        return GS_OK;
+    if ((st = gs_comm_grow(NULL, sync->comm, &next)) != GS_OK)
+        return gt_fail(st, "grow point failed: %s", gt_lib_error());
+    if (!next)
+        return GS_OK;
+    if ((st = gs_comm_destroy(sync->comm)) != GS_OK)
+        gt_fail(st, "leaving the communicator before the grow failed: %s", gt_lib_error());
+    sync->comm = next;
+    sync->rank = gs_comm_rank(next);
+    sync->size = gs_comm_size(next);
+    *grown_p = 1;
+    return GS_OK;
+}
+
+gs_status gt_sync_bcast(gt_sync *sync, void *values, size_t count, gs_dtype dtype)
+{
+    gs_status st = GS_OK;
+    if (sync->comm && (st = gs_broadcast(sync->comm, values, values, count, dtype, 0)) != GS_OK)
+        gt_fail(st, "broadcast of %zu values failed: %s", count, gt_lib_error());
+    return st;
+}
+
+gs_status gt_sync_gather(gt_sync *sync, const int64_t *mine, int64_t *all, size_t count)
+{
+    gs_status st = GS_OK;
+    if (!sync->comm) {
+        memcpy(all, mine, count * sizeof(*mine));
+        return GS_OK;
+    }
+    if ((st = gs_allgather(sync->comm, mine, all, count, GS_I64)) != GS_OK)
+        gt_fail(st, "allgather of %zu values failed: %s", count, gt_lib_error());
+    return st;
+}
+
+gs_ctx *gt_sync_ctx(gt_sync *sync)
+{
+    return sync->ctx;
 }

@@ -38,6 +38,8 @@ typedef struct gt_sync_params {
     gt_segment segments[GT_SYNC_MAX_SEGMENTS]; /* what gt_sync_ready announces (buckets) */
     size_t nsegments;
     float lr, momentum, weight_decay; /* ps: the servers' optimizer (as gt_sgd) */
+    int join;                         /* a process joining a running job (allreduce): the communicator
+                                         comes from gs_comm_grow, at the running ranks' next grow point */
 } gt_sync_params;
 
 typedef struct gt_sync gt_sync;
@@ -85,5 +87,22 @@ void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s);
 /* Compares a hash of the weights across the ranks that hold weights
  * (has_weights; a server passes 0): *same_p = 1 when they all agree. */
 gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_p);
+
+/* --elastic (allreduce only). After a call failed with GS_ERR_PEER_LOST:
+ * the survivors' communicator (gs_comm_shrink) replaces the failed one,
+ * which is aborted with the requests still pending on it; rank and size
+ * are then this rank's among the survivors. On failure the failed one
+ * stays (shrink it again). *agree_s and *rebuild_s: the parts of the
+ * shrink. */
+gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s);
+/* --elastic: a grow point (collective over the trainers). *grown_p = 1 when
+ * processes joined: the communicator is then a new one, old ranks first. */
+gs_status gt_sync_grow(gt_sync *sync, int *grown_p);
+/* Broadcasts count values of dtype from trainer 0. */
+gs_status gt_sync_bcast(gt_sync *sync, void *values, size_t count, gs_dtype dtype);
+/* Allgathers count int64 values per trainer, in rank order. */
+gs_status gt_sync_gather(gt_sync *sync, const int64_t *mine, int64_t *all, size_t count);
+/* The job's context (its store carries gstrain's own notes). */
+gs_ctx *gt_sync_ctx(gt_sync *sync);
 
 #endif

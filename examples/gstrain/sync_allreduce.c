@@ -10,8 +10,9 @@
 
 static gs_status allreduce_open(gt_sync *sync)
 {
-    sync->rank = gs_ctx_rank(sync->ctx);
-    sync->size = gs_ctx_size(sync->ctx);
+    sync->rank = sync->comm ? gs_comm_rank(sync->comm) : gs_ctx_rank(sync->ctx);
+    sync->size =
+        sync->comm ? gs_comm_size(sync->comm) : gs_ctx_size(sync->ctx); /* a joiner: its communicator */
     return GS_OK;
 }
 

@@ -6,14 +6,16 @@
 #include <time.h>
 
 int gt_rank = -1;
+int gt_elastic = 0;
 
 gs_status gt_fail(gs_status status, const char *fmt, ...)
 {
     va_list ap;
+    const char *what = gt_elastic && status == GS_ERR_PEER_LOST ? "rank lost, recovering" : "error";
     if (gt_rank >= 0)
-        fprintf(stderr, "gstrain: rank %d: error: ", gt_rank);
+        fprintf(stderr, "gstrain: rank %d: %s: ", gt_rank, what);
     else
-        fprintf(stderr, "gstrain: error: ");
+        fprintf(stderr, "gstrain: %s: ", what);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -18,7 +18,12 @@ typedef struct gt_segment {
 /* This process's rank, printed with every error (-1 before it is known). */
 extern int gt_rank;
 
-/* Prints "gstrain: rank R: error: <message>" to stderr and returns status. */
+/* --elastic: a lost rank is recovered from, so gt_fail reports
+ * GS_ERR_PEER_LOST as such rather than as an error. */
+extern int gt_elastic;
+
+/* Prints "gstrain: rank R: error: <message>" to stderr and returns status
+ * (with gt_elastic and GS_ERR_PEER_LOST: "rank lost, recovering: "). */
 gs_status gt_fail(gs_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* gs_last_error() without its leading "rank R: " when R is gt_rank, so a
  * message of gt_fail names the rank once. */

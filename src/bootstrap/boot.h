@@ -103,8 +103,11 @@ int gs_boot_world_rank(const gs_ctx *ctx, int r);
  * decides: a member is out when it has not asked by its deadline, or at
  * once when an asker's seen_lost (NULL: none) marks it, what that rank's
  * transport found lost. A store connection that fails is GS_ERR_PEER_LOST
- * saying the store is gone and who served it. */
-gs_status gs_boot_survivors(gs_ctx *ctx, const char *tag, int timeout_ms, const uint8_t *seen_lost,
+ * saying the store is gone and who served it. grow: gs_comm_grow's
+ * agreement, whose members include replacements waiting to join (without
+ * it a replacement that rejoined the store counts as gone: the member lost
+ * was the process before it). */
+gs_status gs_boot_survivors(gs_ctx *ctx, const char *tag, int timeout_ms, const uint8_t *seen_lost, bool grow,
                             uint8_t *in);
 
 /* ---- store built from put/get (store_kv.c) --------------------------------- */
@@ -117,6 +120,9 @@ static inline bool gs_boot_kv_built(const gs_ctx *ctx)
 /* put and get of a full key on the root store (external or gradsync's own). */
 gs_status gs_boot_kv_put(gs_ctx *ctx, const char *key, const void *value, size_t len);
 gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms);
+/* Whether a full key is in the root store now (GS_OK, its value's first cap
+ * bytes in buf) or not (GS_ERR_TIMEOUT, not logged: for polling). */
+gs_status gs_boot_kv_probe(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p);
 /* allgather and barrier over put/get: every rank puts its part under a key
  * named by ctx->kv_seq, the tag and its rank, then waits for the others';
  * the deadline names the ranks that never came. */

@@ -30,9 +30,13 @@ static gs_store_agree *agree_find(gs_store_server *s, const char *tag)
     return NULL;
 }
 
-static bool member_open(const gs_store_server *s, uint32_t rank)
+/* Connected, and (unless a grow's agreement) not a replacement waiting to
+ * join: that process is not the member lost. */
+static bool member_open(const gs_store_server *s, const gs_store_agree *a, uint32_t rank)
 {
-    return s->by_rank[rank] && !s->by_rank[rank]->dead && s->rank_state[rank] == GS_STORE_RANK_CONNECTED;
+    const gs_store_conn *conn = s->by_rank[rank];
+    return conn && !conn->dead && s->rank_state[rank] == GS_STORE_RANK_CONNECTED &&
+           (a->grow || !conn->joining);
 }
 
 static void agree_reply(gs_store_server *s, const gs_store_agree *a, uint32_t i)
@@ -46,7 +50,7 @@ static void agree_decide(gs_store_server *s, gs_store_agree *a, const char *why)
 {
     uint32_t count = 0;
     for (uint32_t i = 0; i < a->n; i++) {
-        a->in[i] = a->asked[i] && member_open(s, a->members[i]);
+        a->in[i] = a->asked[i] && member_open(s, a, a->members[i]);
         count += a->in[i];
     }
     a->decided = true;
@@ -63,7 +67,7 @@ static void agree_check(gs_store_server *s, gs_store_agree *a)
     if (a->decided)
         return;
     for (uint32_t i = 0; i < a->n; i++)
-        if (!a->asked[i] && member_open(s, a->members[i]))
+        if (!a->asked[i] && member_open(s, a, a->members[i]))
             return;
     agree_decide(s, a, "every other member asked or is gone");
 }
@@ -110,7 +114,7 @@ static int member_index(const gs_store_agree *a, int rank)
 }
 
 void gs_boot_agree_ask(gs_store_server *s, gs_store_conn *conn, const char *tag, const uint8_t *value,
-                       size_t len, uint32_t timeout_ms)
+                       size_t len, uint32_t timeout_ms, int32_t flags)
 {
     gs_store_agree *a = agree_find(s, tag), *mine = agree_parse(s, tag, value, len);
     int i;
@@ -121,6 +125,7 @@ void gs_boot_agree_ask(gs_store_server *s, gs_store_conn *conn, const char *tag,
     }
     if (!a) {
         mine->deadline_ns = gs_deadline_after_ms(timeout_ms);
+        mine->grow = (flags & GS_STORE_SURVIVORS_GROW) != 0;
         mine->next = s->agrees;
         s->agrees = a = mine;
     } else {
@@ -141,7 +146,9 @@ void gs_boot_agree_ask(gs_store_server *s, gs_store_conn *conn, const char *tag,
     }
     conn->wait = GS_STORE_WAIT_ROUND;
     snprintf(conn->wait_key, sizeof(conn->wait_key), "%s", tag);
-    if (a->decided) { /* late: the same answer, which leaves it out */
+    if (a->grow)
+        conn->joining = false; /* a member from now on */
+    if (a->decided) {          /* late: the same answer, which leaves it out */
         agree_reply(s, a, (uint32_t)i);
         return;
     }

@@ -56,7 +56,7 @@ static gs_status send_request(gs_store_client *c, const gs_store_request *req, u
         .version = GS_STORE_PROTO_VERSION,
         .type = (uint8_t)req->type,
         .key_len = (uint16_t)key_len,
-        .status = req->type == GS_STORE_HELLO ? req->flags : 0,
+        .status = req->type == GS_STORE_HELLO || req->type == GS_STORE_SURVIVORS ? req->flags : 0,
         .rank = req->type == GS_STORE_HELLO ? (uint32_t)c->rank : 0,
         .arg = req->arg,
         .value_len = req->len,
@@ -155,7 +155,10 @@ gs_status gs_boot_client_request(gs_store_client *c, const gs_store_request *req
     if (status == GS_OK)
         goto out;
     if (res.answered) {
-        status = gs_fail(GS_SUBSYS_BOOT, status, "rank %d: %s", c->rank, res.text);
+        if (req->quiet && status == GS_ERR_TIMEOUT)
+            status = gs_fail_quiet(GS_SUBSYS_BOOT, status, "rank %d: %s", c->rank, res.text);
+        else
+            status = gs_fail(GS_SUBSYS_BOOT, status, "rank %d: %s", c->rank, res.text);
         goto out;
     }
     c->broken = true;

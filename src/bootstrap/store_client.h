@@ -13,6 +13,7 @@ typedef struct gs_store_request {
     size_t len;
     uint32_t arg;  /* HELLO: world size; waits: timeout ms */
     int32_t flags; /* HELLO: GS_STORE_HELLO_* */
+    bool quiet;    /* a GET that polls: its timeout answer is not logged as an error */
 } gs_store_request;
 
 typedef struct gs_store_reply {

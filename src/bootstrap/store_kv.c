@@ -38,10 +38,11 @@ gs_status gs_boot_kv_put(gs_ctx *ctx, const char *key, const void *value, size_t
     return GS_OK;
 }
 
-gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms)
+/* A get on the root store; quiet: a timeout is not logged (a probe). */
+static gs_status kv_request(gs_ctx *root, const char *key, void *buf, size_t cap, size_t *len_p,
+                            int timeout_ms, bool quiet)
 {
-    gs_ctx *root = root_of(ctx);
-    gs_store_request req = {.type = GS_STORE_GET, .key = key, .arg = (uint32_t)timeout_ms};
+    gs_store_request req = {.type = GS_STORE_GET, .key = key, .arg = (uint32_t)timeout_ms, .quiet = quiet};
     gs_store_reply reply = {.buf = buf, .cap = buf ? cap : 0};
     size_t len = 0;
     char none[1];
@@ -55,15 +56,27 @@ gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, si
     pthread_mutex_lock(&root->ext_lock);
     st = root->ext.get(root->ext.arg, key, buf ? buf : none, buf ? cap : 0, &len, timeout_ms);
     pthread_mutex_unlock(&root->ext_lock);
+    if (st == GS_OK && len_p)
+        *len_p = len;
+    return st;
+}
+
+gs_status gs_boot_kv_get(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p, int timeout_ms)
+{
+    gs_ctx *root = root_of(ctx);
+    gs_status st = kv_request(root, key, buf, cap, len_p, timeout_ms, false);
+    if (!root->has_ext || st == GS_OK)
+        return st;
     if (st == GS_ERR_TIMEOUT)
         return gs_fail(GS_SUBSYS_BOOT, st, "rank %d: '%s' did not appear in the external store within %d ms",
                        ctx->rank, key, timeout_ms);
-    if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_BOOT, st, "rank %d: getting '%s' from the external store failed", ctx->rank,
-                       key);
-    if (len_p)
-        *len_p = len;
-    return GS_OK;
+    return gs_fail(GS_SUBSYS_BOOT, st, "rank %d: getting '%s' from the external store failed", ctx->rank,
+                   key);
+}
+
+gs_status gs_boot_kv_probe(gs_ctx *ctx, const char *key, void *buf, size_t cap, size_t *len_p)
+{
+    return kv_request(root_of(ctx), key, buf, cap, len_p, 1, true);
 }
 
 static void part_key(const gs_ctx *ctx, unsigned n, const char *tag, int rank, char *key, size_t cap)

@@ -20,7 +20,9 @@
  * alone decides, once per tag, which of the listed members are in: those
  * that asked while their connection is open, as soon as every other member
  * has asked or is gone (connection closed), or at the first asker's
- * deadline. Every asker, even a late one, gets the same answer.
+ * deadline. Every asker, even a late one, gets the same answer. A rank that
+ * rejoined (a replacement) counts as gone for it until it has asked an
+ * agreement flagged GS_STORE_SURVIVORS_GROW (gs_comm_grow's).
  */
 #ifndef GS_BOOTSTRAP_STORE_PROTO_H
 #define GS_BOOTSTRAP_STORE_PROTO_H
@@ -49,6 +51,11 @@ typedef enum gs_store_msg {
 } gs_store_msg;
 
 enum { GS_STORE_HELLO_REJOIN = 1 }; /* HELLO flags, in the status field */
+/* SURVIVORS flags, in the status field: the agreement of gs_comm_grow,
+ * whose members include processes that rejoined to join (without it a
+ * rejoined rank that never was in such an agreement counts as gone: the
+ * member a shrink lost is the process before it). */
+enum { GS_STORE_SURVIVORS_GROW = 1 };
 
 typedef struct gs_store_hdr {
     uint8_t version;    /* GS_STORE_PROTO_VERSION */

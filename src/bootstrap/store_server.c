@@ -150,6 +150,7 @@ static void handle_hello(gs_store_server *s, gs_store_conn *conn)
         return;
     }
     conn->rank = rank;
+    conn->joining = rejoin;
     s->by_rank[rank] = conn;
     s->rank_state[rank] = GS_STORE_RANK_CONNECTED;
     gs_log_debug(BOOT, "store: rank %d of %d %s from %s", rank, size, rejoin ? "rejoined" : "joined",
@@ -174,7 +175,9 @@ static void dispatch(gs_store_server *s, gs_store_conn *conn)
     case GS_STORE_GET: gs_boot_table_get(s, conn, key, conn->hdr.arg); break;
     case GS_STORE_ALLGATHER:
     case GS_STORE_BARRIER: gs_boot_table_join(s, conn, conn->hdr.type, key, value, len, conn->hdr.arg); break;
-    case GS_STORE_SURVIVORS: gs_boot_agree_ask(s, conn, key, value, len, conn->hdr.arg); break;
+    case GS_STORE_SURVIVORS:
+        gs_boot_agree_ask(s, conn, key, value, len, conn->hdr.arg, conn->hdr.status);
+        break;
     case GS_STORE_BYE: conn->bye = true; break;
     case GS_STORE_TIME: { /* the clock, then the host id: a rank on the same host needs no offset */
         uint8_t reply[8 + 128];

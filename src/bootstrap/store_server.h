@@ -20,6 +20,8 @@ typedef struct gs_store_conn {
     bool bye;     /* announced a clean departure */
     bool closing; /* close once tx is sent */
     bool dead;    /* closed; removed at the end of the loop turn */
+    bool joining; /* rejoined (HELLO_REJOIN) and in no gs_comm_grow agreement yet: a process waiting to
+                     join, which shrink agreements do not wait for (it is not the member they lost) */
     /* receive: header, then key + value */
     gs_store_hdr hdr;
     size_t hdr_got;
@@ -66,6 +68,7 @@ typedef struct gs_store_agree {
     uint8_t *asked;    /* [n] */
     uint8_t *in;       /* [n] the decision, once decided */
     bool decided;
+    bool grow; /* GS_STORE_SURVIVORS_GROW: the members include joiners */
     uint64_t deadline_ns;
 } gs_store_agree;
 
@@ -118,7 +121,7 @@ void gs_boot_table_free(gs_store_server *s);
 /* store_agree.c: a SURVIVORS request (value: the member list), a rank
  * gone, deadlines (the nearest left returned), freeing. */
 void gs_boot_agree_ask(gs_store_server *s, gs_store_conn *conn, const char *tag, const uint8_t *value,
-                       size_t len, uint32_t timeout_ms);
+                       size_t len, uint32_t timeout_ms, int32_t flags);
 void gs_boot_agree_rank_gone(gs_store_server *s);
 uint64_t gs_boot_agree_expire(gs_store_server *s, uint64_t now_ns);
 void gs_boot_agree_free(gs_store_server *s);

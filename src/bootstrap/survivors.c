@@ -155,12 +155,17 @@ static gs_status ext_survivors(gs_ctx *ctx, gs_ctx *root, const char *key, int t
     return st;
 }
 
-static gs_status server_survivors(gs_ctx *ctx, gs_ctx *root, const char *key, int timeout_ms, uint8_t *in)
+static gs_status server_survivors(gs_ctx *ctx, gs_ctx *root, const char *key, int timeout_ms, bool grow,
+                                  uint8_t *in)
 {
     size_t len = 4 + (size_t)ctx->size * 4;
     uint8_t *list = gs_calloc(len, 1);
     uint32_t n = (uint32_t)ctx->size;
-    gs_store_request req = {.type = GS_STORE_SURVIVORS, .key = key, .len = len, .arg = (uint32_t)timeout_ms};
+    gs_store_request req = {.type = GS_STORE_SURVIVORS,
+                            .key = key,
+                            .len = len,
+                            .arg = (uint32_t)timeout_ms,
+                            .flags = grow ? GS_STORE_SURVIVORS_GROW : 0};
     gs_store_reply reply = {.buf = in, .cap = (size_t)ctx->size};
     gs_status st;
     if (!list)
@@ -182,7 +187,7 @@ static gs_status server_survivors(gs_ctx *ctx, gs_ctx *root, const char *key, in
     return st;
 }
 
-gs_status gs_boot_survivors(gs_ctx *ctx, const char *tag, int timeout_ms, const uint8_t *seen_lost,
+gs_status gs_boot_survivors(gs_ctx *ctx, const char *tag, int timeout_ms, const uint8_t *seen_lost, bool grow,
                             uint8_t *in)
 {
     char key[GS_STORE_KEY_MAX + 1];
@@ -192,7 +197,7 @@ gs_status gs_boot_survivors(gs_ctx *ctx, const char *tag, int timeout_ms, const 
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID,
                        "rank %d: shrink: the agreement's key '%s' is too long", ctx->rank, key);
     st = root->has_ext ? ext_survivors(ctx, root, key, timeout_ms, seen_lost, in)
-                       : server_survivors(ctx, root, key, timeout_ms, in);
+                       : server_survivors(ctx, root, key, timeout_ms, grow, in);
     if (st == GS_OK && !in[ctx->rank])
         return gs_fail(GS_SUBSYS_BOOT, GS_ERR_PEER_LOST,
                        "rank %d: shrink: the survivors decided without this rank (it asked after the "

@@ -12,6 +12,7 @@
  *   fail.c      a communicator's failure: the calls it ends, the peers told, its one sentence
  *   split.c     sub-communicators: split by color, or from a list of ranks
  *   shrink.c    the survivors' communicator after a lost rank (gs_comm_shrink)
+ *   grow.c      old ranks and joiners in one communicator (gs_comm_grow)
  *   desc.c      call descriptors: checks and the mismatch messages
  *   select.c    which algorithm runs a call
  *   layout.c    cutting a call into chunk columns
@@ -260,6 +261,7 @@ struct gs_comm {
     bool own_ctx;     /* a sub-communicator's group context, destroyed with it */
     unsigned splits;  /* gs_comm_split calls so far: name the groups */
     unsigned shrinks; /* gs_comm_shrink calls so far: name the agreements */
+    unsigned grows;   /* gs_comm_grow calls so far: name the groups */
     /* made by gs_comm_shrink: how long its agreement and its rebuild took (tests and benchmarks) */
     uint64_t shrink_agree_ns, shrink_build_ns;
     uint64_t *groups; /* gs_comm_create_group: hash of each rank list made so far (names repeats) */

@@ -92,7 +92,7 @@ gs_status gs_comm_shrink(gs_comm *comm, gs_comm **newcomm_p)
     }
     snprintf(tag, sizeof(tag), "coll/%u/shrink/%u", comm->id, serial);
     seen_lost(comm, lost);
-    st = gs_boot_survivors(comm->ctx, tag, (int)comm->cfg->timeout_ms, lost, in);
+    st = gs_boot_survivors(comm->ctx, tag, (int)comm->cfg->timeout_ms, lost, false, in);
     if (st != GS_OK)
         goto out;
     t1 = gs_now_ns();
@@ -118,4 +118,12 @@ out:
     free(lost);
     free(members);
     return st;
+}
+
+void gs_comm_shrink_times(const gs_comm *comm, uint64_t *agree_ns, uint64_t *rebuild_ns)
+{
+    if (agree_ns)
+        *agree_ns = comm ? comm->shrink_agree_ns : 0;
+    if (rebuild_ns)
+        *rebuild_ns = comm ? comm->shrink_build_ns : 0;
 }

@@ -109,7 +109,8 @@
     X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL,                                         \
       "parameter server: checkpoint every N steps (0: only on request)")                                     \
     X(rejoin, "GS_REJOIN", BOOL, "0", NULL,                                                                  \
-      "this process replaces a rank that died (a restarted parameter server): rejoin the running job")       \
+      "this process replaces a rank that died (a restarted parameter server, a joiner started by gsrun "     \
+      "--restarts): rejoin the running job")                                                                 \
     X(library, "GS_LIBRARY", STR, "", NULL,                                                                  \
       "Python package gradsync: the libgradsync.so its bindings load (default: the installed one; from a "   \
       "build tree, its src/; else the loader's search path)")

@@ -21,6 +21,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What job rank `world` contributes at index i (cc_check_member_sums). */
+static inline float cc_member_value(int world, size_t i)
+{
+    return (float)((world + 1) * (int)(i % 13));
+}
+
+/* On a communicator of some of the job's ranks (after a shrink or a grow;
+ * old_rank: this rank's job rank): its ranks are in job-rank order, and
+ * `calls` allreduces of up to count floats give the sums over exactly those
+ * ranks. */
+static inline void cc_check_member_sums(gs_comm *comm, int old_rank, int calls, size_t count_max)
+{
+    int n = gs_comm_size(comm);
+    int32_t mine = old_rank, olds[GS_TEST_RANKS_MAX];
+    float *buf = malloc(count_max * sizeof(float));
+    GS_ASSERT(buf != NULL && n <= GS_TEST_RANKS_MAX);
+    GS_ASSERT_OK(gs_allgather(comm, &mine, olds, 1, GS_I32));
+    for (int q = 1; q < n; q++)
+        GS_ASSERT_LT(olds[q - 1], olds[q]); /* dense, in the old order */
+    GS_ASSERT_EQ(olds[gs_comm_rank(comm)], old_rank);
+    for (int c = 0; c < calls; c++) {
+        size_t count = c == 0 ? count_max : (size_t)(c * 1009 + 1) % count_max;
+        for (size_t i = 0; i < count; i++)
+            buf[i] = cc_member_value(old_rank, i + (size_t)c);
+        GS_ASSERT_OK(gs_allreduce(comm, buf, buf, count, GS_F32, GS_SUM));
+        for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (int q = 0; q < n; q++)
+                want += cc_member_value(olds[q], i + (size_t)c);
+            if (buf[i] != want)
+                gs_test_fail_here(__FILE__, __LINE__, "rank %d: call %d: [%zu] = %g, expected %g", old_rank,
+                                  c, i, (double)buf[i], (double)want);
+        }
+    }
+    free(buf);
+}
+
 /* What a multirank body gets. */
 typedef struct cc_arg {
     const char *transport;

@@ -35,40 +35,6 @@ typedef struct sh_arg {
     const char *times; /* a file new rank 0 appends its timings to, or NULL */
 } sh_arg;
 
-static float value(int world, size_t i)
-{
-    return (float)((world + 1) * (int)(i % 13));
-}
-
-/* Allreduces on comm (its ranks being the old ranks they report) are the
- * sums over exactly those ranks. */
-static void check_allreduces(gs_comm *comm, int old_rank, int calls)
-{
-    int n = gs_comm_size(comm);
-    int32_t mine = old_rank, olds[RANKS];
-    float *buf = malloc(COUNT * sizeof(float));
-    GS_ASSERT(buf != NULL);
-    GS_ASSERT_OK(gs_allgather(comm, &mine, olds, 1, GS_I32));
-    for (int q = 1; q < n; q++)
-        GS_ASSERT_LT(olds[q - 1], olds[q]); /* dense, in the old order */
-    GS_ASSERT_EQ(olds[gs_comm_rank(comm)], old_rank);
-    for (int c = 0; c < calls; c++) {
-        size_t count = c == 0 ? COUNT : (size_t)(c * 1009 + 1) % COUNT;
-        for (size_t i = 0; i < count; i++)
-            buf[i] = value(old_rank, i + (size_t)c);
-        GS_ASSERT_OK(gs_allreduce(comm, buf, buf, count, GS_F32, GS_SUM));
-        for (size_t i = 0; i < count; i++) {
-            float want = 0;
-            for (int q = 0; q < n; q++)
-                want += value(olds[q], i + (size_t)c);
-            if (buf[i] != want)
-                gs_test_fail_here(__FILE__, __LINE__, "rank %d: call %d: [%zu] = %g, expected %g", old_rank,
-                                  c, i, (double)buf[i], (double)want);
-        }
-    }
-    free(buf);
-}
-
 static void die_mid_allreduce(gs_ctx *ctx, gs_comm *comm, float *buf, const sh_arg *a)
 {
     uint64_t now;
@@ -143,7 +109,7 @@ static void survivor_body(gs_ctx *ctx, int rank, void *argp)
     GS_ASSERT_EQ(gs_comm_size(shrunk), a->expect_n);
     GS_ASSERT_OK(gs_comm_abort(comm));
     GS_ASSERT_OK(gs_tp_close(tp));
-    check_allreduces(shrunk, rank, 4);
+    cc_check_member_sums(shrunk, rank, 4, COUNT);
     GS_ASSERT_OK(gs_comm_destroy(shrunk));
     free(buf);
 }
@@ -241,7 +207,7 @@ static void no_loss_body(gs_ctx *ctx, int rank, void *argp)
     cc_close(comm, tp);
     GS_ASSERT_OK(gs_comm_destroy(once));
     GS_ASSERT_EQ(gs_comm_rank(twice), rank);
-    check_allreduces(twice, rank, 3);
+    cc_check_member_sums(twice, rank, 3, COUNT);
     GS_ASSERT_OK(gs_comm_destroy(twice));
 }
 
@@ -275,7 +241,7 @@ static void split_body(gs_ctx *ctx, int rank, void *argp)
         GS_ASSERT_OK(gs_comm_shrink(sub, &shrunk));
         GS_ASSERT_EQ(gs_comm_size(shrunk), 2);
         GS_ASSERT_EQ(gs_comm_rank(shrunk), rank == 2 ? 0 : 1);
-        check_allreduces(shrunk, gs_comm_rank(sub), 3);
+        cc_check_member_sums(shrunk, gs_comm_rank(sub), 3, COUNT);
         GS_ASSERT_OK(gs_comm_abort(sub));
         GS_ASSERT_OK(gs_comm_destroy(shrunk));
     }
@@ -486,7 +452,7 @@ static void ext_body(gs_ctx *unused, int rank, void *argp)
     GS_ASSERT_EQ(gs_comm_size(shrunk), RANKS - 1);
     GS_ASSERT_OK(gs_comm_abort(comm));
     GS_ASSERT_OK(gs_tp_close(tp));
-    check_allreduces(shrunk, rank, 3);
+    cc_check_member_sums(shrunk, rank, 3, COUNT);
     GS_ASSERT_OK(gs_comm_destroy(shrunk));
     GS_ASSERT_OK(gs_ctx_destroy(ctx));
     free(buf);

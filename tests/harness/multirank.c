@@ -49,6 +49,21 @@ static const char *child_getenv(const char *name, void *arg)
     return getenv(name);
 }
 
+gs_ctx *gs_test_own_ctx(void)
+{
+    gs_config cfg;
+    gs_ctx *ctx = NULL;
+    gs_status st = gs_config_parse(&cfg, child_getenv, NULL);
+    if (st == GS_OK)
+        st = gs_log_configure(cfg.log_level, cfg.log_subsys, cfg.log_file);
+    if (st == GS_OK)
+        st = gs_boot_ctx_create(&cfg, child_getenv, NULL, &ctx);
+    if (st != GS_OK)
+        gs_test_fail_here(__FILE__, __LINE__, "rank %s: context creation failed: %s",
+                          getenv("GS_RANK") ? getenv("GS_RANK") : "?", gs_last_error());
+    return ctx;
+}
+
 static void set_env(const char *name, const char *value)
 {
     if (setenv(name, value, 1) != 0)
@@ -67,7 +82,6 @@ static void run_rank(const gs_test_ranks_opts *opts, int rank, int port, const c
                      int rank_timeout_ms, gs_test_rank_fn fn, void *arg)
 {
     char store[64];
-    gs_config cfg;
     gs_ctx *ctx = NULL;
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -93,16 +107,8 @@ static void run_rank(const gs_test_ranks_opts *opts, int rank, int port, const c
         set_env("GS_HOST_ID", host);
     }
     gs_log_set_rank(rank);
-    if (!opts->no_ctx) {
-        gs_status st = gs_config_parse(&cfg, child_getenv, NULL);
-        if (st == GS_OK)
-            st = gs_log_configure(cfg.log_level, cfg.log_subsys, cfg.log_file);
-        if (st == GS_OK)
-            st = gs_boot_ctx_create(&cfg, child_getenv, NULL, &ctx);
-        if (st != GS_OK)
-            gs_test_fail_here(__FILE__, __LINE__, "rank %d: context creation failed: %s", rank,
-                              gs_last_error());
-    }
+    if (!opts->no_ctx)
+        ctx = gs_test_own_ctx();
     fn(ctx, rank, arg);
     if (ctx && gs_ctx_destroy(ctx) != GS_OK)
         gs_test_fail_here(__FILE__, __LINE__, "rank %d: gs_ctx_destroy failed: %s", rank, gs_last_error());

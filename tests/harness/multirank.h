@@ -58,6 +58,11 @@ void gs_test_run_ranks(int n, gs_test_rank_fn fn, void *arg, int timeout_ms);
  * asserting anything about them; returns how many ranks exited 0. */
 int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, void *arg, int *status_p);
 
+/* This process's own context from its environment as it is now (the
+ * harness's variables, and whatever the rank set since: GS_REJOIN=1 for a
+ * replacement); what a rank gets unless no_ctx. Fails the test on error. */
+gs_ctx *gs_test_own_ctx(void);
+
 /* "exit 0", "exit 3", "signal 9 (Killed)" for a waitpid() status. */
 const char *gs_test_status_text(int status, char *buf, size_t cap);
 

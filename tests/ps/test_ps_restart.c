@@ -22,23 +22,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static const char *env_of(const char *name, void *arg)
-{
-    (void)arg;
-    return getenv(name);
-}
-
-/* This process's own context, from the environment the harness set. */
-static gs_ctx *make_ctx(void)
-{
-    gs_config cfg;
-    gs_ctx *ctx = NULL;
-    GS_ASSERT_OK(gs_config_parse(&cfg, env_of, NULL));
-    GS_ASSERT_OK(gs_log_configure(cfg.log_level, cfg.log_subsys, cfg.log_file));
-    GS_ASSERT_OK(gs_boot_ctx_create(&cfg, env_of, NULL, &ctx));
-    return ctx;
-}
-
 /* A server process: create, register, serve until the workers are done. */
 static void server_process(ps_job *job, bool restarted)
 {
@@ -47,7 +30,7 @@ static void server_process(ps_job *job, bool restarted)
     gs_ps_params p;
     if (restarted)
         setenv("GS_REJOIN", "1", 1);
-    ctx = make_ctx();
+    ctx = gs_test_own_ctx();
     ps_job_params(job, ctx, &p);
     GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
     GS_ASSERT(gs_ps_is_server(ps));
@@ -155,7 +138,7 @@ static void restart_rank(gs_ctx *ctx, int rank, void *arg)
         supervisor(job, rank - job->workers);
         return;
     }
-    ctx = make_ctx();
+    ctx = gs_test_own_ctx();
     worker_process(ctx, job);
     GS_ASSERT_OK(gs_ctx_destroy(ctx));
 }

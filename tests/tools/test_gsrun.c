@@ -202,6 +202,44 @@ GS_TEST(elastic_a_killed_rank_does_not_stop_the_others)
     gs_test_proc_free(&p);
 }
 
+/* --restarts K: a failed rank is started again (GS_REJOIN=1, its output
+ * under the same prefix), up to K times in all; then the old rules. */
+GS_TEST(restarts_start_a_failed_rank_again_as_a_joiner)
+{
+    static const char *const one[] = {"-n", "3", "--restarts", "1", NULL};
+    static const char *const two[] = {"-n", "2", "--restarts", "2", "--grace-ms", "300", NULL};
+    gs_test_proc p;
+    run_sh(&p, one,
+           "if [ $GS_RANK = 1 ] && [ -z \"$GS_REJOIN\" ]; then kill -9 $$; fi; sleep 0.5; "
+           "echo done $GS_RANK rejoin=${GS_REJOIN:-no}");
+    gs_test_proc_wait(&p, 20000);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    GS_ASSERT_CONTAINS(p.err,
+                       "gsrun: rank 1 was killed by signal 9; restarting it as a joiner (restart 1 of 1)");
+    GS_ASSERT_CONTAINS(p.out, "[0] done 0 rejoin=no");
+    GS_ASSERT_CONTAINS(p.out, "[1] done 1 rejoin=1");
+    GS_ASSERT_CONTAINS(p.out, "[2] done 2 rejoin=no");
+    gs_test_proc_free(&p);
+    /* a rank that always fails: restarted twice, then its status is the job's */
+    run_sh(&p, two, "if [ $GS_RANK = 1 ]; then echo try; exit 3; fi; sleep 2");
+    gs_test_proc_wait(&p, 20000);
+    GS_ASSERT_RANK_EXIT(p.status, 3);
+    GS_ASSERT_CONTAINS(p.err, "(restart 2 of 2)");
+    GS_ASSERT(strstr(p.err, "(restart 3 of") == NULL);
+    GS_ASSERT_CONTAINS(p.err, "gsrun: rank 1 exited with status 3; stopping the other ranks");
+    gs_test_proc_free(&p);
+    /* a restart still waiting when the others are done is stopped, not counted */
+    run_sh(&p, two,
+           "if [ $GS_RANK = 1 ] && [ -z \"$GS_REJOIN\" ]; then kill -9 $$; fi; "
+           "if [ -n \"$GS_REJOIN\" ]; then sleep 30; fi; sleep 0.3");
+    uint64_t start = gs_now_ns();
+    gs_test_proc_wait(&p, 20000);
+    GS_ASSERT_RANK_EXIT(p.status, 0);
+    GS_ASSERT_LT(elapsed_ms(start), 10000);
+    GS_ASSERT_CONTAINS(p.err, "gsrun: the job ended without restarted rank 1; stopping it");
+    gs_test_proc_free(&p);
+}
+
 GS_TEST(a_rank_ignoring_sigterm_is_killed_after_the_grace_period)
 {
     static const char *const args[] = {"-n", "2", "--grace-ms", "300", NULL};
@@ -289,6 +327,8 @@ GS_TEST(bad_arguments_get_a_clear_usage)
     expect_usage_error(no_prog_dash, 2, "no program to run");
     expect_usage_error(bad_tp, 2, "--transport needs auto, shm, tcp or verbs, got 'ib'");
     expect_usage_error(bad_ms, 2, "--timeout-ms needs milliseconds");
+    static const char *const bad_restarts[] = {"-n", "2", "--restarts", "-1", "true", NULL};
+    expect_usage_error(bad_restarts, 2, "--restarts needs a number of restarts");
     expect_usage_error(unknown, 2, "unknown option '--verbose'");
     expect_usage_error(missing, 127, "cannot run /nonexistent/program");
 }

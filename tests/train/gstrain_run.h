@@ -51,9 +51,10 @@ static inline void gt_read_all(int fd, char *buf, size_t cap)
     close(fd);
 }
 
-/* Runs gstrain args (NULL-terminated); ranks > 0: under gsrun -n ranks
- * (--transport transport unless NULL). */
-static inline void gt_run_gstrain_over(gt_run *r, int ranks, const char *transport, const char *const *args)
+/* Runs gstrain args (NULL-terminated); ranks > 0: under gsrun -n ranks with
+ * the options gsrun_opts (NULL-terminated, or NULL). */
+static inline void gt_run_gstrain_launch(gt_run *r, int ranks, const char *const *gsrun_opts,
+                                         const char *const *args)
 {
     char gstrain[4096], gsrun[4096], nranks[16];
     const char *argv[64];
@@ -65,10 +66,8 @@ static inline void gt_run_gstrain_over(gt_run *r, int ranks, const char *transpo
         argv[argc++] = gsrun;
         argv[argc++] = "-n";
         argv[argc++] = nranks;
-        if (transport) {
-            argv[argc++] = "--transport";
-            argv[argc++] = transport;
-        }
+        for (int i = 0; gsrun_opts && gsrun_opts[i] && argc < 24; i++)
+            argv[argc++] = gsrun_opts[i];
         argv[argc++] = "--";
     }
     argv[argc++] = gstrain;
@@ -93,6 +92,14 @@ static inline void gt_run_gstrain_over(gt_run *r, int ranks, const char *transpo
     gt_read_all(err, r->err, sizeof(r->err));
     if (r->exit_code != 0)
         fprintf(stderr, "  gstrain exited with %d; its stderr:\n%s\n", r->exit_code, r->err);
+}
+
+/* Runs gstrain args (NULL-terminated); ranks > 0: under gsrun -n ranks
+ * (--transport transport unless NULL). */
+static inline void gt_run_gstrain_over(gt_run *r, int ranks, const char *transport, const char *const *args)
+{
+    const char *opts[] = {"--transport", transport, NULL};
+    gt_run_gstrain_launch(r, ranks, transport ? opts : NULL, args);
 }
 
 static inline void gt_run_gstrain(gt_run *r, int ranks, const char *const *args)
