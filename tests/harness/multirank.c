@@ -206,7 +206,8 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %d ranks; expected 1 to %d", opts->n,
                           GS_TEST_RANKS_MAX);
     if (sp && (opts->rank0_serves || opts->host_of))
-        gs_test_fail_here(__FILE__, __LINE__, "multirank: a case with %s cannot run in span mode (GS_TEST_SPAN)",
+        gs_test_fail_here(__FILE__, __LINE__,
+                          "multirank: a case with %s cannot run in span mode (GS_TEST_SPAN)",
                           opts->rank0_serves ? "rank 0 serving the store" : "emulated hosts");
     if (sp) { /* the same job number, port and token on every machine */
         port = sp->port + (int)(sp->jobs % 500);

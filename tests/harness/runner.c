@@ -271,8 +271,10 @@ int main(int argc, char **argv)
     case MODE_LIST: return list_tests(&sel);
     case MODE_TRANSPORTS: return list_transports();
     default:
-        fprintf(stderr, "usage: %s [--list | --transports] [--transport NAME|none] [--except SUB]... [substring...]\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "usage: %s [--list | --transports] [--transport NAME|none] [--except SUB]... [substring...]\n",
+            argv[0]);
         return 2;
     }
 }
