@@ -43,6 +43,49 @@ int gs_test_free_port(void)
     return port;
 }
 
+/* ---- span mode: one job over several machines ----------------------------
+ * GS_TEST_SPAN=I/G@ADDR:PORT (with GS_TEST_SPAN_TOKEN) runs each job over G
+ * machines that all run the same test binary with the same cases: this one
+ * is machine I, rank r lives on machine r mod G, and machine 0 serves the
+ * store at ADDR (one of its addresses) on PORT + k for the k-th job of the
+ * process, so the machines meet job by job. The rxe guests' two-guest step
+ * uses it (tests/rxe-vm/two.sh). A job's ranks on other machines are
+ * reported as exit 0 here: their machine reports them. Cases that name
+ * emulated hosts or let rank 0 serve the store do not run in span mode. */
+typedef struct span {
+    bool on;
+    int index, machines, port;
+    char addr[64], token[80];
+    unsigned jobs;
+} span;
+
+static span *span_get(void)
+{
+    static span sp;
+    static bool parsed;
+    if (parsed)
+        return sp.on ? &sp : NULL;
+    parsed = true;
+    const char *v = getenv("GS_TEST_SPAN"), *tok = getenv("GS_TEST_SPAN_TOKEN");
+    if (!v || !*v)
+        return NULL;
+    int used = 0;
+    if (sscanf(v, "%d/%d@%63[^:]:%d%n", &sp.index, &sp.machines, sp.addr, &sp.port, &used) != 4 ||
+        v[used] != '\0' || sp.machines < 1 || sp.index < 0 || sp.index >= sp.machines || sp.port < 1 ||
+        sp.port > 65000)
+        gs_test_fail_here(__FILE__, __LINE__, "GS_TEST_SPAN='%s': expected I/G@ADDR:PORT", v);
+    if (!tok || strlen(tok) < 16 || strlen(tok) >= sizeof(sp.token) - 16)
+        gs_test_fail_here(__FILE__, __LINE__, "GS_TEST_SPAN needs GS_TEST_SPAN_TOKEN (16 to 63 characters)");
+    snprintf(sp.token, sizeof(sp.token), "%s", tok);
+    sp.on = true;
+    return &sp;
+}
+
+static bool span_here(const span *sp, int rank)
+{
+    return !sp || rank % sp->machines == sp->index;
+}
+
 static const char *child_getenv(const char *name, void *arg)
 {
     (void)arg;
@@ -81,14 +124,15 @@ static void set_env_int(const char *name, int value)
 static void run_rank(const gs_test_ranks_opts *opts, int rank, int port, const char *token,
                      int rank_timeout_ms, gs_test_rank_fn fn, void *arg)
 {
-    char store[64];
+    char store[96];
     gs_ctx *ctx = NULL;
+    const span *sp = span_get();
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    snprintf(store, sizeof(store), "127.0.0.1:%d", port);
+    snprintf(store, sizeof(store), "%s:%d", sp ? sp->addr : "127.0.0.1", port);
     set_env_int("GS_RANK", rank);
     set_env_int("GS_WORLD_SIZE", opts->n);
-    set_env_int("GS_LOCAL_RANK", rank);
+    set_env_int("GS_LOCAL_RANK", sp ? rank / sp->machines : rank);
     set_env_int("GS_TIMEOUT_MS", rank_timeout_ms);
     set_env("GS_STORE", store);
     set_env("GS_STORE_EXTERNAL", opts->rank0_serves ? "0" : "1");
@@ -127,7 +171,10 @@ static void kill_all(const pid_t *pids, int n, int sig)
 static void reap_all(pid_t *pids, int n, int *status_p, int timeout_ms)
 {
     uint64_t deadline = gs_deadline_after_ms(timeout_ms);
-    int left = n;
+    int left = 0;
+
+    for (int r = 0; r < n; r++) /* span mode forks only this machine's ranks */
+        left += pids[r] > 0;
 
     while (left > 0) {
         for (int r = 0; r < n; r++) {
@@ -153,29 +200,44 @@ static void reap_all(pid_t *pids, int n, int *status_p, int timeout_ms)
 int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, void *arg, int *status_p)
 {
     static gs_store_server *server; /* static: still reachable in the ranks at their leak check */
-    char token[80];
+    char token[96];
     pid_t pids[GS_TEST_RANKS_MAX] = {0};
     int port, ok = 0;
     int rank_timeout_ms = opts->rank_timeout_ms > 0     ? opts->rank_timeout_ms
                           : opts->timeout_ms / 2 > 1000 ? opts->timeout_ms / 2
                                                         : 1000;
+    span *sp = span_get();
 
     if (opts->n < 1 || opts->n > GS_TEST_RANKS_MAX)
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %d ranks; expected 1 to %d", opts->n,
                           GS_TEST_RANKS_MAX);
-    if (gs_boot_token_generate(token, sizeof(token)) != GS_OK)
+    if (sp && (opts->rank0_serves || opts->host_of))
+        gs_test_fail_here(__FILE__, __LINE__,
+                          "multirank: a case with %s cannot run in span mode (GS_TEST_SPAN)",
+                          opts->rank0_serves ? "rank 0 serving the store" : "emulated hosts");
+    if (sp) { /* the same job number, port and token on every machine */
+        port = sp->port + (int)(sp->jobs % 500);
+        snprintf(token, sizeof(token), "%s-%u", sp->token, sp->jobs++);
+    } else if (gs_boot_token_generate(token, sizeof(token)) != GS_OK) {
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
+    }
     if (opts->rank0_serves) {
         port = gs_test_free_port();
-    } else {
-        gs_store_server_params params = {
-            .host = "127.0.0.1", .size = opts->n, .token = token, .hello_timeout_ms = rank_timeout_ms};
+    } else if (!sp || sp->index == 0) {
+        gs_store_server_params params = {.host = sp ? sp->addr : "127.0.0.1",
+                                         .port = sp ? port : 0,
+                                         .size = opts->n,
+                                         .token = token,
+                                         .hello_timeout_ms = rank_timeout_ms};
         if (gs_boot_server_listen(&params, &server) != GS_OK)
             gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
         port = gs_boot_server_port(server);
     }
     fflush(NULL);
     for (int r = 0; r < opts->n; r++) {
+        status_p[r] = 0; /* a rank of another machine (span mode): that machine reports it */
+        if (!span_here(sp, r))
+            continue;
         pids[r] = fork();
         if (pids[r] == 0)
             run_rank(opts, r, port, token, rank_timeout_ms, fn, arg);
@@ -183,7 +245,8 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
             fprintf(stderr, "  multirank: fork of rank %d failed: %s\n", r, strerror(errno));
             kill_all(pids, r, SIGKILL);
             for (int k = 0; k < r; k++)
-                waitpid(pids[k], NULL, 0);
+                if (pids[k] > 0)
+                    waitpid(pids[k], NULL, 0);
             gs_boot_server_stop(server, 0);
             server = NULL;
             gs_test_fail_here(__FILE__, __LINE__, "multirank: fork failed");
@@ -194,7 +257,8 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
     }
     reap_all(pids, opts->n, status_p, opts->timeout_ms);
-    gs_boot_server_stop(server, 0);
+    /* span mode: the other machines' ranks may still be leaving the store */
+    gs_boot_server_stop(server, sp ? rank_timeout_ms : 0);
     server = NULL;
     for (int r = 0; r < opts->n; r++)
         ok += WIFEXITED(status_p[r]) && WEXITSTATUS(status_p[r]) == 0;

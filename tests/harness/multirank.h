@@ -24,6 +24,11 @@
  * Every rank dies with the test process (PR_SET_PDEATHSIG), and ranks still
  * running at timeout_ms are killed (SIGKILL) and reported. Each rank is a
  * separate process, so it runs its own ASan leak check at exit.
+ *
+ * Span mode (GS_TEST_SPAN=I/G@ADDR:PORT, GS_TEST_SPAN_TOKEN): every job is
+ * spread over G machines running the same cases, rank r on machine r mod G,
+ * the store served by machine 0 at ADDR (multirank.c). The two-guest step of
+ * tests/rxe-vm runs cases across the guests this way.
  */
 #ifndef GS_TEST_MULTIRANK_H
 #define GS_TEST_MULTIRANK_H

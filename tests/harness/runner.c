@@ -88,17 +88,23 @@ void gs_test_skip_here(const char *why)
 
 /* Which cases a run or a list takes: those over transport (NULL: any,
  * "none": only those without one) whose name contains one of subs (any
- * name when there are none). */
+ * name when there are none) and none of except. */
+#define EXCEPT_MAX 16
 typedef struct selection {
     const char *transport;
     char **subs;
     int nsubs;
+    const char *except[EXCEPT_MAX];
+    int nexcept;
 } selection;
 
 static bool selected(const test_entry *t, const selection *sel)
 {
     if (sel->transport && strcmp(sel->transport, t->transport ? t->transport : "none") != 0)
         return false;
+    for (int i = 0; i < sel->nexcept; i++)
+        if (strstr(t->name, sel->except[i]))
+            return false;
     if (sel->nsubs == 0)
         return true;
     for (int i = 0; i < sel->nsubs; i++)
@@ -232,7 +238,8 @@ static int run_tests(const selection *sel)
 
 enum mode { MODE_RUN, MODE_LIST, MODE_TRANSPORTS };
 
-/* [--list | --transports] [--transport NAME] [substring...]; -1 on a bad option. */
+/* [--list | --transports] [--transport NAME] [--except SUB]... [substring...];
+ * -1 on a bad option. */
 static int parse_args(int argc, char **argv, selection *sel)
 {
     enum mode mode = MODE_RUN;
@@ -244,6 +251,8 @@ static int parse_args(int argc, char **argv, selection *sel)
             mode = MODE_TRANSPORTS;
         else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
             sel->transport = argv[++i];
+        else if (strcmp(argv[i], "--except") == 0 && i + 1 < argc && sel->nexcept < EXCEPT_MAX)
+            sel->except[sel->nexcept++] = argv[++i];
         else
             return -1;
     }
@@ -262,8 +271,10 @@ int main(int argc, char **argv)
     case MODE_LIST: return list_tests(&sel);
     case MODE_TRANSPORTS: return list_transports();
     default:
-        fprintf(stderr, "usage: %s [--list | --transports] [--transport NAME|none] [substring...]\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "usage: %s [--list | --transports] [--transport NAME|none] [--except SUB]... [substring...]\n",
+            argv[0]);
         return 2;
     }
 }

@@ -2,11 +2,12 @@
 # Stage 2 of the rxe-vm guest, run by busybox from the initramfs with the host
 # root at /host (read-only 9p) and the output folder at /out (read-write 9p).
 # run.sh copies this file and writes params and cmd.sh into /out/.rxe-vm/.
-# Steps: make the host root usable as a chroot, bring up rxe0 on dummy0, run
+# Steps: make the host root usable as a chroot, bring up rxe0 on dummy0 (or
+# rxe<k> on the NICs of the two-guest mode), run
 # the command in the chroot, record its exit code, power off.
 ctl=/out/.rxe-vm
 R=/host
-. "$ctl/params"                          # OUT_PATH, MTU
+. "$ctl/params"                          # OUT_PATH, MTU, WORK_PATH, GUEST, NICS
 
 say() { echo "rxe-vm: $*"; }
 finish() {
@@ -45,31 +46,55 @@ fi
 mkdir -p "$R$OUT_PATH" 2>/dev/null
 mount --bind /out "$R$OUT_PATH" || fail "cannot bind the output folder to $OUT_PATH"
 
-# Step 2: loopback for TCP exchange, dummy0 as the Ethernet under rxe0.
-say "stage 2: bringing up rxe0 on dummy0"
+# Step 2: loopback for TCP exchange; the Ethernet under the rxe devices:
+# dummy0 for one guest (rxe0), or the guest's NICs in the two-guest mode
+# (rxe<k> on the NIC of MAC 52:54:00:77:<k>:<guest>, address
+# 10.77.<k>.<guest+1>/24; run.sh joins NIC k of both guests by a UDP socket).
+say "stage 2: bringing up the rxe devices"
 in_host ip link set lo up || fail "ip link set lo up"
-in_host ip link show dummy0 >/dev/null 2>&1 ||
-    in_host ip link add dummy0 type dummy || fail "ip link add dummy0 type dummy"
-if [ -n "$MTU" ]; then
-    in_host ip link set dummy0 mtu "$MTU" || fail "ip link set dummy0 mtu $MTU"
+up_link() { # NETDEV ADDRESS RXE
+    if [ -n "$MTU" ]; then
+        in_host ip link set "$1" mtu "$MTU" || fail "ip link set $1 mtu $MTU"
+    fi
+    in_host ip addr add "$2" dev "$1" || fail "ip addr add $2 on $1"
+    in_host ip link set "$1" up || fail "ip link set $1 up"
+    in_host rdma link add "$3" type rxe netdev "$1" || fail "rdma link add $3 on $1 failed"
+}
+if [ "${NICS:-0}" -gt 0 ]; then
+    hostname "guest$GUEST"
+    k=0
+    while [ $k -lt "$NICS" ]; do
+        mac=$(printf '52:54:00:77:%02x:%02x' "$k" "$GUEST")
+        dev=$(in_host ip -o link | awk -v m="$mac" '$0 ~ m { sub(":", "", $2); print $2; exit }')
+        [ -n "$dev" ] || fail "no NIC with MAC $mac"
+        up_link "$dev" "10.77.$k.$((GUEST + 1))/24" "rxe$k"
+        k=$((k + 1))
+    done
+    ndev=$NICS
+else
+    in_host ip link show dummy0 >/dev/null 2>&1 ||
+        in_host ip link add dummy0 type dummy || fail "ip link add dummy0 type dummy"
+    up_link dummy0 10.77.0.1/24 rxe0
+    ndev=1
 fi
-in_host ip addr add 10.77.0.1/24 dev dummy0 || fail "ip addr add on dummy0"
-in_host ip link set dummy0 up || fail "ip link set dummy0 up"
-in_host rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0 failed"
 
-# Step 3: wait for the verbs device node and an ACTIVE port.
-n=0
-until [ -c "$R/dev/infiniband/uverbs0" ]; do
-    n=$((n + 1)); [ $n -le 50 ] || fail "/dev/infiniband/uverbs0 did not appear"
-    sleep 0.2
+# Step 3: wait for the verbs device nodes and ACTIVE ports.
+k=0
+while [ $k -lt $ndev ]; do
+    n=0
+    until [ -c "$R/dev/infiniband/uverbs$k" ]; do
+        n=$((n + 1)); [ $n -le 50 ] || fail "/dev/infiniband/uverbs$k did not appear"
+        sleep 0.2
+    done
+    in_host ibv_devices | grep -qw "rxe$k" || fail "ibv_devices does not list rxe$k"
+    n=0
+    until in_host ibv_devinfo -d "rxe$k" | grep -q PORT_ACTIVE; do
+        n=$((n + 1)); [ $n -le 50 ] || fail "rxe$k port did not become ACTIVE"
+        sleep 0.2
+    done
+    k=$((k + 1))
 done
-in_host ibv_devices | grep -qw rxe0 || fail "ibv_devices does not list rxe0"
-n=0
-until in_host ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE; do
-    n=$((n + 1)); [ $n -le 50 ] || fail "rxe0 port did not become ACTIVE"
-    sleep 0.2
-done
-say "rxe0 ready"
+say "rxe devices ready ($ndev)"
 
 # Step 4: run the command; its output goes straight to the output folder.
 ulimit -l unlimited

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare the Soft-RoCE test guest: install the host packages, fetch the Debian
 # kernel (extracted into the cache, never installed on the host) and build an
-# initramfs that loads virtio/9p/rdma_rxe and hands over to the guest script.
+# initramfs that loads virtio/9p/rdma_rxe (and virtio_net, sch_netem for the
+# two-guest mode) and hands over to the guest script.
 #
 # usage: tests/rxe-vm/setup.sh          (as root; idempotent, reuses the cache)
 # env:   GS_RXE_CACHE   cache folder (default $HOME/.cache/gradsync-rxe)
@@ -12,9 +13,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 APT_GET=$HERE/../../scripts/apt-get-wait.sh  # apt-get, waiting for another apt or dpkg
 CACHE=${GS_RXE_CACHE:-$HOME/.cache/gradsync-rxe}
 PACKAGES=(qemu-system-x86 busybox-static kmod cpio iproute2 rdma-core
-          ibverbs-providers ibverbs-utils xz-utils zstd)
-# Modules the guest needs, loaded with their dependencies in this order.
-MODULES=(virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs dummy)
+          ibverbs-providers ibverbs-utils xz-utils zstd tcpdump)
+# Modules the guest needs, loaded with their dependencies in this order:
+# virtio_net for the two-guest mode's NICs (run.sh --guests 2), sch_netem
+# for its packet loss and outages on the wire.
+MODULES=(virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs dummy virtio_net sch_netem)
 
 log() { echo "rxe-vm setup: $*" >&2; }
 die() { echo "rxe-vm setup: error: $*" >&2; exit 1; }
