@@ -54,6 +54,18 @@ static const gs_tp_ops *builtin_named(const char *name)
     return NULL;
 }
 
+const char *gs_tp_builtin_name(int i)
+{
+    const gs_tp_ops *ops = gs_tp_builtin(i);
+    return ops ? ops->name : NULL;
+}
+
+int gs_tp_usable(const gs_config *cfg, const char *name)
+{
+    const gs_tp_ops *ops = cfg && name ? builtin_named(name) : NULL;
+    return ops && (!ops->available || ops->available(cfg));
+}
+
 static void builtin_list(char *buf, size_t cap)
 {
     size_t n = 0;

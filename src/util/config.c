@@ -36,12 +36,12 @@ int gs_param_count(void)
     return PARAM_COUNT;
 }
 
-const gs_param_info *gs_param_info_at(int i)
+const gs_param_info *gs_param_at(int i)
 {
     return i >= 0 && i < PARAM_COUNT ? &params[i].info : NULL;
 }
 
-gs_status gs_parse_size(const char *text, uint64_t *value_p)
+gs_status gs_size_parse(const char *text, uint64_t *value_p)
 {
     char *end;
     unsigned long long v;
@@ -146,7 +146,7 @@ static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg
 
     switch (d->type) {
     case T_INT: status = parse_int(text, (int64_t *)(void *)field); break;
-    case T_SIZE: status = gs_parse_size(text, (uint64_t *)(void *)field); break;
+    case T_SIZE: status = gs_size_parse(text, (uint64_t *)(void *)field); break;
     case T_BOOL: status = parse_bool(text, (bool *)(void *)field); break;
     case T_ENUM:
         index = enum_index(d->info.choices, text);
@@ -177,7 +177,7 @@ report_bad(gs_config *cfg, int i, gs_config_report_fn report, void *arg, const c
     vsnprintf(problem, sizeof(problem), fmt, ap);
     va_end(ap);
     report(i, problem, arg);
-    parse_one(&params[i], params[i].info.def, cfg);
+    parse_one(&params[i], params[i].info.default_value, cfg);
 }
 
 static int param_at_offset(size_t offset)
@@ -215,7 +215,7 @@ static int check_verbs_ranges(gs_config *cfg, gs_config_report_fn report, void *
         if (v >= ranges[i].lo && v <= ranges[i].hi &&
             !(ranges[i].offset == offsetof(gs_config, ib_timeout) && v == 0))
             continue;
-        report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s", params[p].info.var, v,
+        report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s", params[p].info.name, v,
                    ranges[i].meaning);
         problems++;
     }
@@ -272,12 +272,12 @@ static int parse_all(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_confi
     memset(cfg, 0, sizeof(*cfg));
     for (int i = 0; i < PARAM_COUNT; i++) {
         const param_desc *d = &params[i];
-        const char *text = getenv_fn(d->info.var, arg);
+        const char *text = getenv_fn(d->info.name, arg);
         if (!text)
-            text = d->info.def;
+            text = d->info.default_value;
         if (parse_one(d, text, cfg) == GS_OK)
             continue;
-        report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.var, text,
+        report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.name, text,
                    accepted_forms(d), d->type == T_STR ? " shorter than 256 bytes" : "");
         problems++;
     }
@@ -330,10 +330,10 @@ const char *gs_param_closest(const char *name)
     const char *best = NULL;
     size_t best_dist = SIZE_MAX;
     for (int i = 0; i < PARAM_COUNT; i++) {
-        size_t d = edit_distance(name, params[i].info.var);
+        size_t d = edit_distance(name, params[i].info.name);
         if (d < best_dist) {
             best_dist = d;
-            best = params[i].info.var;
+            best = params[i].info.name;
         }
     }
     return best_dist <= strlen(name) / 2 ? best : NULL;
@@ -355,7 +355,7 @@ static bool harness_variable(const char *name, size_t len)
 static bool param_known(const char *name, size_t len)
 {
     for (int i = 0; i < PARAM_COUNT; i++)
-        if (strlen(params[i].info.var) == len && strncmp(params[i].info.var, name, len) == 0)
+        if (strlen(params[i].info.name) == len && strncmp(params[i].info.name, name, len) == 0)
             return true;
     return false;
 }

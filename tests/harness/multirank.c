@@ -157,16 +157,18 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
     if (opts->n < 1 || opts->n > GS_TEST_RANKS_MAX)
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %d ranks; expected 1 to %d", opts->n,
                           GS_TEST_RANKS_MAX);
-    if (gs_boot_token_generate(token, sizeof(token)) != GS_OK)
-        gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
     if (opts->rank0_serves) {
-        port = gs_test_free_port();
-    } else {
-        gs_store_server_params params = {
-            .host = "127.0.0.1", .size = opts->n, .token = token, .hello_timeout_ms = rank_timeout_ms};
-        if (gs_boot_server_listen(&params, &server) != GS_OK)
+        if (gs_boot_token_generate(token, sizeof(token)) != GS_OK)
             gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
-        port = gs_boot_server_port(server);
+        port = gs_test_free_port();
+    } else { /* the launcher's store, through the public calls (a fresh token drawn) */
+        gs_store_server_params params = GS_STORE_SERVER_PARAMS_INIT;
+        params.world_size = opts->n;
+        params.timeout_ms = rank_timeout_ms;
+        if (gs_store_server_create(&params, &server) != GS_OK)
+            gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
+        snprintf(token, sizeof(token), "%s", gs_store_server_token(server));
+        port = gs_store_server_port(server);
     }
     fflush(NULL);
     for (int r = 0; r < opts->n; r++) {
@@ -178,17 +180,17 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
             kill_all(pids, r, SIGKILL);
             for (int k = 0; k < r; k++)
                 waitpid(pids[k], NULL, 0);
-            gs_boot_server_stop(server, 0);
+            gs_store_server_destroy(server, 0);
             server = NULL;
             gs_test_fail_here(__FILE__, __LINE__, "multirank: fork failed");
         }
     }
-    if (server && gs_boot_server_start(server) != GS_OK) {
+    if (server && gs_store_server_start(server) != GS_OK) {
         kill_all(pids, opts->n, SIGKILL);
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
     }
     reap_all(pids, opts->n, status_p, opts->timeout_ms);
-    gs_boot_server_stop(server, 0);
+    gs_store_server_destroy(server, 0);
     server = NULL;
     for (int r = 0; r < opts->n; r++)
         ok += WIFEXITED(status_p[r]) && WEXITSTATUS(status_p[r]) == 0;
