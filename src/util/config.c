@@ -167,8 +167,9 @@ static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg
 
 #define PROBLEM_MAX (GS_CONFIG_STR_MAX + 256) /* one problem's sentence */
 
-/* Reports one problem of parameter i and puts its default in its place. */
-static void __attribute__((format(printf, 5, 6)))
+/* Reports one problem of parameter i and puts its default in its place.
+ * Returns 1, the problem to count. */
+static int __attribute__((format(printf, 5, 6)))
 report_bad(gs_config *cfg, int i, gs_config_report_fn report, void *arg, const char *fmt, ...)
 {
     char problem[PROBLEM_MAX];
@@ -178,6 +179,7 @@ report_bad(gs_config *cfg, int i, gs_config_report_fn report, void *arg, const c
     va_end(ap);
     report(i, problem, arg);
     parse_one(&params[i], params[i].info.default_value, cfg);
+    return 1;
 }
 
 static int param_at_offset(size_t offset)
@@ -215,22 +217,20 @@ static int check_verbs_ranges(gs_config *cfg, gs_config_report_fn report, void *
         if (v >= ranges[i].lo && v <= ranges[i].hi &&
             !(ranges[i].offset == offsetof(gs_config, ib_timeout) && v == 0))
             continue;
-        report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s", params[p].info.name, v,
-                   ranges[i].meaning);
-        problems++;
+        problems += report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s",
+                               params[p].info.name, v, ranges[i].meaning);
     }
     if (cfg->ib_pkey[0]) {
         char *end;
         errno = 0;
         unsigned long key = strtoul(cfg->ib_pkey, &end, 0);
         if (errno || end == cfg->ib_pkey || *end || cfg->ib_pkey[0] == '-' || key > 0xffff ||
-            (key & 0x7fff) == 0) {
-            report_bad(cfg, PARAM_OF(ib_pkey), report, arg,
-                       "GS_IB_PKEY='%s' is not valid: expected a partition key 0x0001-0xffff with a nonzero "
-                       "base, e.g. 0x8001",
-                       cfg->ib_pkey);
-            problems++;
-        }
+            (key & 0x7fff) == 0)
+            problems += report_bad(
+                cfg, PARAM_OF(ib_pkey), report, arg,
+                "GS_IB_PKEY='%s' is not valid: expected a partition key 0x0001-0xffff with a nonzero "
+                "base, e.g. 0x8001",
+                cfg->ib_pkey);
     }
     return problems;
 }
@@ -241,24 +241,20 @@ static int check_ranges(gs_config *cfg, gs_config_report_fn report, void *arg)
 {
     int problems = check_verbs_ranges(cfg, report, arg);
     unsigned mask;
-    if (cfg->timeout_ms <= 0) {
-        report_bad(cfg, PARAM_OF(timeout_ms), report, arg,
-                   "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
-                   cfg->timeout_ms);
-        problems++;
-    }
-    if (cfg->chunk_bytes < 4096) {
-        report_bad(cfg, PARAM_OF(chunk_bytes), report, arg,
-                   "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", cfg->chunk_bytes);
-        problems++;
-    }
-    if (gs_log_parse_subsys(cfg->log_subsys, &mask) != GS_OK) {
-        report_bad(cfg, PARAM_OF(log_subsys), report, arg,
-                   "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
-                   "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
-                   cfg->log_subsys);
-        problems++;
-    }
+    if (cfg->timeout_ms <= 0)
+        problems +=
+            report_bad(cfg, PARAM_OF(timeout_ms), report, arg,
+                       "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
+                       cfg->timeout_ms);
+    if (cfg->chunk_bytes < 4096)
+        problems +=
+            report_bad(cfg, PARAM_OF(chunk_bytes), report, arg,
+                       "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", cfg->chunk_bytes);
+    if (gs_log_parse_subsys(cfg->log_subsys, &mask) != GS_OK)
+        problems += report_bad(cfg, PARAM_OF(log_subsys), report, arg,
+                               "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
+                               "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
+                               cfg->log_subsys);
     return problems;
 }
 
@@ -277,9 +273,9 @@ static int parse_all(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_confi
             text = d->info.default_value;
         if (parse_one(d, text, cfg) == GS_OK)
             continue;
-        report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.name, text,
-                   accepted_forms(d), d->type == T_STR ? " shorter than 256 bytes" : "");
-        problems++;
+        problems +=
+            report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.name, text,
+                       accepted_forms(d), d->type == T_STR ? " shorter than 256 bytes" : "");
     }
     return problems + check_ranges(cfg, report, report_arg);
 }

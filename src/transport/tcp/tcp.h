@@ -297,8 +297,8 @@ void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
 void gs_tcp_ep_lost(gs_tcp_ep *ep, const char *cause_fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Returns status for the dead ep with gs_last_error() set to the message;
  * logs it only the first time (polls and posts repeat it). */
-gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define gs_tcp_ep_report(ep, status, ...)                                                                    \
+    gs_fail_once(&(ep)->err_logged, GS_SUBSYS_TCP, (status), __VA_ARGS__)
 /* Drops an orderly closed endpoint without an error to report. */
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why);
 /* Whether an outstanding operation is answered (acknowledged or replied). */

@@ -314,8 +314,8 @@ gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op);
 /* Returns status for the failed or closed ep with gs_last_error() set to the
  * message; logs it only the first time (a lost peer is reported by every
  * poll, wait and post after it, and a caller may loop on them). */
-gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define gs_verbs_ep_report(ep, status, ...)                                                                  \
+    gs_fail_once(&(ep)->err_logged, GS_SUBSYS_VERBS, (status), __VA_ARGS__)
 
 /* verbs_mr.c: registration. */
 int gs_verbs_access_flags(unsigned access);
