@@ -36,7 +36,12 @@ programs=0
 for f in "$prefix"/bin/*; do
     head -c 4 "$f" | grep -q ELF || continue # gsplot is a script
     dyn=$(readelf -d "$f")
-    grep -q 'NEEDED.*\[libgradsync\.so' <<<"$dyn" || { echo "FAIL: $f does not link libgradsync.so"; exit 1; }
+    if ! grep -q 'NEEDED.*\[libgradsync\.so' <<<"$dyn"; then
+        # gstrace calls nothing of the library (the linker drops it, --as-needed); the others must link it
+        case $(basename "$f") in gstrace) continue ;; esac
+        echo "FAIL: $f does not link libgradsync.so"
+        exit 1
+    fi
     grep -q 'RUNPATH.*\[\$ORIGIN/' <<<"$dyn" || { echo "FAIL: $f has no \$ORIGIN RUNPATH:"; grep PATH <<<"$dyn"; exit 1; }
     loaded=$(env -u LD_LIBRARY_PATH ldd "$f" | awk '$1 ~ /^libgradsync\.so/ {print $3}')
     [ "$(realpath "$loaded")" = "$(realpath "$libdir/libgradsync.so.0")" ] ||
