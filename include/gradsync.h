@@ -175,6 +175,65 @@ GS_API const char *gs_ctx_host(const gs_ctx *ctx);
 GS_API gs_status gs_ctx_param(const gs_ctx *ctx, const char *name, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------ */
+/* Configuration: the GS_* parameters, without a context                     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * For tools and launchers (gsinfo prints these; gs_ctx_param gives a
+ * context's value): the table of every GS_* parameter the library reads,
+ * and a configuration read from an environment without joining a job.
+ */
+
+/* One parameter, as the library declares it. Owned by the library, valid
+ * for the life of the process. Fields may be added at the end. */
+typedef struct gs_param_info {
+    const char *name;          /* the variable: "GS_TIMEOUT_MS" */
+    const char *type;          /* "INT", "SIZE" (bytes; K, M, G suffixes), "BOOL", "STR" or "ENUM" */
+    const char *default_value; /* as the variable would be written; "" for empty */
+    const char *choices;       /* ENUM: the values, "auto|shm|tcp|verbs"; NULL otherwise */
+    const char *help;          /* what it means, one sentence */
+} gs_param_info;
+
+/* How many parameters there are; gs_param_at(0 .. count-1) lists them. */
+GS_API int gs_param_count(void);
+/* Parameter i, NULL outside 0 .. gs_param_count()-1. */
+GS_API const gs_param_info *gs_param_at(int i);
+
+/* A configuration: every parameter's value, read from an environment. */
+typedef struct gs_config gs_config;
+
+/* One problem of a configuration, as a sentence ("GS_CHUNK_BYTES=12Q: ...
+ * expected a size such as 4096, 64K, 1M"): param is the index of the
+ * parameter (gs_param_at), or -1 for a GS_* variable no parameter has (the
+ * sentence then names the closest one). */
+typedef void (*gs_config_report_fn)(int param, const char *problem, void *arg);
+
+/*
+ * Reads every parameter from envp ("NAME=value" strings ending in NULL;
+ * NULL: the process's environment) as gs_ctx_create would, but reports
+ * every problem to report (may be NULL) instead of stopping at the first:
+ * each malformed value (the variable, the value, the accepted forms) and
+ * each unknown GS_* variable. The default stands in for a malformed value.
+ * *problems_p (may be NULL) is how many there were. Returns GS_OK with
+ * *cfg_p set, problems or not (GS_ERR_NOMEM or GS_ERR_INVALID otherwise).
+ */
+GS_API gs_status gs_config_create(char *const *envp, gs_config_report_fn report, void *arg, int *problems_p,
+                                  gs_config **cfg_p);
+GS_API void gs_config_destroy(gs_config *cfg);
+/* The value of parameter name in cfg, formatted as gs_ctx_param gives it
+ * (sizes in bytes, switches 0/1, choices by name; the job token only as
+ * "(set)" or ""), truncated to cap - 1 bytes. GS_ERR_INVALID for a name that
+ * is no parameter (gs_last_error suggests the closest) or cap 0. */
+GS_API gs_status gs_config_value(const gs_config *cfg, const char *name, char *buf, size_t cap);
+/* Parses a size as the GS_* size parameters take it: "4096", "64K", "1M",
+ * "2G" (binary multiples). GS_ERR_CONFIG for anything else. */
+GS_API gs_status gs_size_parse(const char *text, uint64_t *value_p);
+
+/* This machine's own host id (what GS_HOST_ID overrides; gs_ctx_host gives
+ * the one in force): equal exactly for processes that can share memory. */
+GS_API void gs_host_id(char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------ */
 /* Bootstrap store: small blobs between the ranks of one job                 */
 /* ------------------------------------------------------------------------ */
 
@@ -193,6 +252,58 @@ GS_API gs_status gs_store_allgather(gs_ctx *ctx, const char *tag, const void *bl
 /* Returns when every rank has entered the barrier with this tag; on the
  * deadline the error names the ranks that never arrived. */
 GS_API gs_status gs_store_barrier(gs_ctx *ctx, const char *tag);
+
+/* ------------------------------------------------------------------------ */
+/* Store server: a launcher serves the job's store                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * gradsync's store, served by the program that starts the ranks (as gsrun
+ * does) instead of by rank 0, so that it outlives every rank: survivors can
+ * shrink past rank 0's death (gs_comm_shrink). Give every rank GS_STORE=
+ * host:port (gs_store_server_port), GS_STORE_EXTERNAL=1, GS_JOB_TOKEN (the
+ * token, gs_store_server_token), GS_RANK and GS_WORLD_SIZE. Each rank's
+ * connection must prove the token; whoever knows it can join the job.
+ */
+typedef struct gs_store_server gs_store_server;
+
+#define GS_STORE_SERVER_PARAMS_VERSION 1
+
+/* Versioned as gs_ctx_params: start from gs_store_server_params_init() (or
+ * GS_STORE_SERVER_PARAMS_INIT), then set world_size and what else you need. */
+typedef struct gs_store_server_params {
+    size_t size;           /* sizeof(gs_store_server_params) */
+    unsigned version;      /* GS_STORE_SERVER_PARAMS_VERSION */
+    const char *host;      /* address to listen on; NULL: "127.0.0.1" (a job on this host) */
+    int port;              /* 0: an ephemeral port */
+    int world_size;        /* ranks of the job, each announcing this size (required, >= 1) */
+    const char *job_token; /* the token every connection proves; NULL: a fresh random one; "": none */
+    int timeout_ms;        /* a connection that has not said who it is this long is dropped, and a
+                            * rank's wait ends at its own deadline; -1: GS_TIMEOUT_MS */
+} gs_store_server_params;
+
+#define GS_STORE_SERVER_PARAMS_INIT                                                                          \
+    {                                                                                                        \
+        sizeof(gs_store_server_params), GS_STORE_SERVER_PARAMS_VERSION, NULL, 0, 0, NULL, -1                 \
+    }
+
+GS_API void gs_store_server_params_init(gs_store_server_params *params);
+/* Listens on host:port and returns: no thread runs yet, so the caller may
+ * fork its ranks now and start serving afterwards (a forked child has no
+ * copy of the server's thread). An address that cannot be served (in use,
+ * an unknown host) is an error naming it; with timeout_ms -1 a malformed
+ * GS_TIMEOUT_MS is GS_ERR_CONFIG. */
+GS_API gs_status gs_store_server_create(const gs_store_server_params *params, gs_store_server **server_p);
+/* The port it listens on (the ephemeral one chosen, with port 0). */
+GS_API int gs_store_server_port(const gs_store_server *server);
+/* The job token the ranks must prove (the one given, or the one drawn). */
+GS_API const char *gs_store_server_token(const gs_store_server *server);
+/* Serves from a thread of its own until destroyed. */
+GS_API gs_status gs_store_server_start(gs_store_server *server);
+/* Waits up to drain_ms (0: not at all) for every rank to have joined and
+ * left (a warning names those that did not), stops serving, closes every
+ * connection and frees the server. NULL is ignored. */
+GS_API void gs_store_server_destroy(gs_store_server *server, int drain_ms);
 
 /* ------------------------------------------------------------------------ */
 /* Transport: one-sided RDMA semantics over shm, tcp or verbs                */
@@ -262,6 +373,14 @@ typedef struct gs_wc {
 GS_API gs_status gs_tp_open(gs_ctx *ctx, const char *name, gs_tp **tp_p);
 /* Destroys the endpoints, completion queue and any region still registered. */
 GS_API gs_status gs_tp_close(gs_tp *tp);
+/* The name of the i-th transport built into this library ("shm", "verbs",
+ * "tcp", in the order auto prefers them); NULL past the last. */
+GS_API const char *gs_tp_builtin_name(int i);
+/* 1 if the built transport name can be used on this machine under cfg
+ * (verbs: a device with an active port, GS_IB_DEV's if set), else 0 (also
+ * for a name not built). */
+GS_API int gs_tp_usable(const gs_config *cfg, const char *name);
+
 GS_API const char *gs_tp_name(const gs_tp *tp);
 /* The endpoint to peer (NULL for the caller's own rank). Non-blocking. */
 GS_API gs_ep *gs_tp_ep(gs_tp *tp, int peer);
@@ -356,6 +475,20 @@ typedef enum gs_redop {
 GS_API size_t gs_dtype_size(gs_dtype dtype);
 GS_API const char *gs_dtype_name(gs_dtype dtype);
 GS_API const char *gs_redop_name(gs_redop op);
+
+/* dst[i] = dst[i] op src[i] for i < count, with the kernels the collectives
+ * use (the semantics above; f16 and bf16 in f32, rounded to nearest even).
+ * dst == src is allowed, other overlap is not. GS_AVG has no local form
+ * (sum, then divide by the count of operands): GS_ERR_INVALID, as is an
+ * operator the type does not have. Non-blocking, allocates nothing. */
+GS_API gs_status gs_reduce_local(void *dst, const void *src, size_t count, gs_dtype dtype, gs_redop op);
+/* The half-precision conversions of the kernels: from f32 rounded to
+ * nearest, ties to even (overflow to infinity, NaN stays NaN), and back
+ * (exact). */
+GS_API uint16_t gs_f16_from_f32(float value);
+GS_API float gs_f16_to_f32(uint16_t bits);
+GS_API uint16_t gs_bf16_from_f32(float value);
+GS_API float gs_bf16_to_f32(uint16_t bits);
 
 /* ------------------------------------------------------------------------ */
 /* Requests: one model for every non-blocking call                           */

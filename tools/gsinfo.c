@@ -11,9 +11,7 @@
  * still is (defaults in place of malformed values), and the exit status is
  * GSINFO_BAD_CONFIG.
  */
-#include "bootstrap/boot.h"
-#include "transport/tp.h"
-#include "util/config.h"
+#include "gradsync.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,28 +34,30 @@ static void usage(FILE *f)
             GSINFO_USAGE, GSINFO_BAD_CONFIG);
 }
 
-#define GSINFO_X_COUNT(field, var, type, def, choices, help) +1
-enum { GSINFO_PARAMS = 0 GS_PARAM_TABLE(GSINFO_X_COUNT) };
-#undef GSINFO_X_COUNT
-
-/* The configuration check: which parameters were malformed. */
+/* The configuration check: which parameters were malformed ([i] for
+ * gs_param_at(i), allocated for gs_param_count()). */
 typedef struct gsinfo_check {
-    bool bad[GSINFO_PARAMS];
+    bool *bad;
 } gsinfo_check;
 
 static void print_problem(int param, const char *problem, void *arg)
 {
     gsinfo_check *check = arg;
     fprintf(stderr, "gsinfo: %s\n", problem);
-    if (param >= 0 && param < GSINFO_PARAMS)
+    if (param >= 0 && param < gs_param_count())
         check->bad[param] = true;
 }
 
-/* Checks the environment's configuration into cfg, reporting every problem.
- * Returns how many. */
-static int check_config(gs_config *cfg, gsinfo_check *check)
+/* Reads the environment's configuration into *cfg_p, reporting every
+ * problem. Returns how many, or -1 if it could not be read at all. */
+static int check_config(gs_config **cfg_p, gsinfo_check *check)
 {
-    int problems = gs_config_check(environ, cfg, print_problem, check);
+    int problems = 0;
+    gs_status st = gs_config_create(environ, print_problem, check, &problems, cfg_p);
+    if (st != GS_OK) {
+        fprintf(stderr, "gsinfo: cannot read the configuration: %s\n", gs_last_error());
+        return -1;
+    }
     if (problems > 0)
         fprintf(stderr,
                 "gsinfo: %d problem%s in the GS_* configuration; defaults stand in for malformed values\n",
@@ -65,24 +65,31 @@ static int check_config(gs_config *cfg, gsinfo_check *check)
     return problems;
 }
 
-/* What GS_TRANSPORT makes of the peers of this host and of other hosts. */
+/* The value of parameter name in cfg ("?" if there is none). */
+static const char *value_of(const gs_config *cfg, const char *name, char *buf, size_t cap)
+{
+    return gs_config_value(cfg, name, buf, cap) == GS_OK ? buf : "?";
+}
+
+/* What GS_TRANSPORT makes of the peers of this host and of other hosts:
+ * shm is the one among the ranks of a host, the others are between hosts. */
 static void print_choice(const gs_config *cfg)
 {
-    static const char *const names[] = {"auto", "shm", "tcp", "verbs"};
+    char transport[64];
     const char *near = NULL, *far = NULL;
-    if (cfg->transport != GS_TRANSPORT_AUTO) {
-        printf("GS_TRANSPORT=%s: %s to every peer, on this host and on others\n", names[cfg->transport],
-               names[cfg->transport]);
+    value_of(cfg, "GS_TRANSPORT", transport, sizeof(transport));
+    if (strcmp(transport, "auto") != 0) {
+        printf("GS_TRANSPORT=%s: %s to every peer, on this host and on others\n", transport, transport);
         return;
     }
-    for (int i = 0; gs_tp_builtin(i); i++) {
-        const gs_tp_ops *ops = gs_tp_builtin(i);
-        if (ops->available && !ops->available(cfg))
+    for (int i = 0; gs_tp_builtin_name(i); i++) {
+        const char *name = gs_tp_builtin_name(i);
+        if (!gs_tp_usable(cfg, name))
             continue;
-        if (ops->id == GS_TRANSPORT_SHM)
-            near = near ? near : ops->name;
+        if (strcmp(name, "shm") == 0)
+            near = near ? near : name;
         else
-            far = far ? far : ops->name;
+            far = far ? far : name;
     }
     printf("GS_TRANSPORT=auto from this host: peers on it over %s, peers on other hosts over %s "
            "(when every rank can use them)\n",
@@ -94,19 +101,18 @@ static void print_choice(const gs_config *cfg)
 
 static void print_summary(const gs_config *cfg)
 {
-    char host_id[128];
-    gs_boot_host_id(host_id, sizeof(host_id));
+    char host_id[128], configured[512];
+    gs_host_id(host_id, sizeof(host_id));
     printf("gradsync %s\n", gs_version());
     printf("transports:");
-    for (int i = 0; gs_tp_builtin(i); i++) {
-        const gs_tp_ops *ops = gs_tp_builtin(i);
-        bool usable = !ops->available || ops->available(cfg);
-        printf(" %s%s", ops->name, usable ? "" : " (unusable here: no device)");
+    for (int i = 0; gs_tp_builtin_name(i); i++) {
+        const char *name = gs_tp_builtin_name(i);
+        printf(" %s%s", name, gs_tp_usable(cfg, name) ? "" : " (unusable here: no device)");
     }
     printf("\n");
     print_choice(cfg);
-    if (cfg->host_id[0])
-        printf("host id: %s (GS_HOST_ID; the machine's own: %s)\n", cfg->host_id, host_id);
+    if (value_of(cfg, "GS_HOST_ID", configured, sizeof(configured))[0])
+        printf("host id: %s (GS_HOST_ID; the machine's own: %s)\n", configured, host_id);
     else
         printf("host id: %s\n", host_id);
     printf("parameters: %d (gsinfo --params)\n", gs_param_count());
@@ -127,11 +133,11 @@ static void print_markdown(void)
 {
     printf("| name | default | meaning |\n| --- | --- | --- |\n");
     for (int i = 0; i < gs_param_count(); i++) {
-        const gs_param_info *p = gs_param_info_at(i);
-        printf("| `%s` | ", p->var);
-        if (p->def[0]) {
+        const gs_param_info *p = gs_param_at(i);
+        printf("| `%s` | ", p->name);
+        if (p->default_value[0]) {
             putchar('`');
-            print_cell(p->def);
+            print_cell(p->default_value);
             putchar('`');
         } else {
             printf("(empty)");
@@ -149,15 +155,15 @@ static void print_markdown(void)
 
 static void print_params(const gs_config *cfg, const gsinfo_check *check)
 {
-    char value[GS_CONFIG_STR_MAX + 8];
+    char value[512];
     for (int i = 0; i < gs_param_count(); i++) {
-        const gs_param_info *p = gs_param_info_at(i);
-        const char *set = getenv(p->var) ? ", set in the environment" : "";
-        if (i < GSINFO_PARAMS && check->bad[i])
+        const gs_param_info *p = gs_param_at(i);
+        const char *set = getenv(p->name) ? ", set in the environment" : "";
+        if (check->bad[i])
             set = ", set in the environment: not valid, see above";
-        gs_param_format(cfg, i, value, sizeof(value));
-        printf("%-24s = %-12s (default %s%s)\n", p->var, value[0] ? value : "\"\"",
-               p->def[0] ? p->def : "\"\"", set);
+        value_of(cfg, p->name, value, sizeof(value));
+        printf("%-24s = %-12s (default %s%s)\n", p->name, value[0] ? value : "\"\"",
+               p->default_value[0] ? p->default_value : "\"\"", set);
         printf("    %s", p->help);
         if (p->choices)
             printf(" [%s]", p->choices);
@@ -168,8 +174,8 @@ static void print_params(const gs_config *cfg, const gsinfo_check *check)
 int main(int argc, char **argv)
 {
     bool params = false, markdown = false;
-    gsinfo_check check = {{false}};
-    gs_config cfg;
+    gsinfo_check check = {NULL};
+    gs_config *cfg = NULL;
     int problems;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--params") == 0) {
@@ -194,10 +200,17 @@ int main(int argc, char **argv)
         print_markdown();
         return 0;
     }
+    check.bad = calloc((size_t)gs_param_count(), sizeof(*check.bad));
+    if (!check.bad) {
+        fprintf(stderr, "gsinfo: out of memory\n");
+        return 1;
+    }
     problems = check_config(&cfg, &check);
-    if (params)
-        print_params(&cfg, &check);
-    else
-        print_summary(&cfg);
-    return problems > 0 ? GSINFO_BAD_CONFIG : 0;
+    if (problems >= 0 && params)
+        print_params(cfg, &check);
+    else if (problems >= 0)
+        print_summary(cfg);
+    gs_config_destroy(cfg);
+    free(check.bad);
+    return problems < 0 ? 1 : problems > 0 ? GSINFO_BAD_CONFIG : 0;
 }

@@ -30,10 +30,7 @@
  * is gone, and every rank dies with gsrun (PR_SET_PDEATHSIG): no process of
  * the job outlives it.
  */
-#include "bootstrap/boot.h"
-#include "util/clock.h"
-#include "util/config.h"
-#include "util/log.h"
+#include "gradsync.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +38,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +102,30 @@ typedef struct job {
     int interrupted;        /* the signal gsrun got, 0 if none */
     uint64_t kill_at_ns;    /* SIGKILL for ranks still running then; 0 if not stopping */
 } job;
+
+/* ---- deadlines (gs_clock_ns; UINT64_MAX: none) ---------------------------- */
+
+static uint64_t after_ms(long ms)
+{
+    return gs_clock_ns() + (uint64_t)ms * 1000000u;
+}
+
+static bool passed(uint64_t at_ns)
+{
+    return at_ns != UINT64_MAX && gs_clock_ns() >= at_ns;
+}
+
+/* Milliseconds until at_ns for poll(): -1 for none, at least 0. */
+static int ms_until(uint64_t at_ns)
+{
+    uint64_t now = gs_clock_ns(), ms;
+    if (at_ns == UINT64_MAX)
+        return -1;
+    if (now >= at_ns)
+        return 0;
+    ms = (at_ns - now + 999999u) / 1000000u;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
 
 static void usage(FILE *f)
 {
@@ -411,7 +434,7 @@ static void stop_ranks(job *j, int sig)
 {
     signal_ranks(j, sig);
     if (!j->kill_at_ns)
-        j->kill_at_ns = gs_deadline_after_ms(j->opts.grace_ms);
+        j->kill_at_ns = after_ms(j->opts.grace_ms);
 }
 
 static int exit_code(int status)
@@ -463,7 +486,7 @@ static void maybe_abandon(job *j)
         if (j->ranks[r].running && j->ranks[r].starts == 1)
             return;
     if (!j->abandon_at_ns && any_restart_running(j))
-        j->abandon_at_ns = gs_deadline_after_ms(j->opts.grace_ms);
+        j->abandon_at_ns = after_ms(j->opts.grace_ms);
 }
 
 static void rank_ended(job *j, int rank, int status)
@@ -568,24 +591,24 @@ static bool next_wake(job *j, uint64_t *drain_until, uint64_t *wake_p)
         if (!any_pipe_open(j))
             return false;
         if (!*drain_until)
-            *drain_until = gs_deadline_after_ms(PIPE_DRAIN_MS);
-        if (gs_deadline_passed(*drain_until))
+            *drain_until = after_ms(PIPE_DRAIN_MS);
+        if (passed(*drain_until))
             return false; /* a writer escaped the rank's group: stop waiting for it */
         wake = *drain_until;
     } else if (j->abandon_at_ns && !j->kill_at_ns) {
-        if (gs_deadline_passed(j->abandon_at_ns)) {
+        if (passed(j->abandon_at_ns)) {
             for (int r = 0; r < j->opts.n; r++)
                 if (j->ranks[r].running && j->ranks[r].starts > 1) {
                     fprintf(stderr, "gsrun: the job ended without restarted rank %d; stopping it\n", r);
                     j->ranks[r].abandoned = true;
                     kill(-j->ranks[r].pid, SIGTERM);
                 }
-            j->kill_at_ns = gs_deadline_after_ms(j->opts.grace_ms);
+            j->kill_at_ns = after_ms(j->opts.grace_ms);
         } else {
             wake = j->abandon_at_ns;
         }
     } else if (j->kill_at_ns) {
-        if (gs_deadline_passed(j->kill_at_ns)) {
+        if (passed(j->kill_at_ns)) {
             signal_ranks(j, SIGKILL);
             j->kill_at_ns = UINT64_MAX;
         } else {
@@ -613,7 +636,7 @@ static bool serve(job *j)
             pfds[1 + 2 * r] = (struct pollfd){.fd = j->ranks[r].out.fd, .events = POLLIN};
             pfds[2 + 2 * r] = (struct pollfd){.fd = j->ranks[r].err.fd, .events = POLLIN};
         }
-        if (poll(pfds, 1 + 2 * (nfds_t)j->opts.n, gs_deadline_left_ms(wake)) < 0 && errno != EINTR) {
+        if (poll(pfds, 1 + 2 * (nfds_t)j->opts.n, ms_until(wake)) < 0 && errno != EINTR) {
             fprintf(stderr, "gsrun: poll failed: %s; stopping the ranks\n", strerror(errno));
             free(pfds);
             return false;
@@ -665,22 +688,19 @@ static int free_loopback_port(void)
 
 static int setup(job *j)
 {
-    const gs_config *cfg;
     sigset_t mask;
-    gs_store_server_params params = {.host = "127.0.0.1", .size = j->opts.n, .token = j->token};
+    gs_store_server_params params = GS_STORE_SERVER_PARAMS_INIT;
+    gs_status st;
 
-    if (gs_config_get(&cfg) != GS_OK) {
-        fprintf(stderr, "gsrun: %s\n", gs_last_error());
-        return 2;
-    }
-    params.hello_timeout_ms = (int)(j->opts.timeout_ms ? j->opts.timeout_ms : cfg->timeout_ms);
+    params.world_size = j->opts.n; /* on 127.0.0.1, a fresh job token */
+    params.timeout_ms = j->opts.timeout_ms ? (int)j->opts.timeout_ms : -1;
     raise_fd_limit(j);
-    if (gs_boot_token_generate(j->token, sizeof(j->token)) != GS_OK ||
-        gs_boot_server_listen(&params, &j->server) != GS_OK) {
+    if ((st = gs_store_server_create(&params, &j->server)) != GS_OK) {
         fprintf(stderr, "gsrun: cannot serve the job's store: %s\n", gs_last_error());
-        return 1;
+        return st == GS_ERR_CONFIG ? 2 : 1;
     }
-    snprintf(j->store, sizeof(j->store), "127.0.0.1:%d", gs_boot_server_port(j->server));
+    snprintf(j->token, sizeof(j->token), "%s", gs_store_server_token(j->server));
+    snprintf(j->store, sizeof(j->store), "127.0.0.1:%d", gs_store_server_port(j->server));
     j->master_port = free_loopback_port();
     if (j->master_port == 0) {
         fprintf(stderr, "gsrun: cannot find a free loopback port for MASTER_PORT: %s\n", strerror(errno));
@@ -716,7 +736,7 @@ static void teardown(job *j)
         if (rp->err.fd >= 0)
             close(rp->err.fd);
     }
-    gs_boot_server_stop(j->server, 0);
+    gs_store_server_destroy(j->server, 0);
     if (j->sigfd >= 0)
         close(j->sigfd);
     free(j->ranks);
@@ -740,7 +760,7 @@ int main(int argc, char **argv)
     /* Fork every rank before the store's thread starts: no thread in a forked child. */
     for (int r = 0; rc == 0 && r < j.opts.n; r++)
         rc = start_rank(&j, r) == 0 ? 0 : 1;
-    if (rc == 0 && gs_boot_server_start(j.server) != GS_OK)
+    if (rc == 0 && gs_store_server_start(j.server) != GS_OK)
         rc = 1;
     if (rc == 0) {
         bool served = serve(&j);

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 typedef struct gs_store_client gs_store_client;
-typedef struct gs_store_server gs_store_server;
+/* gs_store_server: declared in gradsync.h (a launcher may serve the store). */
 
 #define GS_BOOT_HOST_MAX 256
 
@@ -153,18 +153,18 @@ bool gs_boot_token_equal(const char *a, const char *b);
 /* A fresh random token: 64 hex digits from getrandom(). cap >= 65. */
 gs_status gs_boot_token_generate(char *buf, size_t cap);
 
-/* ---- store server (store_server.c, store_table.c) ------------------------ */
+/* ---- store server (store_server.c, store_table.c; store_launch.c the public calls) */
 
-typedef struct gs_store_server_params {
+typedef struct gs_boot_server_params {
     const char *host;     /* address to listen on ("127.0.0.1" for a local job) */
     int port;             /* 0: ephemeral */
     int size;             /* world size every rank must announce */
     const char *token;    /* job token every connection must prove ("" accepts "") */
     int hello_timeout_ms; /* a connection silent this long before HELLO is dropped */
-} gs_store_server_params;
+} gs_boot_server_params;
 
 /* Creates the listening socket (no thread yet: safe to fork afterwards). */
-gs_status gs_boot_server_listen(const gs_store_server_params *params, gs_store_server **server_p);
+gs_status gs_boot_server_listen(const gs_boot_server_params *params, gs_store_server **server_p);
 int gs_boot_server_port(const gs_store_server *server);
 /* Starts serving in a background thread. */
 gs_status gs_boot_server_start(gs_store_server *server);

@@ -25,7 +25,7 @@ static const char *process_getenv(const char *name, void *arg)
 static gs_status serve_store(gs_ctx *ctx)
 {
     gs_boot_info *boot = &ctx->boot;
-    gs_store_server_params params = {
+    gs_boot_server_params params = {
         .host = boot->store_port ? boot->store_host : "127.0.0.1",
         .port = boot->store_port,
         .size = ctx->size,
@@ -398,24 +398,9 @@ const char *gs_ctx_host(const gs_ctx *ctx)
 
 gs_status gs_ctx_param(const gs_ctx *ctx, const char *name, char *buf, size_t cap)
 {
-    const char *near;
-    if (!ctx || !name || !buf || cap == 0)
-        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "gs_ctx_param: NULL %s",
-                       !ctx    ? "ctx"
-                       : !name ? "name"
-                               : "buf (or cap 0)");
-    for (int i = 0; i < gs_param_count(); i++) {
-        if (strcmp(gs_param_info_at(i)->var, name) != 0)
-            continue;
-        if (strcmp(name, "GS_JOB_TOKEN") == 0) /* a secret: say only whether there is one */
-            snprintf(buf, cap, "%s", ctx->cfg.job_token[0] ? "(set)" : "");
-        else
-            gs_param_format(&ctx->cfg, i, buf, cap);
-        return GS_OK;
-    }
-    near = gs_param_closest(name);
-    return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "gs_ctx_param: no parameter %s%s%s%s", name,
-                   near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+    if (!ctx)
+        return gs_fail(GS_SUBSYS_BOOT, GS_ERR_INVALID, "gs_ctx_param: NULL ctx");
+    return gs_config_param_value(&ctx->cfg, "gs_ctx_param", name, buf, cap);
 }
 
 void gs_boot_tp_count_set(gs_ctx *ctx, unsigned next)

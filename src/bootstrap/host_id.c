@@ -61,3 +61,9 @@ void gs_boot_host_id(char *buf, size_t cap)
     hash = mix_ns(hash, "/proc/self/ns/pid");
     snprintf(buf, cap, "%s:%016llx", host, (unsigned long long)hash);
 }
+
+void gs_host_id(char *buf, size_t cap)
+{
+    if (buf && cap > 0)
+        gs_boot_host_id(buf, cap);
+}

@@ -443,7 +443,7 @@ static void *serve(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-gs_status gs_boot_server_listen(const gs_store_server_params *params, gs_store_server **server_p)
+gs_status gs_boot_server_listen(const gs_boot_server_params *params, gs_store_server **server_p)
 {
     gs_store_server *s = gs_calloc(1, sizeof(*s));
     gs_status status;

@@ -101,7 +101,7 @@ static void changed_params(const gs_config *cfg, char *buf, size_t cap)
         return;
     for (int i = 0; i < gs_param_count() && n < cap; i++) {
         char now[GS_CONFIG_STR_MAX], def[GS_CONFIG_STR_MAX];
-        const char *var = gs_param_info_at(i)->var;
+        const char *var = gs_param_at(i)->name;
         gs_param_format(cfg, i, now, sizeof(now));
         gs_param_format(&defaults, i, def, sizeof(def));
         if (strcmp(now, def) != 0)

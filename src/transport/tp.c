@@ -54,6 +54,18 @@ static const gs_tp_ops *builtin_named(const char *name)
     return NULL;
 }
 
+const char *gs_tp_builtin_name(int i)
+{
+    const gs_tp_ops *ops = gs_tp_builtin(i);
+    return ops ? ops->name : NULL;
+}
+
+int gs_tp_usable(const gs_config *cfg, const char *name)
+{
+    const gs_tp_ops *ops = cfg && name ? builtin_named(name) : NULL;
+    return ops && (!ops->available || ops->available(cfg));
+}
+
 static void builtin_list(char *buf, size_t cap)
 {
     size_t n = 0;
@@ -450,6 +462,17 @@ static gs_status check_atomic(const gs_ep *ep, const uint64_t *result, const gs_
     return st;
 }
 
+/* A WRITE's, WRITE_IMM's or READ's checks: the endpoint, the local buffer
+ * (written into when local_write) and the remote range with need. */
+static gs_status check_rma(const gs_ep *ep, const void *local, const gs_mr *lmr, size_t len, bool local_write,
+                           const gs_rmr *rmr, uint64_t off, unsigned need, const char *op, gs_rmr_head *head)
+{
+    gs_status st = check_ep(ep, op);
+    if (st == GS_OK)
+        st = check_local(ep, local, lmr, len, local_write, op);
+    return st == GS_OK ? check_remote(ep, rmr, off, len, need, op, head) : st;
+}
+
 /* ---- operations ------------------------------------------------------------------------ */
 
 gs_status gs_tp_map(gs_ep *ep, const gs_rmr *rmr, unsigned need, void **addr_p, size_t *len_p)
@@ -477,11 +500,7 @@ gs_status gs_ep_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const 
                       uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
-    gs_status st = check_ep(ep, "write");
-    if (st == GS_OK)
-        st = check_local(ep, src, lmr, len, false, "write");
-    if (st == GS_OK)
-        st = check_remote(ep, dst, dst_off, len, GS_ACCESS_REMOTE_WRITE, "write", &head);
+    gs_status st = check_rma(ep, src, lmr, len, false, dst, dst_off, GS_ACCESS_REMOTE_WRITE, "write", &head);
     return st == GS_OK ? ep->tp->ops->write(ep, src, lmr, len, &head, dst_off, wr_id, flags) : st;
 }
 
@@ -489,15 +508,12 @@ gs_status gs_ep_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, co
                           uint64_t dst_off, uint32_t imm, uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
-    gs_status st = check_ep(ep, "write_imm");
+    gs_status st =
+        check_rma(ep, src, lmr, len, false, dst, dst_off, GS_ACCESS_REMOTE_WRITE, "write_imm", &head);
     if (st == GS_OK && len > UINT32_MAX)
         st = gs_fail(GS_SUBSYS_TP, GS_ERR_INVALID,
                      "rank %d: write_imm to rank %d: %zu bytes is more than 4 GiB - 1", ep->tp->rank,
                      ep->peer, len);
-    if (st == GS_OK)
-        st = check_local(ep, src, lmr, len, false, "write_imm");
-    if (st == GS_OK)
-        st = check_remote(ep, dst, dst_off, len, GS_ACCESS_REMOTE_WRITE, "write_imm", &head);
     return st == GS_OK ? ep->tp->ops->write_imm(ep, src, lmr, len, &head, dst_off, imm, wr_id, flags) : st;
 }
 
@@ -505,11 +521,7 @@ gs_status gs_ep_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr 
                      uint64_t wr_id, gs_op_flags flags)
 {
     gs_rmr_head head;
-    gs_status st = check_ep(ep, "read");
-    if (st == GS_OK)
-        st = check_local(ep, dst, lmr, len, true, "read");
-    if (st == GS_OK)
-        st = check_remote(ep, src, src_off, len, GS_ACCESS_REMOTE_READ, "read", &head);
+    gs_status st = check_rma(ep, dst, lmr, len, true, src, src_off, GS_ACCESS_REMOTE_READ, "read", &head);
     return st == GS_OK ? ep->tp->ops->read(ep, dst, lmr, len, &head, src_off, wr_id, flags) : st;
 }
 

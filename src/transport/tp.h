@@ -98,6 +98,51 @@ enum {
                                      * caller memory is a table entry, not pinned pages (tcp) */
 };
 
+/* The data-path ops, the same eleven in every backend and named by it:
+ * <prefix>_buf_alloc, _mr_reg, _mr_dereg, _mr_pack, _write, _write_imm,
+ * _read, _fetch_add, _cmp_swap, _send, _recv. GS_TP_DATA_OPS_DECLARE(prefix)
+ * in the backend's header declares them with the table's signatures (one
+ * place for the signatures); GS_TP_DATA_OPS(prefix) in its ops table fills
+ * those fields. */
+typedef gs_status gs_tp_buf_alloc_fn(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
+typedef gs_status gs_tp_mr_reg_fn(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
+typedef gs_status gs_tp_mr_dereg_fn(gs_mr *mr);
+typedef void gs_tp_mr_pack_fn(const gs_mr *mr, gs_rmr_head *head);
+typedef gs_status gs_tp_write_fn(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
+                                 uint64_t off, uint64_t wr_id, unsigned flags);
+typedef gs_status gs_tp_write_imm_fn(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
+                                     const gs_rmr_head *dst, uint64_t off, uint32_t imm, uint64_t wr_id,
+                                     unsigned flags);
+typedef gs_status gs_tp_read_fn(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src,
+                                uint64_t off, uint64_t wr_id, unsigned flags);
+typedef gs_status gs_tp_fetch_add_fn(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst,
+                                     uint64_t off, uint64_t add, uint64_t wr_id, unsigned flags);
+typedef gs_status gs_tp_cmp_swap_fn(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst,
+                                    uint64_t off, uint64_t compare, uint64_t swap, uint64_t wr_id,
+                                    unsigned flags);
+typedef gs_status gs_tp_send_fn(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id,
+                                unsigned flags);
+typedef gs_status gs_tp_recv_fn(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+
+#define GS_TP_DATA_OPS_DECLARE(prefix)                                                                       \
+    gs_tp_buf_alloc_fn prefix##_buf_alloc;                                                                   \
+    gs_tp_mr_reg_fn prefix##_mr_reg;                                                                         \
+    gs_tp_mr_dereg_fn prefix##_mr_dereg;                                                                     \
+    gs_tp_mr_pack_fn prefix##_mr_pack;                                                                       \
+    gs_tp_write_fn prefix##_write;                                                                           \
+    gs_tp_write_imm_fn prefix##_write_imm;                                                                   \
+    gs_tp_read_fn prefix##_read;                                                                             \
+    gs_tp_fetch_add_fn prefix##_fetch_add;                                                                   \
+    gs_tp_cmp_swap_fn prefix##_cmp_swap;                                                                     \
+    gs_tp_send_fn prefix##_send;                                                                             \
+    gs_tp_recv_fn prefix##_recv
+
+#define GS_TP_DATA_OPS(prefix)                                                                               \
+    .buf_alloc = prefix##_buf_alloc, .mr_reg = prefix##_mr_reg, .mr_dereg = prefix##_mr_dereg,               \
+    .mr_pack = prefix##_mr_pack, .write = prefix##_write, .write_imm = prefix##_write_imm,                   \
+    .read = prefix##_read, .fetch_add = prefix##_fetch_add, .cmp_swap = prefix##_cmp_swap,                   \
+    .send = prefix##_send, .recv = prefix##_recv
+
 struct gs_tp_ops {
     const char *name;
     int id; /* GS_TRANSPORT_* */
@@ -118,28 +163,24 @@ struct gs_tp_ops {
     /* Tears down everything, continuing past failures. */
     gs_status (*close)(gs_tp *tp);
 
-    /* Memory. Non-blocking apart from the system calls involved. */
-    gs_status (*buf_alloc)(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
-    gs_status (*mr_reg)(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
-    gs_status (*mr_dereg)(gs_mr *mr);
-    /* head arrives zeroed with version, transport, access, owner, addr and len
-     * filled by tp.c; the backend fills key and tail. */
-    void (*mr_pack)(const gs_mr *mr, gs_rmr_head *head);
+    /* Memory (GS_TP_DATA_OPS). Non-blocking apart from the system calls
+     * involved. mr_pack's head arrives zeroed with version, transport,
+     * access, owner, addr and len filled by tp.c; the backend fills key and
+     * tail. */
+    gs_tp_buf_alloc_fn *buf_alloc;
+    gs_tp_mr_reg_fn *mr_reg;
+    gs_tp_mr_dereg_fn *mr_dereg;
+    gs_tp_mr_pack_fn *mr_pack;
 
-    /* Posts; never block. dst/src is the peer's descriptor (already checked
-     * for version and transport), off a byte offset into it. */
-    gs_status (*write)(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                       uint64_t off, uint64_t wr_id, unsigned flags);
-    gs_status (*write_imm)(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                           uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
-    gs_status (*read)(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
-                      uint64_t wr_id, unsigned flags);
-    gs_status (*fetch_add)(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                           uint64_t add, uint64_t wr_id, unsigned flags);
-    gs_status (*cmp_swap)(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                          uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
-    gs_status (*send)(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
-    gs_status (*recv)(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+    /* Posts (GS_TP_DATA_OPS); never block. dst/src is the peer's descriptor
+     * (already checked for version and transport), off a byte offset into it. */
+    gs_tp_write_fn *write;
+    gs_tp_write_imm_fn *write_imm;
+    gs_tp_read_fn *read;
+    gs_tp_fetch_add_fn *fetch_add;
+    gs_tp_cmp_swap_fn *cmp_swap;
+    gs_tp_send_fn *send;
+    gs_tp_recv_fn *recv;
 
     /* Completions. poll never blocks; wait blocks (spin, event or hybrid per
      * cfg->poll) until at least one completion or deadline_ns (then

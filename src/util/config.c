@@ -36,12 +36,12 @@ int gs_param_count(void)
     return PARAM_COUNT;
 }
 
-const gs_param_info *gs_param_info_at(int i)
+const gs_param_info *gs_param_at(int i)
 {
     return i >= 0 && i < PARAM_COUNT ? &params[i].info : NULL;
 }
 
-gs_status gs_parse_size(const char *text, uint64_t *value_p)
+gs_status gs_size_parse(const char *text, uint64_t *value_p)
 {
     char *end;
     unsigned long long v;
@@ -146,7 +146,7 @@ static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg
 
     switch (d->type) {
     case T_INT: status = parse_int(text, (int64_t *)(void *)field); break;
-    case T_SIZE: status = gs_parse_size(text, (uint64_t *)(void *)field); break;
+    case T_SIZE: status = gs_size_parse(text, (uint64_t *)(void *)field); break;
     case T_BOOL: status = parse_bool(text, (bool *)(void *)field); break;
     case T_ENUM:
         index = enum_index(d->info.choices, text);
@@ -167,8 +167,9 @@ static gs_status parse_one(const param_desc *d, const char *text, gs_config *cfg
 
 #define PROBLEM_MAX (GS_CONFIG_STR_MAX + 256) /* one problem's sentence */
 
-/* Reports one problem of parameter i and puts its default in its place. */
-static void __attribute__((format(printf, 5, 6)))
+/* Reports one problem of parameter i and puts its default in its place.
+ * Returns 1, the problem to count. */
+static int __attribute__((format(printf, 5, 6)))
 report_bad(gs_config *cfg, int i, gs_config_report_fn report, void *arg, const char *fmt, ...)
 {
     char problem[PROBLEM_MAX];
@@ -177,7 +178,8 @@ report_bad(gs_config *cfg, int i, gs_config_report_fn report, void *arg, const c
     vsnprintf(problem, sizeof(problem), fmt, ap);
     va_end(ap);
     report(i, problem, arg);
-    parse_one(&params[i], params[i].info.def, cfg);
+    parse_one(&params[i], params[i].info.default_value, cfg);
+    return 1;
 }
 
 static int param_at_offset(size_t offset)
@@ -215,22 +217,20 @@ static int check_verbs_ranges(gs_config *cfg, gs_config_report_fn report, void *
         if (v >= ranges[i].lo && v <= ranges[i].hi &&
             !(ranges[i].offset == offsetof(gs_config, ib_timeout) && v == 0))
             continue;
-        report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s", params[p].info.var, v,
-                   ranges[i].meaning);
-        problems++;
+        problems += report_bad(cfg, p, report, arg, "%s=%" PRId64 " is not valid: expected %s",
+                               params[p].info.name, v, ranges[i].meaning);
     }
     if (cfg->ib_pkey[0]) {
         char *end;
         errno = 0;
         unsigned long key = strtoul(cfg->ib_pkey, &end, 0);
         if (errno || end == cfg->ib_pkey || *end || cfg->ib_pkey[0] == '-' || key > 0xffff ||
-            (key & 0x7fff) == 0) {
-            report_bad(cfg, PARAM_OF(ib_pkey), report, arg,
-                       "GS_IB_PKEY='%s' is not valid: expected a partition key 0x0001-0xffff with a nonzero "
-                       "base, e.g. 0x8001",
-                       cfg->ib_pkey);
-            problems++;
-        }
+            (key & 0x7fff) == 0)
+            problems += report_bad(
+                cfg, PARAM_OF(ib_pkey), report, arg,
+                "GS_IB_PKEY='%s' is not valid: expected a partition key 0x0001-0xffff with a nonzero "
+                "base, e.g. 0x8001",
+                cfg->ib_pkey);
     }
     return problems;
 }
@@ -241,24 +241,20 @@ static int check_ranges(gs_config *cfg, gs_config_report_fn report, void *arg)
 {
     int problems = check_verbs_ranges(cfg, report, arg);
     unsigned mask;
-    if (cfg->timeout_ms <= 0) {
-        report_bad(cfg, PARAM_OF(timeout_ms), report, arg,
-                   "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
-                   cfg->timeout_ms);
-        problems++;
-    }
-    if (cfg->chunk_bytes < 4096) {
-        report_bad(cfg, PARAM_OF(chunk_bytes), report, arg,
-                   "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", cfg->chunk_bytes);
-        problems++;
-    }
-    if (gs_log_parse_subsys(cfg->log_subsys, &mask) != GS_OK) {
-        report_bad(cfg, PARAM_OF(log_subsys), report, arg,
-                   "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
-                   "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
-                   cfg->log_subsys);
-        problems++;
-    }
+    if (cfg->timeout_ms <= 0)
+        problems +=
+            report_bad(cfg, PARAM_OF(timeout_ms), report, arg,
+                       "GS_TIMEOUT_MS=%" PRId64 " is not valid: expected a positive number of milliseconds",
+                       cfg->timeout_ms);
+    if (cfg->chunk_bytes < 4096)
+        problems +=
+            report_bad(cfg, PARAM_OF(chunk_bytes), report, arg,
+                       "GS_CHUNK_BYTES=%" PRIu64 " is not valid: expected at least 4K", cfg->chunk_bytes);
+    if (gs_log_parse_subsys(cfg->log_subsys, &mask) != GS_OK)
+        problems += report_bad(cfg, PARAM_OF(log_subsys), report, arg,
+                               "GS_LOG_SUBSYS='%s' is not valid: expected all or a comma-separated list of "
+                               "util,boot,tp,shm,tcp,verbs,coll,ps,tool",
+                               cfg->log_subsys);
     return problems;
 }
 
@@ -272,14 +268,14 @@ static int parse_all(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg, gs_confi
     memset(cfg, 0, sizeof(*cfg));
     for (int i = 0; i < PARAM_COUNT; i++) {
         const param_desc *d = &params[i];
-        const char *text = getenv_fn(d->info.var, arg);
+        const char *text = getenv_fn(d->info.name, arg);
         if (!text)
-            text = d->info.def;
+            text = d->info.default_value;
         if (parse_one(d, text, cfg) == GS_OK)
             continue;
-        report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.var, text,
-                   accepted_forms(d), d->type == T_STR ? " shorter than 256 bytes" : "");
-        problems++;
+        problems +=
+            report_bad(cfg, i, report, report_arg, "%s='%s' is not valid: expected %s%s", d->info.name, text,
+                       accepted_forms(d), d->type == T_STR ? " shorter than 256 bytes" : "");
     }
     return problems + check_ranges(cfg, report, report_arg);
 }
@@ -330,10 +326,10 @@ const char *gs_param_closest(const char *name)
     const char *best = NULL;
     size_t best_dist = SIZE_MAX;
     for (int i = 0; i < PARAM_COUNT; i++) {
-        size_t d = edit_distance(name, params[i].info.var);
+        size_t d = edit_distance(name, params[i].info.name);
         if (d < best_dist) {
             best_dist = d;
-            best = params[i].info.var;
+            best = params[i].info.name;
         }
     }
     return best_dist <= strlen(name) / 2 ? best : NULL;
@@ -355,7 +351,7 @@ static bool harness_variable(const char *name, size_t len)
 static bool param_known(const char *name, size_t len)
 {
     for (int i = 0; i < PARAM_COUNT; i++)
-        if (strlen(params[i].info.var) == len && strncmp(params[i].info.var, name, len) == 0)
+        if (strlen(params[i].info.name) == len && strncmp(params[i].info.name, name, len) == 0)
             return true;
     return false;
 }

@@ -125,11 +125,12 @@
 #define GS_CFG_FIELD_BOOL(field) GS_CFG_TYPE_BOOL field;
 #define GS_CFG_FIELD_ENUM(field) GS_CFG_TYPE_ENUM field;
 
-typedef struct gs_config {
+/* gs_config (declared opaque in gradsync.h): one field per parameter. */
+struct gs_config {
 #define GS_X_FIELD(field, var, type, def, choices, help) GS_CFG_FIELD_##type(field)
     GS_PARAM_TABLE(GS_X_FIELD)
 #undef GS_X_FIELD
-} gs_config;
+};
 
 /* Enum values, in the order of their choices strings. */
 /* GS_TRANSPORT's values; MIXED is never configured: auto picks it (a
@@ -142,14 +143,6 @@ enum { GS_ROLE_AUTO, GS_ROLE_WORKER, GS_ROLE_SERVER };
 enum { GS_PS_SYNC, GS_PS_ASYNC };
 enum { GS_PS_AGG_WRITE, GS_PS_AGG_ATOMIC };
 
-typedef struct gs_param_info {
-    const char *var;
-    const char *type;
-    const char *def;
-    const char *choices;
-    const char *help;
-} gs_param_info;
-
 typedef const char *(*gs_getenv_fn)(const char *name, void *arg);
 
 /* Parses every parameter through getenv_fn (defaults where unset). A bad
@@ -159,9 +152,6 @@ gs_status gs_config_parse(gs_config *cfg, gs_getenv_fn getenv_fn, void *arg);
 /* Warns about each GS_* variable in envp that no parameter has, with the
  * closest known name. Returns how many it warned about. */
 int gs_config_warn_unknown(char *const *envp);
-/* One problem of a configuration, as a sentence: param is the parameter's
- * index, or -1 for a variable no parameter has. */
-typedef void (*gs_config_report_fn)(int param, const char *problem, void *arg);
 /* Checks the configuration in envp as gs_config_parse and
  * gs_config_warn_unknown do, reporting every problem (a malformed value: the
  * variable, the value, the accepted forms; an unknown GS_* name: the closest
@@ -170,14 +160,13 @@ typedef void (*gs_config_report_fn)(int param, const char *problem, void *arg);
 int gs_config_check(char *const *envp, gs_config *cfg, gs_config_report_fn report, void *arg);
 /* The process configuration, parsed from the environment on first use. */
 gs_status gs_config_get(const gs_config **cfg_p);
-/* The table, for gsinfo: count and one entry. */
-int gs_param_count(void);
-const gs_param_info *gs_param_info_at(int i);
-/* The current value of parameter i, formatted. */
+/* The current value of parameter i (gs_param_at's index), formatted. */
 void gs_param_format(const gs_config *cfg, int i, char *buf, size_t cap);
 /* The closest parameter name to name (edit distance), or NULL if none is close. */
 const char *gs_param_closest(const char *name);
-/* Parses "123", "4K", "1M", "2G" (binary). */
-gs_status gs_parse_size(const char *text, uint64_t *value_p);
+/* gs_config_value and gs_ctx_param: parameter name's value in cfg, as the
+ * header says; caller names the public call in the error text. */
+gs_status gs_config_param_value(const gs_config *cfg, const char *caller, const char *name, char *buf,
+                                size_t cap);
 
 #endif

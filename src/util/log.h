@@ -64,14 +64,23 @@ void gs_log_write(gs_log_level level, gs_log_subsys subsys, const char *fmt, ...
 #define gs_log_debug(subsys, ...) GS_LOG_AT(GS_LOG_DEBUG, subsys, __VA_ARGS__)
 #define gs_log_trace(subsys, ...) GS_LOG_AT(GS_LOG_TRACE, subsys, __VA_ARGS__)
 
-/* Records the detail as gs_last_error(), logs it at error level in subsys,
- * and returns status: `return gs_fail(GS_SUBSYS_BOOT, GS_ERR_TIMEOUT, ...)`. */
-gs_status gs_fail(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Records the detail as gs_last_error(), logs it at level in subsys (when
+ * that level is enabled) and returns status; the macros below name the
+ * level. */
+gs_status gs_fail_at(gs_log_level level, gs_log_subsys subsys, gs_status status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* An error, logged at error level: `return gs_fail(GS_SUBSYS_BOOT, GS_ERR_TIMEOUT, ...)`. */
+#define gs_fail(subsys, status, ...) gs_fail_at(GS_LOG_ERROR, (subsys), (status), __VA_ARGS__)
 /* The same for an outcome the caller decides about (a wait's deadline that
  * its caller may treat as "nothing yet"): recorded, logged at debug level. */
-gs_status gs_fail_quiet(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define gs_fail_quiet(subsys, status, ...) gs_fail_at(GS_LOG_DEBUG, (subsys), (status), __VA_ARGS__)
+/* The same for an error an object gives again on every later call (an
+ * endpoint in error: every poll, wait and post after it repeats it, and a
+ * caller may loop on them): logged at error level the first time (*logged
+ * false; it is set), at trace level after, recorded every time. */
+#define gs_fail_once(logged, subsys, status, ...)                                                            \
+    gs_fail_at(gs_log_level_once(logged), (subsys), (status), __VA_ARGS__)
+gs_log_level gs_log_level_once(bool *logged);
 void gs_error_clear(void);
 /* Sets gs_last_error() to text (already logged elsewhere); text may be
  * gs_last_error() or a part of it. */

@@ -59,33 +59,24 @@ void gs_error_restore(const char *text)
 
 /* The detail is formatted apart and then copied: an argument may be
  * gs_last_error() itself (a caller adding its context to the detail). */
-static gs_status fail_at(gs_log_level level, gs_log_subsys subsys, gs_status status, const char *fmt,
-                         va_list ap)
+gs_status gs_fail_at(gs_log_level level, gs_log_subsys subsys, gs_status status, const char *fmt, ...)
 {
     char text[sizeof(last_error)];
+    va_list ap;
+    va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
     memcpy(last_error, text, sizeof(last_error));
     if (gs_log_enabled(level, subsys))
         gs_log_write(level, subsys, "%s: %s", gs_status_name(status), last_error);
     return status;
 }
 
-gs_status gs_fail(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
+gs_log_level gs_log_level_once(bool *logged)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    status = fail_at(GS_LOG_ERROR, subsys, status, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
-gs_status gs_fail_quiet(gs_log_subsys subsys, gs_status status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    status = fail_at(GS_LOG_DEBUG, subsys, status, fmt, ap);
-    va_end(ap);
-    return status;
+    gs_log_level level = *logged ? GS_LOG_TRACE : GS_LOG_ERROR;
+    *logged = true;
+    return level;
 }
 
 #define PEER_LOST_END ": did it exit or crash?"

@@ -236,3 +236,50 @@ GS_TEST(rank_0_serves_until_the_others_left_within_the_deadline)
     drain = 0;
     GS_ASSERT_EQ(gs_test_run_ranks_opts(&opts, rank0_leaves_first_body, &drain, status), 3);
 }
+
+/* A launcher's server (gradsync.h "Store server"; the harness runs every
+ * multi-rank test on one): its parameters checked, a token drawn when none
+ * is given, the given one kept, one start. */
+GS_TEST(a_launchers_store_server_checks_its_params_and_draws_a_token)
+{
+    gs_store_server_params p;
+    gs_store_server *a = NULL, *b = NULL;
+    char too_long[300];
+    const char *token;
+
+    gs_store_server_params_init(&p);
+    GS_ASSERT_STATUS(gs_store_server_create(&p, &a), GS_ERR_INVALID); /* world_size 0 */
+    p.world_size = 2;
+    p.version = GS_STORE_SERVER_PARAMS_VERSION + 1;
+    GS_ASSERT_STATUS(gs_store_server_create(&p, &a), GS_ERR_INVALID);
+    GS_ASSERT_CONTAINS(gs_last_error(), "start from gs_store_server_params_init()");
+    p.version = GS_STORE_SERVER_PARAMS_VERSION;
+    p.timeout_ms = 0;
+    GS_ASSERT_STATUS(gs_store_server_create(&p, &a), GS_ERR_INVALID);
+    p.timeout_ms = 5000;
+    memset(too_long, 'a', sizeof(too_long) - 1);
+    too_long[sizeof(too_long) - 1] = '\0';
+    p.job_token = too_long;
+    GS_ASSERT_STATUS(gs_store_server_create(&p, &a), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_store_server_create(NULL, &a), GS_ERR_INVALID);
+    GS_ASSERT(a == NULL);
+
+    p.job_token = NULL; /* drawn: 64 hex digits, another for another server */
+    GS_ASSERT_OK(gs_store_server_create(&p, &a));
+    GS_ASSERT_OK(gs_store_server_create(&p, &b));
+    token = gs_store_server_token(a);
+    GS_ASSERT_EQ(strlen(token), 64);
+    GS_ASSERT_EQ(strspn(token, "0123456789abcdef"), 64);
+    GS_ASSERT(strcmp(token, gs_store_server_token(b)) != 0);
+    GS_ASSERT(gs_store_server_port(a) > 0 && gs_store_server_port(a) != gs_store_server_port(b));
+    GS_ASSERT_OK(gs_store_server_start(a));
+    GS_ASSERT_STATUS(gs_store_server_start(a), GS_ERR_INVALID);
+    gs_store_server_destroy(a, 0);
+    gs_store_server_destroy(b, 0); /* never started */
+    gs_store_server_destroy(NULL, 0);
+
+    p.job_token = "given";
+    GS_ASSERT_OK(gs_store_server_create(&p, &a));
+    GS_ASSERT_STR_EQ(gs_store_server_token(a), "given");
+    gs_store_server_destroy(a, 0);
+}

@@ -647,3 +647,61 @@ GS_TEST(streamed_results_match)
         }
     }
 }
+
+/* gs_reduce_local, the public step: dst = dst op src with the same kernels,
+ * refusing what the header leaves undefined; the public conversions are the
+ * kernels' own. */
+GS_TEST(reduce_local_is_one_kernel_step_and_refuses_what_is_undefined)
+{
+    float x[33], y[33], want[33];
+    int32_t i[5] = {5, -7, 3, 0, 9}, j[5] = {-5, 7, 4, -1, 9};
+    uint16_t h[3], k[3];
+    uint8_t bools[3] = {0, 2, 1}, bools2[3] = {0, 0, 7};
+    for (int n = 0; n < 33; n++) {
+        x[n] = (float)n * 0.25f;
+        y[n] = (float)(33 - n) * 0.5f;
+    }
+    gs_red_apply(GS_F32, GS_SUM, want, x, y, 33);
+    GS_ASSERT_OK(gs_reduce_local(x, y, 33, GS_F32, GS_SUM));
+    GS_ASSERT(memcmp(x, want, sizeof(x)) == 0);
+    GS_ASSERT_OK(gs_reduce_local(i, j, 5, GS_I32, GS_MAX));
+    GS_ASSERT_EQ(i[0], 5);
+    GS_ASSERT_EQ(i[1], 7);
+    GS_ASSERT_EQ(i[2], 4);
+    GS_ASSERT_EQ(i[3], 0);
+    GS_ASSERT_OK(gs_reduce_local(i, i, 5, GS_I32, GS_SUM)); /* dst == src */
+    GS_ASSERT_EQ(i[4], 18);
+    for (int n = 0; n < 3; n++) {
+        h[n] = gs_f16_from_f32(1.0f + (float)n);
+        k[n] = gs_f16_from_f32(0.5f);
+    }
+    GS_ASSERT_OK(gs_reduce_local(h, k, 3, GS_F16, GS_PROD));
+    GS_ASSERT(gs_f16_to_f32(h[0]) == 0.5f && gs_f16_to_f32(h[2]) == 1.5f);
+    GS_ASSERT_OK(gs_reduce_local(bools, bools2, 3, GS_BOOL, GS_BXOR));
+    GS_ASSERT(bools[0] == 0 && bools[1] == 1 && bools[2] == 0);
+    GS_ASSERT_OK(gs_reduce_local(NULL, NULL, 0, GS_F64, GS_MIN));
+    /* undefined: avg (no local form), bitwise on floats, avg on bool, unknown enums, overlap */
+    GS_ASSERT_STATUS(gs_reduce_local(x, y, 33, GS_F32, GS_AVG), GS_ERR_INVALID);
+    GS_ASSERT_CONTAINS(gs_last_error(), "avg has no local form");
+    GS_ASSERT_STATUS(gs_reduce_local(x, y, 33, GS_F32, GS_BAND), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_reduce_local(bools, bools2, 3, GS_BOOL, GS_AVG), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_reduce_local(x, y, 1, GS_DTYPE_COUNT, GS_SUM), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_reduce_local(x, y, 1, GS_F32, GS_REDOP_COUNT), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_reduce_local(x + 1, x, 4, GS_F32, GS_SUM), GS_ERR_INVALID);
+    GS_ASSERT_STATUS(gs_reduce_local(NULL, y, 1, GS_F32, GS_SUM), GS_ERR_INVALID);
+    /* the conversions: round to nearest even, overflow to infinity, NaN kept */
+    GS_ASSERT_EQ(gs_f16_from_f32(1.0f), 0x3c00);
+    GS_ASSERT_EQ(gs_f16_from_f32(1.0f + 0x1p-11f), 0x3c00); /* a tie: to even */
+    GS_ASSERT_EQ(gs_f16_from_f32(1.0f + 0x3p-11f), 0x3c02);
+    GS_ASSERT_EQ(gs_f16_from_f32(65520.0f), 0x7c00);
+    GS_ASSERT(isnan(gs_f16_to_f32(gs_f16_from_f32(NAN))));
+    GS_ASSERT_EQ(gs_bf16_from_f32(1.0f), 0x3f80);
+    GS_ASSERT_EQ(gs_bf16_from_f32(1.0f + 0x1p-8f), 0x3f80); /* a tie: to even */
+    GS_ASSERT(gs_bf16_to_f32(0x3f81) == 1.0f + 0x1p-7f);
+    for (uint32_t bits = 0; bits < 0x10000u; bits++) { /* the kernels' own, every f16 */
+        float f = gs_red_f16_to_f32((uint16_t)bits), g = gs_f16_to_f32((uint16_t)bits);
+        GS_ASSERT(memcmp(&f, &g, sizeof(f)) == 0);
+        GS_ASSERT_EQ(gs_f16_from_f32(f), gs_red_f32_to_f16(f));
+        GS_ASSERT_EQ(gs_bf16_from_f32(f), gs_red_f32_to_bf16(f));
+    }
+}

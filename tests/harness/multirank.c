@@ -202,7 +202,7 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
     static gs_store_server *server; /* static: still reachable in the ranks at their leak check */
     char token[96];
     pid_t pids[GS_TEST_RANKS_MAX] = {0};
-    int port, ok = 0;
+    int port = 0, ok = 0;
     int rank_timeout_ms = opts->rank_timeout_ms > 0     ? opts->rank_timeout_ms
                           : opts->timeout_ms / 2 > 1000 ? opts->timeout_ms / 2
                                                         : 1000;
@@ -218,20 +218,22 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
     if (sp) { /* the same job number, port and token on every machine */
         port = sp->port + (int)(sp->jobs % 500);
         snprintf(token, sizeof(token), "%s-%u", sp->token, sp->jobs++);
-    } else if (gs_boot_token_generate(token, sizeof(token)) != GS_OK) {
-        gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
     }
     if (opts->rank0_serves) {
-        port = gs_test_free_port();
-    } else if (!sp || sp->index == 0) {
-        gs_store_server_params params = {.host = sp ? sp->addr : "127.0.0.1",
-                                         .port = sp ? port : 0,
-                                         .size = opts->n,
-                                         .token = token,
-                                         .hello_timeout_ms = rank_timeout_ms};
-        if (gs_boot_server_listen(&params, &server) != GS_OK)
+        if (gs_boot_token_generate(token, sizeof(token)) != GS_OK)
             gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
-        port = gs_boot_server_port(server);
+        port = gs_test_free_port();
+    } else if (!sp || sp->index == 0) { /* the launcher's store, through the public calls */
+        gs_store_server_params params = GS_STORE_SERVER_PARAMS_INIT;
+        params.host = sp ? sp->addr : NULL;
+        params.port = port;
+        params.world_size = opts->n;
+        params.job_token = sp ? token : NULL; /* NULL: a fresh one drawn */
+        params.timeout_ms = rank_timeout_ms;
+        if (gs_store_server_create(&params, &server) != GS_OK)
+            gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
+        snprintf(token, sizeof(token), "%s", gs_store_server_token(server));
+        port = gs_store_server_port(server);
     }
     fflush(NULL);
     for (int r = 0; r < opts->n; r++) {
@@ -247,18 +249,18 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
             for (int k = 0; k < r; k++)
                 if (pids[k] > 0)
                     waitpid(pids[k], NULL, 0);
-            gs_boot_server_stop(server, 0);
+            gs_store_server_destroy(server, 0);
             server = NULL;
             gs_test_fail_here(__FILE__, __LINE__, "multirank: fork failed");
         }
     }
-    if (server && gs_boot_server_start(server) != GS_OK) {
+    if (server && gs_store_server_start(server) != GS_OK) {
         kill_all(pids, opts->n, SIGKILL);
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %s", gs_last_error());
     }
     reap_all(pids, opts->n, status_p, opts->timeout_ms);
     /* span mode: the other machines' ranks may still be leaving the store */
-    gs_boot_server_stop(server, sp ? rank_timeout_ms : 0);
+    gs_store_server_destroy(server, sp ? rank_timeout_ms : 0);
     server = NULL;
     for (int r = 0; r < opts->n; r++)
         ok += WIFEXITED(status_p[r]) && WEXITSTATUS(status_p[r]) == 0;

@@ -124,7 +124,7 @@ GS_TEST(config_parses_every_form)
     GS_ASSERT_EQ(cfg.ib_fork_safe, 1);
     GS_ASSERT_STR_EQ(cfg.store, "10.0.0.1:29500");
     for (int i = 0; i < gs_param_count(); i++) {
-        if (strcmp(gs_param_info_at(i)->var, "GS_TRANSPORT") == 0) {
+        if (strcmp(gs_param_at(i)->name, "GS_TRANSPORT") == 0) {
             gs_param_format(&cfg, i, buf, sizeof(buf));
             GS_ASSERT_STR_EQ(buf, "tcp");
         }
@@ -185,7 +185,7 @@ static void log_problem(int param, const char *problem, void *arg)
 static int param_index(const char *var)
 {
     for (int i = 0; i < gs_param_count(); i++)
-        if (strcmp(gs_param_info_at(i)->var, var) == 0)
+        if (strcmp(gs_param_at(i)->name, var) == 0)
             return i;
     return -1;
 }
@@ -217,6 +217,57 @@ GS_TEST(config_check_reports_every_problem_and_keeps_the_rest)
     GS_ASSERT_EQ(gs_config_check(clean, &cfg, log_problem, &log), 0);
     GS_ASSERT_EQ(log.count, 0);
     GS_ASSERT_EQ(cfg.algo, GS_ALGO_RD);
+}
+
+/* The public form (gradsync.h): a configuration of an environment, every
+ * problem reported, values by name as gsinfo prints them. */
+GS_TEST(public_config_reads_an_environment_and_gives_values_by_name)
+{
+    char *envp[] = {"GS_CHUNK_BYTES=12Q", "GS_ALGO=ring", "GS_TRANSPRT=tcp", "GS_JOB_TOKEN=secret", NULL};
+    char *clean[] = {"HOME=/", NULL};
+    check_log log = {0};
+    gs_config *cfg = NULL;
+    char buf[64];
+    int problems = -1;
+    uint64_t size = 0;
+
+    GS_ASSERT_OK(gs_config_create(envp, log_problem, &log, &problems, &cfg));
+    GS_ASSERT_EQ(problems, 2);
+    GS_ASSERT_EQ(log.count, 2);
+    GS_ASSERT_EQ(log.params[0], param_index("GS_CHUNK_BYTES"));
+    GS_ASSERT_EQ(log.params[1], -1);
+    GS_ASSERT_CONTAINS(log.text, "GS_CHUNK_BYTES='12Q' is not valid");
+    GS_ASSERT_OK(gs_config_value(cfg, "GS_CHUNK_BYTES", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "262144"); /* the default stands in */
+    GS_ASSERT_OK(gs_config_value(cfg, "GS_ALGO", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "ring");
+    GS_ASSERT_OK(gs_config_value(cfg, "GS_JOB_TOKEN", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "(set)"); /* a secret stays one */
+    GS_ASSERT_OK(gs_config_value(cfg, "GS_TIMEOUT_MS", buf, 3));
+    GS_ASSERT_STR_EQ(buf, "30"); /* truncated to cap - 1 */
+    GS_ASSERT_STATUS(gs_config_value(cfg, "GS_CHUNK_BYTE", buf, sizeof(buf)), GS_ERR_INVALID);
+    GS_ASSERT_CONTAINS(gs_last_error(),
+                       "gs_config_value: no parameter GS_CHUNK_BYTE (did you mean GS_CHUNK_BYTES?)");
+    GS_ASSERT_STATUS(gs_config_value(cfg, "GS_ALGO", buf, 0), GS_ERR_INVALID);
+    gs_config_destroy(cfg);
+    /* no report function, a clean environment */
+    GS_ASSERT_OK(gs_config_create(clean, NULL, NULL, &problems, &cfg));
+    GS_ASSERT_EQ(problems, 0);
+    GS_ASSERT_OK(gs_config_value(cfg, "GS_JOB_TOKEN", buf, sizeof(buf)));
+    GS_ASSERT_STR_EQ(buf, "");
+    gs_config_destroy(cfg);
+    GS_ASSERT_STATUS(gs_config_create(clean, NULL, NULL, NULL, NULL), GS_ERR_INVALID);
+    /* the table and the size forms */
+    GS_ASSERT(gs_param_at(-1) == NULL && gs_param_at(gs_param_count()) == NULL);
+    GS_ASSERT_STR_EQ(gs_param_at(param_index("GS_ALGO"))->choices, "auto|ring|rd|direct|hier");
+    GS_ASSERT_STR_EQ(gs_param_at(param_index("GS_CHUNK_BYTES"))->type, "SIZE");
+    GS_ASSERT_STR_EQ(gs_param_at(param_index("GS_CHUNK_BYTES"))->default_value, "256K");
+    GS_ASSERT_OK(gs_size_parse("64K", &size));
+    GS_ASSERT_U64_EQ(size, 65536);
+    GS_ASSERT_OK(gs_size_parse("2G", &size));
+    GS_ASSERT_U64_EQ(size, 2ull << 30);
+    GS_ASSERT_STATUS(gs_size_parse("1x", &size), GS_ERR_CONFIG);
+    GS_ASSERT_STATUS(gs_size_parse("-1", &size), GS_ERR_CONFIG);
 }
 
 GS_TEST(config_parse_stops_at_a_bad_log_subsys)

@@ -34,11 +34,6 @@
 #include "gradsync.h"
 #include "gsbench.h"
 
-#include "kernel/reduce.h"
-#include "util/alloc.h"
-#include "util/clock.h"
-#include "util/config.h"
-
 #include <getopt.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -150,11 +145,23 @@ static int parse_name(const char *arg, const char *const *names, int count, cons
 static size_t parse_bytes(const char *arg, const char *what)
 {
     uint64_t v;
-    if (gs_parse_size(arg, &v) != GS_OK || v == 0) {
+    if (gs_size_parse(arg, &v) != GS_OK || v == 0) {
         fprintf(stderr, "gsbench: bad %s '%s' (a size such as 8, 4K, 64M)\n", what, arg);
         exit(2);
     }
     return (size_t)v;
+}
+
+/* len bytes, page-aligned, every page touched (no page fault inside a timed
+ * call); NULL if there is no memory. free() releases it. */
+static void *pages_alloc(size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *p = NULL;
+    if (posix_memalign(&p, page > 0 ? (size_t)page : 4096u, len ? len : 1) != 0)
+        return NULL;
+    memset(p, 0, len);
+    return p;
 }
 
 static void parse_opts(int argc, char **argv, bench_opts *o)
@@ -254,8 +261,8 @@ static void store(gs_dtype t, double v, void *p)
     switch (t) {
     case GS_F32: *(float *)p = (float)v; break;
     case GS_F64: *(double *)p = v; break;
-    case GS_F16: *(uint16_t *)p = gs_red_f32_to_f16((float)v); break;
-    case GS_BF16: *(uint16_t *)p = gs_red_f32_to_bf16((float)v); break;
+    case GS_F16: *(uint16_t *)p = gs_f16_from_f32((float)v); break;
+    case GS_BF16: *(uint16_t *)p = gs_bf16_from_f32((float)v); break;
     case GS_I32: *(int32_t *)p = (int32_t)v; break;
     case GS_I64: *(int64_t *)p = (int64_t)v; break;
     case GS_I16: *(int16_t *)p = (int16_t)v; break;
@@ -622,9 +629,9 @@ static void measure(bench *b, size_t bytes, bench_row *row)
     for (long i = 0; i < iters; i++) {
         if ((st = gs_barrier(b->comm)) != GS_OK)
             fail("barrier", st);
-        uint64_t t0 = gs_now_ns();
+        uint64_t t0 = gs_clock_ns();
         st = call(b, count);
-        b->times[i] = (double)(gs_now_ns() - t0) / 1e3;
+        b->times[i] = (double)(gs_clock_ns() - t0) / 1e3;
         if (b->o.coll == C_SENDRECV)
             b->times[i] /= 2; /* a round trip: two messages */
         if (st != GS_OK)
@@ -719,19 +726,28 @@ static void print_json(const bench *b, const bench_row *rows, int nrows)
 
 /* ---- the reduction kernels alone ---------------------------------------------- */
 
-/* dst = dst op src, in place as the ring does it, for every type at 64 KiB
- * (L2), 1 MiB and 64 MiB (memory); GB/s of one operand. */
+/* Whether the header defines op on t: bitwise operators on the integers
+ * and bool only, avg on everything but bool. */
+static bool op_defined(gs_dtype t, gs_redop op)
+{
+    return op >= GS_BAND ? is_integer(t) : !(t == GS_BOOL && op == GS_AVG);
+}
+
+/* dst = dst op src (gs_reduce_local), in place as the ring does it, for
+ * every type at 64 KiB (L2), 1 MiB and 64 MiB (memory); GB/s of one operand.
+ * avg runs the sum, the kernel of its every step. */
 static int bench_kernels(const bench_opts *o)
 {
     static const size_t sizes[] = {64u << 10, 1u << 20, 64u << 20};
+    gs_redop op = o->op == GS_AVG ? GS_SUM : o->op;
     void *a, *b;
-    if (gs_pages_alloc(64u << 20, &a) != GS_OK || gs_pages_alloc(64u << 20, &b) != GS_OK)
+    if (!(a = pages_alloc(64u << 20)) || !(b = pages_alloc(64u << 20)))
         fail("allocating buffers", GS_ERR_NOMEM);
     printf("# reduction kernels: dst = dst %s src, GB/s of one operand (median of 5 runs)\n",
-           gs_redop_name(o->op));
+           gs_redop_name(op));
     printf("%6s %12s %12s %12s\n", "type", "64KiB", "1MiB", "64MiB");
     for (int t = 0; t < GS_DTYPE_COUNT; t++) {
-        if (!gs_red_valid((gs_dtype)t, o->op))
+        if (!op_defined((gs_dtype)t, o->op))
             continue;
         printf("%6s", gs_dtype_name((gs_dtype)t));
         for (size_t i = 0; i < 3; i++) {
@@ -741,18 +757,21 @@ static int bench_kernels(const bench_opts *o)
             memset(a, 0, sizes[i]);
             memset(b, 0, sizes[i]);
             for (int r = 0; r < 5; r++) {
-                uint64_t t0 = gs_now_ns();
-                for (long k = 0; k < reps; k++)
-                    gs_red_apply((gs_dtype)t, o->op, a, a, b, n);
-                runs[r] = (double)sizes[i] * (double)reps / (double)(gs_now_ns() - t0);
+                uint64_t t0 = gs_clock_ns();
+                for (long k = 0; k < reps; k++) {
+                    gs_status st = gs_reduce_local(a, b, n, (gs_dtype)t, op);
+                    if (st != GS_OK)
+                        fail("gs_reduce_local", st);
+                }
+                runs[r] = (double)sizes[i] * (double)reps / (double)(gs_clock_ns() - t0);
             }
             qsort(runs, 5, sizeof(double), cmp_double);
             printf(" %12.2f", runs[2]);
         }
         printf("\n");
     }
-    gs_pages_free(a, 64u << 20);
-    gs_pages_free(b, 64u << 20);
+    free(a);
+    free(b);
     return 0;
 }
 
@@ -816,8 +835,7 @@ static void setup(bench *b)
         maxit = iterations(b, b->o.sizes[i]) > maxit ? iterations(b, b->o.sizes[i]) : maxit;
     }
     b->cap = b->o.offset + maxb + 64;
-    if (gs_pages_alloc(b->cap, (void **)&b->send_at) != GS_OK ||
-        gs_pages_alloc(b->cap, (void **)&b->recv_at) != GS_OK)
+    if (!(b->send_at = pages_alloc(b->cap)) || !(b->recv_at = pages_alloc(b->cap)))
         fail("allocating buffers", GS_ERR_NOMEM);
     b->send = b->send_at + b->o.offset;
     b->recv = b->recv_at + b->o.offset;
@@ -860,8 +878,8 @@ int main(int argc, char **argv)
     uint64_t wrong = 0;
     for (int i = 0; i < nrows; i++)
         wrong += rows[i].wrong;
-    gs_pages_free(b.send_at, b.cap);
-    gs_pages_free(b.recv_at, b.cap);
+    free(b.send_at);
+    free(b.recv_at);
     free(b.times);
     free(b.tmax);
     free(b.counts);

@@ -29,9 +29,6 @@
 #include "gradsync.h"
 #include "gsbench.h"
 
-#include "util/clock.h"
-#include "util/config.h"
-
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -95,7 +92,7 @@ static void usage(FILE *f)
 static size_t bytes_arg(const char *arg, const char *what)
 {
     uint64_t v;
-    if (gs_parse_size(arg, &v) != GS_OK || v == 0) {
+    if (gs_size_parse(arg, &v) != GS_OK || v == 0) {
         fprintf(stderr, "gsbench --ps: bad %s '%s'\n", what, arg);
         exit(2);
     }
@@ -228,24 +225,24 @@ static void time_ops(ps_bench *b, gs_ps *ps, size_t count, long iters, long warm
         if ((st = gs_ps_push_pull(ps, 1, g, out)) != GS_OK)
             die("push_pull", st);
     for (long i = 0; i < iters; i++) {
-        uint64_t t0 = gs_now_ns();
+        uint64_t t0 = gs_clock_ns();
         if ((st = gs_ps_push_pull(ps, 1, g, out)) != GS_OK)
             die("push_pull", st);
-        b->times[OP_PUSH_PULL * b->maxit + i] = (double)(gs_now_ns() - t0) / 1e3;
+        b->times[OP_PUSH_PULL * b->maxit + i] = (double)(gs_clock_ns() - t0) / 1e3;
     }
     for (long i = 0; i < iters; i++) {
-        uint64_t t0 = gs_now_ns();
+        uint64_t t0 = gs_clock_ns();
         if ((st = gs_ps_push(ps, 1, g)) != GS_OK)
             die("push", st);
-        b->times[OP_PUSH * b->maxit + i] = (double)(gs_now_ns() - t0) / 1e3;
+        b->times[OP_PUSH * b->maxit + i] = (double)(gs_clock_ns() - t0) / 1e3;
         if ((st = gs_ps_pull(ps, 1, out)) != GS_OK)
             die("pull", st);
     }
     for (long i = 0; i < iters; i++) {
-        uint64_t t0 = gs_now_ns();
+        uint64_t t0 = gs_clock_ns();
         if ((st = gs_ps_pull(ps, 1, out)) != GS_OK)
             die("pull", st);
-        b->times[OP_PULL * b->maxit + i] = (double)(gs_now_ns() - t0) / 1e3;
+        b->times[OP_PULL * b->maxit + i] = (double)(gs_clock_ns() - t0) / 1e3;
     }
     *steps_p = (uint64_t)(warm + 2 * iters);
     free(g);

@@ -57,22 +57,7 @@ enum {
     MIXED_TAIL_FAR_BYTES = 16, /* how much of the far tail is kept */
 };
 
-/* Memory and posts (mixed_rma.c). */
-gs_status gs_mixed_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_mixed_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_mixed_mr_dereg(gs_mr *mr);
-void gs_mixed_mr_pack(const gs_mr *mr, gs_rmr_head *head);
-gs_status gs_mixed_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                         uint64_t off, uint64_t wr_id, unsigned flags);
-gs_status gs_mixed_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                             uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
-gs_status gs_mixed_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
-                        uint64_t wr_id, unsigned flags);
-gs_status gs_mixed_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                             uint64_t add, uint64_t wr_id, unsigned flags);
-gs_status gs_mixed_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                            uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
-gs_status gs_mixed_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
-gs_status gs_mixed_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+/* Memory and posts (mixed_rma.c): gs_mixed_buf_alloc ... gs_mixed_recv. */
+GS_TP_DATA_OPS_DECLARE(gs_mixed);
 
 #endif

@@ -8,6 +8,7 @@
 #include "transport/mixed/mixed.h"
 
 #include "util/alloc.h"
+#include "util/list.h"
 #include "util/log.h"
 
 #include <stdlib.h>
@@ -22,6 +23,7 @@ static gs_mixed_tp *tp_of(gs_tp *base)
 
 static gs_status wrap(gs_tp *base, gs_mr *near, gs_mr *far, bool owned, gs_mr **mr_p)
 {
+    gs_mixed_tp *tp = tp_of(base);
     gs_mixed_mr *mr = gs_calloc(1, sizeof(*mr));
     if (!mr) {
         far->tp->ops->mr_dereg(far);
@@ -32,10 +34,7 @@ static gs_status wrap(gs_tp *base, gs_mr *near, gs_mr *far, bool owned, gs_mr **
         (gs_mr){.tp = base, .addr = near->addr, .len = near->len, .access = near->access, .owned = owned};
     mr->near = near;
     mr->far = far;
-    mr->next = tp_of(base)->mrs;
-    if (mr->next)
-        mr->next->prev = mr;
-    tp_of(base)->mrs = mr;
+    GS_LIST_PUSH(tp->mrs, mr);
     *mr_p = &mr->base;
     return GS_OK;
 }
@@ -78,12 +77,7 @@ gs_status gs_mixed_mr_dereg(gs_mr *base)
     gs_mixed_tp *tp = tp_of(base->tp);
     gs_status st = mr->far->tp->ops->mr_dereg(mr->far);
     gs_status st2 = mr->near->tp->ops->mr_dereg(mr->near);
-    if (mr->prev)
-        mr->prev->next = mr->next;
-    else
-        tp->mrs = mr->next;
-    if (mr->next)
-        mr->next->prev = mr->prev;
+    GS_LIST_UNLINK(tp->mrs, mr);
     free(mr);
     return st != GS_OK ? st : st2;
 }

@@ -176,10 +176,6 @@ gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t in
                               int *fd_p);
 
 /* ---- shm_mr.c */
-gs_status gs_shm_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_shm_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_shm_mr_dereg(gs_mr *mr);
-void gs_shm_mr_pack(const gs_mr *mr, gs_rmr_head *head);
 /* ops->map: the peer's allocated region d, mapped for the caller (its own
  * mapping, outside the endpoint's cache); ops->unmap gives it back. */
 gs_status gs_shm_map_region(gs_ep *ep, const gs_rmr_head *d, void **addr_p, size_t *len_p);
@@ -222,18 +218,9 @@ static inline gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, u
     return gs_shm_target_lookup(ep, d, off, len, need, op, t_p);
 }
 
-/* ---- shm_rma.c */
-gs_status gs_shm_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                       uint64_t off, uint64_t wr_id, unsigned flags);
-gs_status gs_shm_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                           uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
-gs_status gs_shm_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
-                      uint64_t wr_id, unsigned flags);
-gs_status gs_shm_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                           uint64_t add, uint64_t wr_id, unsigned flags);
-gs_status gs_shm_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                          uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
-gs_status gs_shm_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
+/* ---- the data-path ops: gs_shm_buf_alloc, _mr_reg, _mr_dereg, _mr_pack
+ * (shm_mr.c), gs_shm_write ... gs_shm_send (shm_rma.c), gs_shm_recv (shm_cq.c) */
+GS_TP_DATA_OPS_DECLARE(gs_shm);
 
 /* ---- shm_cq.c */
 /* Makes room for one more local completion (so pushing it cannot fail). */
@@ -242,7 +229,6 @@ gs_status gs_shm_cq_reserve(gs_shm_tp *tp);
 void gs_shm_cq_push(gs_shm_tp *tp, const gs_wc *wc);
 int gs_shm_cq_take(gs_shm_tp *tp, gs_wc *wcs, int max);
 void gs_shm_cq_free(gs_shm_cq *cq);
-gs_status gs_shm_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
 /* The oldest posted receive (NULL if none), and taking it off the queue. */
 gs_shm_rbuf *gs_shm_recv_front(gs_shm_ep *ep);
 void gs_shm_recv_pop(gs_shm_ep *ep);

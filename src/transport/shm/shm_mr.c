@@ -14,6 +14,7 @@
 #include "transport/shm/shm.h"
 
 #include "util/alloc.h"
+#include "util/list.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -65,10 +66,7 @@ static void region_publish(gs_shm_tp *tp, gs_shm_mr *mr, uint64_t ino)
 
 static void mr_link(gs_shm_tp *tp, gs_shm_mr *mr)
 {
-    mr->next = tp->mrs;
-    if (tp->mrs)
-        tp->mrs->prev = mr;
-    tp->mrs = mr;
+    GS_LIST_PUSH(tp->mrs, mr);
 }
 
 /* ---- registration ---------------------------------------------------------- */
@@ -186,12 +184,7 @@ gs_status gs_shm_mr_dereg(gs_mr *base)
                          base->tp->rank, base->len, strerror(errno));
         close(mr->fd);
     }
-    if (mr->prev)
-        mr->prev->next = mr->next;
-    else
-        tp->mrs = mr->next;
-    if (mr->next)
-        mr->next->prev = mr->prev;
+    GS_LIST_UNLINK(tp->mrs, mr);
     free(mr);
     return st;
 }

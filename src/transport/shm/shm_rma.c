@@ -116,15 +116,22 @@ static void complete(gs_shm_ep *ep, uint64_t wr_id, unsigned flags, gs_wc_opcode
                        &(gs_wc){.wr_id = wr_id, .status = GS_OK, .opcode = opcode, .peer = ep->base.peer});
 }
 
+/* What every post to a region does first: finds the target (checked
+ * against the owner's record) and makes room for its completion. */
+static gs_status begin(gs_shm_ep *ep, const gs_rmr_head *d, uint64_t off, uint64_t len, unsigned need,
+                       const char *op, unsigned flags, gs_shm_target *t)
+{
+    gs_status st = gs_shm_target_get(ep, d, off, len, need, op, t);
+    return st == GS_OK ? reserve(ep, flags) : st;
+}
+
 gs_status gs_shm_write(gs_ep *base, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                        uint64_t off, uint64_t wr_id, unsigned flags)
 {
     gs_shm_ep *ep = gs_shm_ep_of(base);
     gs_shm_target t;
-    gs_status st = gs_shm_target_get(ep, dst, off, len, GS_ACCESS_REMOTE_WRITE, "write", &t);
+    gs_status st = begin(ep, dst, off, len, GS_ACCESS_REMOTE_WRITE, "write", flags, &t);
     (void)lmr;
-    if (st == GS_OK)
-        st = reserve(ep, flags);
     if (st == GS_OK)
         st = put_bytes(ep, &t, src, len, flags, "write");
     if (st == GS_OK)
@@ -137,12 +144,10 @@ gs_status gs_shm_write_imm(gs_ep *base, const void *src, gs_mr *lmr, size_t len,
 {
     gs_shm_ep *ep = gs_shm_ep_of(base);
     gs_shm_target t;
-    gs_status st = gs_shm_target_get(ep, dst, off, len, GS_ACCESS_REMOTE_WRITE, "write_imm", &t);
+    gs_status st = begin(ep, dst, off, len, GS_ACCESS_REMOTE_WRITE, "write_imm", flags, &t);
     (void)lmr;
     if (st == GS_OK && !gs_shm_ring_room(ep, 1))
         st = gs_shm_ring_full(ep); /* checked before the copy: a failed call leaves no trace */
-    if (st == GS_OK)
-        st = reserve(ep, flags);
     if (st == GS_OK)
         st = put_bytes(ep, &t, src, len, flags, "write_imm");
     if (st == GS_OK) {
@@ -157,10 +162,8 @@ gs_status gs_shm_read(gs_ep *base, void *dst, gs_mr *lmr, size_t len, const gs_r
 {
     gs_shm_ep *ep = gs_shm_ep_of(base);
     gs_shm_target t;
-    gs_status st = gs_shm_target_get(ep, src, off, len, GS_ACCESS_REMOTE_READ, "read", &t);
+    gs_status st = begin(ep, src, off, len, GS_ACCESS_REMOTE_READ, "read", flags, &t);
     (void)lmr;
-    if (st == GS_OK)
-        st = reserve(ep, flags);
     if (st == GS_OK && len > 0) {
         if (t.kind == GS_SHM_REGION_USER)
             st = cma_copy(ep, false, dst, t.remote_addr, len, "read");

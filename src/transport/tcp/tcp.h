@@ -239,10 +239,6 @@ typedef struct gs_tcp_setup {
 gs_status gs_tcp_connect_all(const gs_tcp_setup *setup, int lfd, int *fds, int *tx_fds);
 
 /* tcp_mr.c */
-gs_status gs_tcp_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_tcp_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_tcp_mr_dereg(gs_mr *mr);
-void gs_tcp_mr_pack(const gs_mr *mr, gs_rmr_head *head);
 /* The region key names, or NULL. */
 gs_tcp_mr *gs_tcp_mr_find(gs_tcp_tp *tp, uint64_t key);
 /* GS_OK if [off, off+len) lies in mr and it grants access; else
@@ -250,19 +246,9 @@ gs_tcp_mr *gs_tcp_mr_find(gs_tcp_tp *tp, uint64_t key);
 gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsigned access,
                           const char **why_p);
 
-/* tcp_rma.c: the posting ops of the table. */
-gs_status gs_tcp_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                       uint64_t off, uint64_t wr_id, unsigned flags);
-gs_status gs_tcp_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                           uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
-gs_status gs_tcp_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
-                      uint64_t wr_id, unsigned flags);
-gs_status gs_tcp_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                           uint64_t add, uint64_t wr_id, unsigned flags);
-gs_status gs_tcp_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                          uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
-gs_status gs_tcp_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
-gs_status gs_tcp_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+/* The data-path ops: gs_tcp_buf_alloc, _mr_reg, _mr_dereg, _mr_pack
+ * (tcp_mr.c), gs_tcp_write ... gs_tcp_recv (tcp_rma.c). */
+GS_TP_DATA_OPS_DECLARE(gs_tcp);
 
 /* tcp_tx.c (callers hold tp->lock). */
 /* Writes as much of ep's queue as the socket takes. */
@@ -311,8 +297,8 @@ void gs_tcp_ep_fail(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
 void gs_tcp_ep_lost(gs_tcp_ep *ep, const char *cause_fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Returns status for the dead ep with gs_last_error() set to the message;
  * logs it only the first time (polls and posts repeat it). */
-gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define gs_tcp_ep_report(ep, status, ...)                                                                    \
+    gs_fail_once(&(ep)->err_logged, GS_SUBSYS_TCP, (status), __VA_ARGS__)
 /* Drops an orderly closed endpoint without an error to report. */
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why);
 /* Whether an outstanding operation is answered (acknowledged or replied). */

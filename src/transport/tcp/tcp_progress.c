@@ -78,21 +78,6 @@ void gs_tcp_ep_lost(gs_tcp_ep *ep, const char *cause_fmt, ...)
     gs_tcp_ep_fail(ep, GS_ERR_PEER_LOST, "%s", text);
 }
 
-gs_status gs_tcp_ep_report(gs_tcp_ep *ep, gs_status status, const char *fmt, ...)
-{
-    char text[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    if (ep->err_logged) {
-        gs_error_restore(text);
-        return status;
-    }
-    ep->err_logged = true;
-    return gs_fail(GS_SUBSYS_TCP, status, "%s", text);
-}
-
 void gs_tcp_ep_close_quiet(gs_tcp_ep *ep, const char *why)
 {
     if (ep->dead)

@@ -314,33 +314,19 @@ gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op);
 /* Returns status for the failed or closed ep with gs_last_error() set to the
  * message; logs it only the first time (a lost peer is reported by every
  * poll, wait and post after it, and a caller may loop on them). */
-gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define gs_verbs_ep_report(ep, status, ...)                                                                  \
+    gs_fail_once(&(ep)->err_logged, GS_SUBSYS_VERBS, (status), __VA_ARGS__)
 
 /* verbs_mr.c: registration. */
 int gs_verbs_access_flags(unsigned access);
 gs_status gs_verbs_reg_raw(gs_verbs_tp *vt, void *addr, size_t len, int ibv_access, const char *what,
                            struct ibv_mr **mr_p);
-gs_status gs_verbs_buf_alloc(gs_tp *tp, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_verbs_mr_reg(gs_tp *tp, void *addr, size_t len, unsigned access, gs_mr **mr_p);
-gs_status gs_verbs_mr_dereg(gs_mr *mr);
-void gs_verbs_mr_pack(const gs_mr *mr, gs_rmr_head *head);
 void gs_verbs_mr_release_all(gs_verbs_tp *vt);
 void gs_verbs_memlock_describe(const struct rlimit *lim, char *buf, size_t cap);
 
-/* verbs_rma.c: posting. */
-gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                         uint64_t off, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
-                             uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
-                        uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                             uint64_t add, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
-                            uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_send(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, uint64_t wr_id, unsigned flags);
-gs_status gs_verbs_recv(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, uint64_t wr_id);
+/* The data-path ops: gs_verbs_buf_alloc, _mr_reg, _mr_dereg, _mr_pack
+ * (verbs_mr.c), gs_verbs_write ... gs_verbs_recv (verbs_rma.c). */
+GS_TP_DATA_OPS_DECLARE(gs_verbs);
 /* Internal control operations (credit return, heartbeat, close notice). */
 gs_status gs_verbs_post_ctrl(gs_verbs_ep *ep, gs_verbs_slot_kind kind);
 /* Queues a consumed receive buffer for re-posting at the end of this progress pass. */

@@ -351,21 +351,6 @@ gs_status gs_verbs_ep_connect(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_c
     return GS_OK;
 }
 
-gs_status gs_verbs_ep_report(gs_verbs_ep *ep, gs_status status, const char *fmt, ...)
-{
-    char text[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    if (!ep->err_logged) {
-        ep->err_logged = true;
-        return gs_fail(GS_SUBSYS_VERBS, status, "%s", text);
-    }
-    gs_error_restore(text);
-    return status;
-}
-
 gs_status gs_verbs_ep_usable(gs_verbs_ep *ep, const char *op)
 {
     int rank = ep->base.tp->rank, peer = ep->base.peer;

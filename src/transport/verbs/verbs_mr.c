@@ -13,6 +13,7 @@
 #include "transport/verbs/verbs.h"
 
 #include "util/alloc.h"
+#include "util/list.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -161,22 +162,14 @@ static gs_verbs_mr *handle_new(gs_verbs_tp *vt, void *addr, size_t len, unsigned
     gs_verbs_mr *vmr = gs_calloc(1, sizeof(*vmr));
     if (vmr) {
         vmr->base = (gs_mr){.tp = &vt->base, .addr = addr, .len = len, .access = access, .owned = owned};
-        vmr->next = vt->mrs;
-        if (vt->mrs)
-            vt->mrs->prev = vmr;
-        vt->mrs = vmr;
+        GS_LIST_PUSH(vt->mrs, vmr);
     }
     return vmr;
 }
 
 static void handle_free(gs_verbs_tp *vt, gs_verbs_mr *vmr)
 {
-    if (vmr->prev)
-        vmr->prev->next = vmr->next;
-    else
-        vt->mrs = vmr->next;
-    if (vmr->next)
-        vmr->next->prev = vmr->prev;
+    GS_LIST_UNLINK(vt->mrs, vmr);
     free(vmr);
 }
 
