@@ -4,9 +4,12 @@
 #include <ATen/ATen.h>
 #include <Python.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <sched.h>
 
 namespace gradsync {
 
@@ -249,129 +252,267 @@ void ProcessGroupGradsync::close() {
   gs_ctx_destroy(ctx_);
 }
 
-// The worker takes the turn, runs the next operation, gives the turn up,
-// then completes the operation's future, which runs its callbacks: one
+// ---- running operations -------------------------------------------------------------
+
+// One C call of an operation (a list of tensors makes one per tensor):
+// start() makes the call's buffers (after the operations before it wrote
+// theirs) and starts it non-blocking; finish() copies its results into the
+// caller's tensors once it completed. The buffers live here until then.
+struct Step {
+  std::function<gs_status(Step &, gs_req **)> start;
+  std::function<void(Step &)> finish;
+  std::vector<Dense> dense;           // the caller's tensors as contiguous blocks
+  at::Tensor in, all;                 // staging: concatenated inputs, a gathered output
+  std::vector<size_t> sc, sd, rc, rd; // alltoallv's counts and displacements
+  std::vector<gs_tensor> list;        // allreduce_multi's tensors
+};
+
+struct Op {
+  c10::intrusive_ptr<Work> work;
+  const char *what; // for errors: "allreduce"
+  size_t bytes;     // the data it moves (the larger of input and output)
+  std::vector<Step> steps;
+  size_t next = 0;       // the step running or to start
+  gs_req *req = nullptr; // steps[next] started and not complete
+};
+
+// An operation of at most kQuickBytes called while the communicator is idle
+// starts on the caller's thread, which tests it for up to kQuickBudget: if
+// it completes, the Work is complete when returned (no thread hop either
+// way). Otherwise the worker finishes it, and the caller has blocked no
+// longer than the budget and one test (a test moves at most the
+// operation's data): DDP's buckets still overlap the backward pass.
+static constexpr size_t kQuickBytes = 256 << 10;
+static constexpr std::chrono::microseconds kQuickBudget(100);
+// Spinning longer than a small call takes (the C library's own wait spins
+// as long before it yields): the peer may share this CPU, so give it up
+// between tests.
+static constexpr std::chrono::microseconds kQuickSpin(20);
+
+static void finish_step(const char *what, Step &s, gs_status st) {
+  check(what, st);
+  if (s.finish)
+    s.finish(s);
+}
+
+// The caller's try: true when every step completed (the work's outputs
+// written); false with op.req the step still running.
+bool ProcessGroupGradsync::run_quick(Op &op) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto until = t0 + kQuickBudget;
+  for (; op.next < op.steps.size(); op.next++) {
+    Step &s = op.steps[op.next];
+    check(op.what, s.start(s, &op.req));
+    gs_status st;
+    while ((st = gs_req_test(op.req)) == GS_INPROGRESS) {
+      auto now = std::chrono::steady_clock::now();
+      if (now >= until)
+        return false;
+      if (now - t0 >= kQuickSpin)
+        sched_yield();
+    }
+    op.req = nullptr; // released by the test
+    finish_step(op.what, s, st);
+  }
+  return true;
+}
+
+// The worker's run: every step to its end (the step the caller started
+// first), each wait bounded by GS_TIMEOUT_MS.
+void ProcessGroupGradsync::run_op(Op &op) {
+  for (; op.next < op.steps.size(); op.next++) {
+    Step &s = op.steps[op.next];
+    if (!op.req)
+      check(op.what, s.start(s, &op.req));
+    gs_req *req = op.req;
+    op.req = nullptr;
+    finish_step(op.what, s, gs_req_wait(req));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, const char *what,
+                                                             std::vector<at::Tensor> outputs, size_t bytes,
+                                                             std::vector<Step> steps) {
+  std::unique_ptr<Op> op(
+      new Op{c10::make_intrusive<Work>(std::move(outputs), type, getRank()), what, bytes, std::move(steps)});
+  c10::intrusive_ptr<Work> work = op->work;
+  std::unique_lock<std::mutex> g(lock_);
+  if (running_ || !queue_.empty() || bytes > kQuickBytes) {
+    queue_.push_back(std::move(op)); // behind what runs, in call order
+    wake();
+    return work;
+  }
+  running_ = true; // the caller is the communicator's one user now
+  g.unlock();
+  std::exception_ptr error;
+  bool done = true;
+  try {
+    done = run_quick(*op);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  g.lock();
+  running_ = false;
+  if (!done)
+    queue_.push_front(std::move(op)); // started: before anything called since
+  wake();
+  g.unlock();
+  if (done)
+    work->complete(error); // no callbacks yet: nobody has the future
+  return work;
+}
+
+// Wakes a thread to run the queue's first operation when none runs (lock_
+// held): the worker, and the spare while a thread completes a future (a
+// callback may wait for that operation).
+void ProcessGroupGradsync::wake() {
+  if (running_ || queue_.empty())
+    return;
+  cv_.notify_one();
+  if (completing_ > 0)
+    spare_cv_.notify_one();
+}
+
+// The worker runs the queue's first operation, then completes its future,
+// which runs its callbacks, without being the communicator's user: one
 // operation at a time, in queue order. A callback may wait for a later
 // operation (PowerSGD's hook all-reduces inside its callbacks and waits):
-// while the worker completes, the spare thread takes the turn for what is
-// queued. The spare sleeps otherwise (no wake-up per operation).
+// while the worker completes, the spare thread runs what is queued. The
+// spare sleeps otherwise (no wake-up per operation).
 void ProcessGroupGradsync::run() {
+  std::unique_lock<std::mutex> g(lock_);
   for (;;) {
-    std::unique_lock<std::mutex> turn(turn_);
-    std::unique_lock<std::mutex> g(lock_);
-    cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
+    cv_.wait(g, [this] { return (!running_ && !queue_.empty()) || (stop_ && queue_.empty()); });
     if (queue_.empty())
       return; // stopped, nothing left
-    run_next(g, turn);
+    run_front(g);
   }
 }
 
 void ProcessGroupGradsync::run_spare() {
+  std::unique_lock<std::mutex> g(lock_);
   for (;;) {
-    std::unique_lock<std::mutex> g(lock_);
-    spare_cv_.wait(g, [this] { return stop_ || (completing_ > 0 && !queue_.empty()); });
+    spare_cv_.wait(g, [this] { return stop_ || (completing_ > 0 && !running_ && !queue_.empty()); });
     if (stop_)
       return; // the worker drains the queue
-    g.unlock();
-    std::unique_lock<std::mutex> turn(turn_);
-    g.lock();
-    if (!queue_.empty())
-      run_next(g, turn);
+    run_front(g);
   }
 }
 
-// Runs the queue's first operation holding the turn (g: the queue's lock,
-// held on entry, released), then completes it without the turn.
-void ProcessGroupGradsync::run_next(std::unique_lock<std::mutex> &g, std::unique_lock<std::mutex> &turn) {
-  auto item = std::move(queue_.front());
+// Runs the queue's first operation (g: the queue's lock, held on entry and
+// on return, released meanwhile), then completes it.
+void ProcessGroupGradsync::run_front(std::unique_lock<std::mutex> &g) {
+  std::unique_ptr<Op> op = std::move(queue_.front());
   queue_.pop_front();
+  running_ = true;
   g.unlock();
   std::exception_ptr error;
   try {
-    item.second();
+    run_op(*op);
   } catch (...) {
     error = std::current_exception();
   }
-  turn.unlock();
   g.lock();
+  running_ = false;
   completing_++;
-  if (!queue_.empty())
-    spare_cv_.notify_one();
+  wake();
   g.unlock();
-  item.first->complete(error);
+  op->work->complete(error);
+  op.reset(); // the buffers go without the lock
   g.lock();
   completing_--;
-  g.unlock();
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                             std::function<void()> body) {
-  auto work = c10::make_intrusive<Work>(std::move(outputs), type, getRank());
-  {
-    std::lock_guard<std::mutex> g(lock_);
-    queue_.emplace_back(work, std::move(body));
-    if (completing_ > 0) // the worker may be held up in a callback
-      spare_cv_.notify_one();
-  }
-  cv_.notify_one();
-  return work;
+// ---- the collectives ------------------------------------------------------------------
+
+static size_t nbytes(const std::vector<at::Tensor> &tensors) {
+  size_t n = 0;
+  for (const auto &t : tensors)
+    n += t.nbytes();
+  return n;
 }
+
+static Step step(std::function<gs_status(Step &, gs_req **)> start, std::function<void(Step &)> finish = nullptr) {
+  Step s;
+  s.start = std::move(start);
+  s.finish = std::move(finish);
+  return s;
+}
+
+// Writes every dense block back into its tensor (in-place operations).
+static void back_all(Step &s) {
+  for (auto &d : s.dense)
+    d.back();
+}
+
+// Writes the last dense block back (the output after the input).
+static void back_last(Step &s) { s.dense.back().back(); }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::Tensor> &tensors,
                                                                const c10d::BroadcastOptions &opts) {
   int root = (int)opts.rootRank;
-  return enqueue(c10d::OpType::BROADCAST, tensors, [this, tensors, root] {
-    for (const auto &t : tensors) {
-      Dense d(t);
-      check("broadcast", gs_broadcast(comm_, d.ptr(), d.ptr(), d.count(), dtype_of(t), root));
-      d.back();
-    }
-  });
+  std::vector<Step> steps;
+  for (const auto &t : tensors)
+    steps.push_back(step(
+        [this, t, root](Step &s, gs_req **req) {
+          s.dense.emplace_back(t);
+          Dense &d = s.dense[0];
+          return gs_ibroadcast(comm_, d.ptr(), d.ptr(), d.count(), dtype_of(t), root, req);
+        },
+        back_all));
+  return enqueue(c10d::OpType::BROADCAST, "broadcast", tensors, nbytes(tensors), std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(std::vector<at::Tensor> &tensors,
                                                                const c10d::AllreduceOptions &opts) {
   gs_redop op = redop_of(opts.reduceOp);
-  return enqueue(c10d::OpType::ALLREDUCE, tensors, [this, tensors, op] {
-    for (const auto &t : tensors) {
-      Dense d(t);
-      check("allreduce", gs_allreduce(comm_, d.ptr(), d.ptr(), d.count(), dtype_of(t), op));
-      d.back();
-    }
-  });
+  std::vector<Step> steps;
+  for (const auto &t : tensors)
+    steps.push_back(step(
+        [this, t, op](Step &s, gs_req **req) {
+          s.dense.emplace_back(t);
+          Dense &d = s.dense[0];
+          return gs_iallreduce(comm_, d.ptr(), d.ptr(), d.count(), dtype_of(t), op, req);
+        },
+        back_all));
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", tensors, nbytes(tensors), std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work>
 ProcessGroupGradsync::allreduce_coalesced(std::vector<at::Tensor> &tensors,
                                           const c10d::AllreduceCoalescedOptions &opts) {
   gs_redop op = redop_of(opts.reduceOp);
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [this, tensors, op] {
-    std::vector<Dense> dense;
-    std::vector<gs_tensor> list;
-    for (const auto &t : tensors) {
-      if (t.scalar_type() != tensors[0].scalar_type())
-        throw std::invalid_argument("gradsync: allreduce_coalesced wants tensors of one type");
-      dense.emplace_back(t);
-    }
-    for (auto &d : dense)
-      list.push_back(gs_tensor{d.ptr(), d.ptr(), d.count()});
-    if (!list.empty())
-      check("allreduce_coalesced",
-            gs_allreduce_multi(comm_, list.data(), list.size(), dtype_of(tensors[0]), op));
-    for (auto &d : dense)
-      d.back();
-  });
+  std::vector<Step> steps;
+  if (!tensors.empty())
+    steps.push_back(step(
+        [this, tensors, op](Step &s, gs_req **req) {
+          for (const auto &t : tensors) {
+            if (t.scalar_type() != tensors[0].scalar_type())
+              throw std::invalid_argument("gradsync: allreduce_coalesced wants tensors of one type");
+            s.dense.emplace_back(t);
+          }
+          for (auto &d : s.dense)
+            s.list.push_back(gs_tensor{d.ptr(), d.ptr(), d.count()});
+          return gs_iallreduce_multi(comm_, s.list.data(), s.list.size(), dtype_of(tensors[0]), op, req);
+        },
+        back_all));
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, nbytes(tensors),
+                 std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(at::Tensor &output, at::Tensor &input,
                                                                      const c10d::AllgatherOptions &) {
   if (output.numel() != input.numel() * getSize() || output.scalar_type() != input.scalar_type())
     throw std::invalid_argument("gradsync: _allgather_base wants an output of world_size times the input");
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [this, output, input] {
-    Dense in(input), out(output);
-    check("allgather", gs_allgather(comm_, in.ptr(), out.ptr(), in.count(), dtype_of(input)));
-    out.back();
-  });
+  std::vector<Step> steps;
+  steps.push_back(step(
+      [this, output, input](Step &s, gs_req **req) {
+        s.dense.emplace_back(input);
+        s.dense.emplace_back(output);
+        return gs_iallgather(comm_, s.dense[0].ptr(), s.dense[1].ptr(), s.dense[0].count(), dtype_of(input), req);
+      },
+      back_last));
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "allgather", {output}, output.nbytes(), std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -385,15 +526,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(std::vector<std::
   std::vector<at::Tensor> flat_outputs;
   for (auto &list : outputs)
     flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
-  return enqueue(c10d::OpType::ALLGATHER, flat_outputs, [this, outputs, inputs] {
-    for (size_t i = 0; i < inputs.size(); i++) {
-      Dense in(inputs[i]);
-      at::Tensor all = at::empty({(int64_t)getSize(), (int64_t)in.count()}, inputs[i].options());
-      check("allgather", gs_allgather(comm_, in.ptr(), all.data_ptr(), in.count(), dtype_of(inputs[i])));
-      for (int r = 0; r < getSize(); r++)
-        outputs[i][r].copy_(all[r].view(outputs[i][r].sizes()));
-    }
-  });
+  std::vector<Step> steps;
+  for (size_t i = 0; i < inputs.size(); i++)
+    steps.push_back(step(
+        [this, input = inputs[i]](Step &s, gs_req **req) {
+          s.dense.emplace_back(input);
+          Dense &in = s.dense[0];
+          s.all = at::empty({(int64_t)getSize(), (int64_t)in.count()}, input.options());
+          return gs_iallgather(comm_, in.ptr(), s.all.data_ptr(), in.count(), dtype_of(input), req);
+        },
+        [out = outputs[i]](Step &s) {
+          for (size_t r = 0; r < out.size(); r++)
+            out[r].copy_(s.all[(int64_t)r].view(out[r].sizes()));
+        }));
+  size_t bytes = nbytes(flat_outputs);
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", std::move(flat_outputs), bytes, std::move(steps));
 }
 
 // outputs[r][i] is rank r's inputs[i] (the transpose of allgather's
@@ -413,27 +560,33 @@ ProcessGroupGradsync::allgather_coalesced(std::vector<std::vector<at::Tensor>> &
   std::vector<at::Tensor> flat_outputs;
   for (auto &list : outputs)
     flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, flat_outputs, [this, outputs, inputs] {
-    if (inputs.empty())
-      return;
-    std::vector<at::Tensor> flat;
-    for (const auto &t : inputs) {
-      check_cpu(t);
-      flat.push_back(t.reshape({-1}));
-    }
-    at::Tensor in = at::cat(flat);
-    at::Tensor all = at::empty({(int64_t)getSize(), in.numel()}, in.options());
-    check("allgather_coalesced", gs_allgather(comm_, in.data_ptr(), all.data_ptr(), (size_t)in.numel(),
-                                              dtype_of(in)));
-    for (int r = 0; r < getSize(); r++) {
-      int64_t at_elem = 0;
-      for (size_t i = 0; i < inputs.size(); i++) {
-        int64_t n = inputs[i].numel();
-        outputs[(size_t)r][i].copy_(all[r].narrow(0, at_elem, n).view(outputs[(size_t)r][i].sizes()));
-        at_elem += n;
-      }
-    }
-  });
+  std::vector<Step> steps;
+  if (!inputs.empty())
+    steps.push_back(step(
+        [this, inputs](Step &s, gs_req **req) {
+          std::vector<at::Tensor> flat;
+          for (const auto &t : inputs) {
+            check_cpu(t);
+            flat.push_back(t.reshape({-1}));
+          }
+          s.in = at::cat(flat);
+          s.all = at::empty({(int64_t)getSize(), s.in.numel()}, s.in.options());
+          return gs_iallgather(comm_, s.in.data_ptr(), s.all.data_ptr(), (size_t)s.in.numel(), dtype_of(s.in),
+                               req);
+        },
+        [outputs, inputs](Step &s) {
+          for (size_t r = 0; r < outputs.size(); r++) {
+            int64_t at_elem = 0;
+            for (size_t i = 0; i < inputs.size(); i++) {
+              int64_t n = inputs[i].numel();
+              outputs[r][i].copy_(s.all[(int64_t)r].narrow(0, at_elem, n).view(outputs[r][i].sizes()));
+              at_elem += n;
+            }
+          }
+        }));
+  size_t bytes = nbytes(flat_outputs);
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", std::move(flat_outputs), bytes,
+                 std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
@@ -441,11 +594,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(at::Te
   if (input.numel() != output.numel() * getSize() || output.scalar_type() != input.scalar_type())
     throw std::invalid_argument("gradsync: _reduce_scatter_base wants an input of world_size times the output");
   gs_redop op = redop_of(opts.reduceOp);
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [this, output, input, op] {
-    Dense in(input), out(output);
-    check("reduce_scatter", gs_reduce_scatter(comm_, in.ptr(), out.ptr(), out.count(), dtype_of(input), op));
-    out.back();
-  });
+  std::vector<Step> steps;
+  steps.push_back(step(
+      [this, output, input, op](Step &s, gs_req **req) {
+        s.dense.emplace_back(input);
+        s.dense.emplace_back(output);
+        Dense &out = s.dense[1];
+        return gs_ireduce_scatter(comm_, s.dense[0].ptr(), out.ptr(), out.count(), dtype_of(input), op, req);
+      },
+      back_last));
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter", {output}, input.nbytes(), std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -454,24 +612,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(std::vector<
   if (outputs.size() != inputs.size())
     throw std::invalid_argument("gradsync: reduce_scatter wants one input list per output");
   gs_redop op = redop_of(opts.reduceOp);
-  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [this, outputs, inputs, op] {
-    for (size_t i = 0; i < outputs.size(); i++) {
-      if ((int)inputs[i].size() != getSize())
-        throw std::invalid_argument("gradsync: reduce_scatter wants world_size inputs per output");
-      std::vector<at::Tensor> flat;
-      for (const auto &t : inputs[i])
-        flat.push_back(t.reshape({-1}));
-      at::Tensor all = at::cat(flat);
-      Dense out(outputs[i]);
-      check("reduce_scatter",
-            gs_reduce_scatter(comm_, all.data_ptr(), out.ptr(), out.count(), dtype_of(outputs[i]), op));
-      out.back();
-    }
-  });
+  std::vector<Step> steps;
+  size_t bytes = 0;
+  for (size_t i = 0; i < outputs.size(); i++) {
+    bytes += nbytes(inputs[i]);
+    steps.push_back(step(
+        [this, output = outputs[i], ins = inputs[i], op](Step &s, gs_req **req) {
+          if ((int)ins.size() != getSize())
+            throw std::invalid_argument("gradsync: reduce_scatter wants world_size inputs per output");
+          std::vector<at::Tensor> flat;
+          for (const auto &t : ins)
+            flat.push_back(t.reshape({-1}));
+          s.in = at::cat(flat);
+          s.dense.emplace_back(output);
+          Dense &out = s.dense[0];
+          return gs_ireduce_scatter(comm_, s.in.data_ptr(), out.ptr(), out.count(), dtype_of(output), op, req);
+        },
+        back_all));
+  }
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, bytes, std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::BarrierOptions &) {
-  return enqueue(c10d::OpType::BARRIER, {}, [this] { check("barrier", gs_barrier(comm_)); });
+  std::vector<Step> steps;
+  steps.push_back(step([this](Step &, gs_req **req) { return gs_ibarrier(comm_, req); }));
+  return enqueue(c10d::OpType::BARRIER, "barrier", {}, 0, std::move(steps));
 }
 
 // ---- rooted and all-to-all ---------------------------------------------------------------
@@ -480,14 +645,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tens
                                                             const c10d::ReduceOptions &opts) {
   gs_redop op = redop_of(opts.reduceOp);
   int root = (int)opts.rootRank;
-  return enqueue(c10d::OpType::REDUCE, tensors, [this, tensors, op, root] {
-    for (const auto &t : tensors) {
-      Dense d(t); // in place on the root; the others' tensors stay as they were
-      check("reduce", gs_reduce(comm_, d.ptr(), getRank() == root ? d.ptr() : nullptr, d.count(), dtype_of(t),
-                                op, root));
-      d.back();
-    }
-  });
+  std::vector<Step> steps;
+  for (const auto &t : tensors)
+    steps.push_back(step(
+        [this, t, op, root](Step &s, gs_req **req) {
+          s.dense.emplace_back(t); // in place on the root; the others' tensors stay as they were
+          Dense &d = s.dense[0];
+          return gs_ireduce(comm_, d.ptr(), getRank() == root ? d.ptr() : nullptr, d.count(), dtype_of(t), op,
+                            root, req);
+        },
+        back_all));
+  return enqueue(c10d::OpType::REDUCE, "reduce", tensors, nbytes(tensors), std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -497,16 +665,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(std::vector<std::vec
   if (inputs.size() != 1 || (getRank() == root && (outputs.size() != 1 || (int)outputs[0].size() != getSize())))
     throw std::invalid_argument("gradsync: gather wants one input, and on the root world_size outputs");
   std::vector<at::Tensor> outs = getRank() == root ? outputs[0] : std::vector<at::Tensor>();
-  return enqueue(c10d::OpType::GATHER, outs, [this, outs, inputs, root] {
-    Dense in(inputs[0]);
-    at::Tensor all;
-    if (getRank() == root)
-      all = at::empty({(int64_t)getSize(), (int64_t)in.count()}, inputs[0].options());
-    check("gather", gs_gather(comm_, in.ptr(), getRank() == root ? all.data_ptr() : nullptr, in.count(),
-                              dtype_of(inputs[0]), root));
-    for (size_t r = 0; r < outs.size(); r++)
-      outs[r].copy_(all[(int64_t)r].view(outs[r].sizes()));
-  });
+  std::vector<Step> steps;
+  steps.push_back(step(
+      [this, input = inputs[0], root](Step &s, gs_req **req) {
+        s.dense.emplace_back(input);
+        Dense &in = s.dense[0];
+        if (getRank() == root)
+          s.all = at::empty({(int64_t)getSize(), (int64_t)in.count()}, input.options());
+        return gs_igather(comm_, in.ptr(), getRank() == root ? s.all.data_ptr() : nullptr, in.count(),
+                          dtype_of(input), root, req);
+      },
+      [outs](Step &s) {
+        for (size_t r = 0; r < outs.size(); r++)
+          outs[r].copy_(s.all[(int64_t)r].view(outs[r].sizes()));
+      }));
+  size_t bytes = inputs[0].nbytes() * (size_t)getSize();
+  return enqueue(c10d::OpType::GATHER, "gather", outs, bytes, std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(std::vector<at::Tensor> &outputs,
@@ -516,19 +690,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(std::vector<at::Ten
   if (outputs.size() != 1 || (getRank() == root && (inputs.size() != 1 || (int)inputs[0].size() != getSize())))
     throw std::invalid_argument("gradsync: scatter wants one output, and on the root world_size inputs");
   std::vector<at::Tensor> ins = getRank() == root ? inputs[0] : std::vector<at::Tensor>();
-  return enqueue(c10d::OpType::SCATTER, outputs, [this, outputs, ins, root] {
-    Dense out(outputs[0]);
-    at::Tensor all;
-    if (!ins.empty()) {
-      std::vector<at::Tensor> flat;
-      for (const auto &t : ins)
-        flat.push_back(t.reshape({-1}));
-      all = at::cat(flat);
-    }
-    check("scatter", gs_scatter(comm_, ins.empty() ? nullptr : all.data_ptr(), out.ptr(), out.count(),
-                                dtype_of(outputs[0]), root));
-    out.back();
-  });
+  std::vector<Step> steps;
+  steps.push_back(step(
+      [this, output = outputs[0], ins, root](Step &s, gs_req **req) {
+        s.dense.emplace_back(output);
+        if (!ins.empty()) {
+          std::vector<at::Tensor> flat;
+          for (const auto &t : ins)
+            flat.push_back(t.reshape({-1}));
+          s.in = at::cat(flat);
+        }
+        Dense &out = s.dense[0];
+        return gs_iscatter(comm_, ins.empty() ? nullptr : s.in.data_ptr(), out.ptr(), out.count(),
+                           dtype_of(output), root, req);
+      },
+      back_all));
+  size_t bytes = outputs[0].nbytes() * (size_t)getSize();
+  return enqueue(c10d::OpType::SCATTER, "scatter", outputs, bytes, std::move(steps));
 }
 
 // Split sizes (rows of dimension 0; empty: equal parts) as element counts
@@ -556,17 +734,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(at::Tensor &o
                                                                    std::vector<int64_t> &output_splits,
                                                                    std::vector<int64_t> &input_splits,
                                                                    const c10d::AllToAllOptions &) {
-  std::vector<size_t> sc, sd, rc, rd;
-  splits_of(input, input_splits, getSize(), sc, sd);
-  splits_of(output, output_splits, getSize(), rc, rd);
+  Step one;
+  splits_of(input, input_splits, getSize(), one.sc, one.sd);
+  splits_of(output, output_splits, getSize(), one.rc, one.rd);
   if (input.scalar_type() != output.scalar_type())
     throw std::invalid_argument("gradsync: alltoall wants input and output of one type");
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [this, output, input, sc, sd, rc, rd] {
-    Dense in(input), out(output);
-    check("alltoall", gs_alltoallv(comm_, in.ptr(), sc.data(), sd.data(), out.ptr(), rc.data(), rd.data(),
-                                   dtype_of(input)));
-    out.back();
-  });
+  one.start = [this, output, input](Step &s, gs_req **req) {
+    s.dense.emplace_back(input);
+    s.dense.emplace_back(output);
+    return gs_ialltoallv(comm_, s.dense[0].ptr(), s.sc.data(), s.sd.data(), s.dense[1].ptr(), s.rc.data(),
+                         s.rd.data(), dtype_of(input), req);
+  };
+  one.finish = back_last;
+  std::vector<Step> steps;
+  steps.push_back(std::move(one));
+  size_t bytes = std::max(input.nbytes(), output.nbytes());
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall", {output}, bytes, std::move(steps));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Tensor> &outputs,
@@ -574,25 +757,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Te
                                                               const c10d::AllToAllOptions &) {
   if ((int)outputs.size() != getSize() || (int)inputs.size() != getSize())
     throw std::invalid_argument("gradsync: alltoall wants world_size inputs and outputs");
-  return enqueue(c10d::OpType::ALLTOALL, outputs, [this, outputs, inputs] {
-    std::vector<size_t> sc, sd, rc, rd;
-    std::vector<at::Tensor> flat;
-    size_t at_in = 0, at_out = 0;
-    for (int q = 0; q < getSize(); q++) {
-      flat.push_back(inputs[(size_t)q].reshape({-1}));
-      sc.push_back((size_t)inputs[(size_t)q].numel());
-      sd.push_back(at_in);
-      at_in += sc.back();
-      rc.push_back((size_t)outputs[(size_t)q].numel());
-      rd.push_back(at_out);
-      at_out += rc.back();
-    }
-    at::Tensor in = at::cat(flat), out = at::empty({(int64_t)at_out}, outputs[0].options());
-    check("alltoall", gs_alltoallv(comm_, in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(),
-                                   rd.data(), dtype_of(inputs[0])));
-    for (int q = 0; q < getSize(); q++)
-      outputs[(size_t)q].copy_(out.narrow(0, (int64_t)rd[(size_t)q], (int64_t)rc[(size_t)q]).view(outputs[(size_t)q].sizes()));
-  });
+  std::vector<Step> steps;
+  steps.push_back(step(
+      [this, outputs, inputs](Step &s, gs_req **req) {
+        std::vector<at::Tensor> flat;
+        size_t at_in = 0, at_out = 0;
+        for (int q = 0; q < getSize(); q++) {
+          flat.push_back(inputs[(size_t)q].reshape({-1}));
+          s.sc.push_back((size_t)inputs[(size_t)q].numel());
+          s.sd.push_back(at_in);
+          at_in += s.sc.back();
+          s.rc.push_back((size_t)outputs[(size_t)q].numel());
+          s.rd.push_back(at_out);
+          at_out += s.rc.back();
+        }
+        s.in = at::cat(flat);
+        s.all = at::empty({(int64_t)at_out}, outputs[0].options());
+        return gs_ialltoallv(comm_, s.in.data_ptr(), s.sc.data(), s.sd.data(), s.all.data_ptr(), s.rc.data(),
+                             s.rd.data(), dtype_of(inputs[0]), req);
+      },
+      [outputs](Step &s) {
+        for (size_t q = 0; q < outputs.size(); q++)
+          outputs[q].copy_(s.all.narrow(0, (int64_t)s.rd[q], (int64_t)s.rc[q]).view(outputs[q].sizes()));
+      }));
+  size_t bytes = std::max(nbytes(inputs), nbytes(outputs));
+  return enqueue(c10d::OpType::ALLTOALL, "alltoall", outputs, bytes, std::move(steps));
 }
 
 // ---- point-to-point ----------------------------------------------------------------------

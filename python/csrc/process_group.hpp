@@ -1,8 +1,11 @@
 // The "gradsync" c10d backend: a ProcessGroup over one gradsync
-// communicator. Every operation is queued and run one at a time in queue
-// order (the same order on every rank, whichever thread called: DDP calls
-// from autograd threads) by a worker thread (and a spare, see run()), and returns a Work
-// whose future completes when the data is there.
+// communicator. Operations run one at a time in call order (the same order
+// on every rank, whichever thread called: DDP calls from autograd threads)
+// through the C library's non-blocking calls, and return a Work whose
+// future completes when the data is there. An operation called while none
+// is queued or running starts on the caller's thread and completes there
+// when it finishes within a short test (no thread hop); otherwise a worker
+// thread (and a spare, see run()) finishes it and runs what is queued.
 // The C API does the work; this layer converts tensors, types and errors.
 #pragma once
 
@@ -14,10 +17,14 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 namespace gradsync {
+
+struct Step; // one C call of an operation (process_group.cpp)
+struct Op;   // an operation: its Work and steps
 
 class Work : public c10d::Work {
 public:
@@ -81,11 +88,14 @@ public:
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
 
 private:
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         std::function<void()> body);
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *what, std::vector<at::Tensor> outputs,
+                                         size_t bytes, std::vector<Step> steps);
+  bool run_quick(Op &op);
+  void run_op(Op &op);
   void run();
   void run_spare();
-  void run_next(std::unique_lock<std::mutex> &g, std::unique_lock<std::mutex> &turn);
+  void run_front(std::unique_lock<std::mutex> &g);
+  void wake();
   void close();
   // Point-to-point runs apart: a receive must not hold up the collectives
   // queued behind it (nor they it), so sends and receives go to a second
@@ -102,9 +112,9 @@ private:
   gs_comm *comm_ = nullptr;
   std::mutex lock_;
   std::condition_variable cv_;
-  std::deque<std::pair<c10::intrusive_ptr<Work>, std::function<void()>>> queue_;
+  std::deque<std::unique_ptr<Op>> queue_; // called, not yet running (the first may be started)
   bool stop_ = false;
-  std::mutex turn_;             // held by the thread running an operation (see run())
+  bool running_ = false;        // a thread runs an operation on comm_ (its one user at a time)
   int completing_ = 0;          // threads completing a future (running its callbacks)
   std::condition_variable spare_cv_;
   std::thread worker_, spare_;

@@ -1,7 +1,7 @@
 """torch.distributed collectives timed like nccl-tests and gsbench, over any backend.
 
     python3 -m gradsync.bench --backend gradsync|gloo|gradsync,gloo [--ranks 2] [-c all_reduce,broadcast,...]
-                              [-b 8] [-e 64M] [-f 2] [--iters N] [--warmup N] [--scale S]
+                              [-b 8] [-e 64M] [-f 2] [--iters N] [--warmup N] [--scale S] [--bind]
     torchrun --nproc_per_node 2 -m gradsync.bench --backend gradsync     # or under any launcher
 
 Method (gsbench's): per size a warm-up, then iterations each preceded by a
@@ -21,6 +21,12 @@ element with the value computed here, the count summed over ranks.
 --backend gradsync,gloo measures both in the same processes, interleaved
 size by size (the first is the default group, the other a new_group), and
 ends with the ratio of their times: the fair comparison on a shared host.
+
+--bind pins each rank (and the threads it starts) to one core, rank i on
+the i-th usable core, when the ranks of this host fit its cores: what
+gsbench does by default (its --no-pin turns it off), so the two measure the
+same placement. Without it the scheduler places the ranks, as under
+torchrun.
 
 Without RANK and WORLD_SIZE in the environment (a launcher's), it starts
 --ranks processes itself on this host (file:// init). Run it with a python3
@@ -155,7 +161,7 @@ def bench(args, rank, world, groups):
     for coll in args.collectives:
         if rank == 0:
             print(f"# {coll}: torch.distributed backend {args.backend}, {world} ranks, {args.dtype}, "
-                  f"torch {torch.__version__}", flush=True)
+                  f"torch {torch.__version__}{', ranks pinned (--bind)' if args.bind else ''}", flush=True)
             print("# time: median over iterations of the max over ranks (min, max alongside)")
             print(HEADER, flush=True)
         for nbytes in sizes_of(args):
@@ -190,8 +196,19 @@ def print_ratios(rows, groups):
                 print("%-15s %12d %10.2f" % (r["collective"], r["bytes"], other[0]["time_us"] / r["time_us"]))
 
 
+def bind(rank, world):
+    """Rank i of this host on its i-th usable core when the host's ranks fit (gsbench's pinning)."""
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    cores = sorted(os.sched_getaffinity(0))
+    if local_world <= len(cores):
+        os.sched_setaffinity(0, {cores[local]})
+
+
 def _entry(rank, world, init, args):
     torch.set_num_threads(1)
+    if args.bind:
+        bind(rank, world)  # before any thread starts: they inherit it
     backends = args.backend.split(",")
     if "gradsync" in backends:
         import gradsync  # noqa: F401  registers the backend
@@ -222,6 +239,8 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (default: by size)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--scale", type=float, default=1.0, help="scales the iterations per size")
+    p.add_argument("--bind", action="store_true",
+                   help="pin rank i to the i-th usable core when the ranks fit the cores (as gsbench does)")
     p.add_argument("--timeout", type=int, default=300, help="seconds before a stuck collective fails")
     args = p.parse_args(argv)
     args.collectives = list(COLLECTIVES) if args.collectives == "all" else args.collectives.split(",")

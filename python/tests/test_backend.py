@@ -96,6 +96,35 @@ def body_async(rank, world):
         assert works[i].is_completed() and works[i].is_success()
 
 
+def body_late_peer(rank, world):
+    """Rank 0 calls first, the others 0.3 s later: its first all_reduce
+    outlives the test the calling thread makes and is handed to the worker;
+    what rank 0 calls meanwhile (small and large, async and blocking, another
+    collective) queues behind it and runs in call order. Then the other way
+    round for a barrier and a blocking all_reduce."""
+    import time
+    if rank:
+        time.sleep(0.3)
+    sizes = (5, 70001, 3, 300000)  # 300000 floats: above the size the caller's thread runs itself
+    ts = [values(rank, n, torch.float32, i) for i, n in enumerate(sizes)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    last = values(rank, 2, torch.int64, 9)
+    dist.all_reduce(last)
+    b = torch.full((4,), float(rank))
+    dist.broadcast(b, src=world - 1)
+    for i, (w, t) in enumerate(zip(works, ts)):
+        w.wait()
+        assert torch.equal(t, sum(values(r, sizes[i], torch.float32, i) for r in range(world))), i
+    assert torch.equal(last, sum(values(r, 2, torch.int64, 9) for r in range(world)))
+    assert torch.equal(b, torch.full((4,), float(world - 1)))
+    if rank == 0:
+        time.sleep(0.3)
+    dist.barrier()
+    t = torch.ones(7)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((7,), float(world)))
+
+
 def body_broadcast_allgather(rank, world):
     warnings.filterwarnings("ignore", "torch.distributed.all_gather_coalesced will be deprecated")
     for dtype in DTYPES:
@@ -288,6 +317,10 @@ class Backend(unittest.TestCase):
 
     def test_async_works_and_futures(self):
         run(2, body_async)
+
+    def test_late_peer_keeps_call_order(self):
+        for world in (2, 3):
+            run(world, body_late_peer)
 
     def test_broadcast_and_allgather(self):
         run(3, body_broadcast_allgather)

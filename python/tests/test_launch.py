@@ -32,6 +32,7 @@ from gradsync import launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "launch_job.py")
+ELASTIC_JOB = os.path.join(HERE, "elastic_job.py")
 PYTHON = "/usr/bin/python3"
 JOB_TIMEOUT = 180  # seconds for a whole job, torch imports included
 OURS = re.compile(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|"
@@ -131,14 +132,14 @@ class Launchers(unittest.TestCase):
         for r in range(world):
             self.assertRegex(out, r"launch-ok rank %d of %d local %d\b" % (r, world, r), out[-6000:])
 
-    def torchrun(self, world, *args, **env):
+    def torchrun(self, world, *args, job=JOB, **env):
         exe = shutil.which("torchrun", path="/usr/bin") or "torchrun"
         self.assertTrue(os.access(exe, os.X_OK), "torchrun is missing (Debian's python3-torch has it)")
         # --redirects/--tee: Debian's torchrun 1.13 on Python 3.11 cannot parse their default "0"
         # (Std.from_str iterates an IntFlag, which no longer yields NONE) and fails for any backend
         with tempfile.TemporaryDirectory() as logs:
             return run_job([exe, "--nnodes=1", "--nproc_per_node=%d" % world, "--redirects=1", "--tee=1",
-                            "--log_dir=" + logs] + list(args) + [JOB],
+                            "--log_dir=" + logs] + list(args) + [job],
                            clean_env(EXPECT_WORLD=str(world), OMP_NUM_THREADS="1", **env))
 
     def test_torchrun_static(self):
@@ -155,6 +156,25 @@ class Launchers(unittest.TestCase):
         self.assertEqual(out.count("launch-ok"), 2, out[-6000:])  # only the second attempt got through
         self.assertIn("failed (exitcode: 3) local_rank: 1", out, out[-6000:])
         self.assertEqual(out.count(" attempt 1"), 2, out[-6000:])
+
+    def test_torchrun_elastic_restart_mid_training(self):
+        # rank 1 exits inside step 4 of 8 of DDP training: the agent stops rank 0 (left in the
+        # all-reduce), starts both again with a new rendezvous round; each makes a new "gradsync"
+        # process group and resumes from rank 0's checkpoint; the weights match one process's
+        with tempfile.TemporaryDirectory() as ckpt:
+            rc, out = self.torchrun(2, "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % free_port(),
+                                    "--rdzv_id=%s" % uuid.uuid4().hex, "--max_restarts=1",
+                                    "--monitor_interval=1", job=ELASTIC_JOB, CKPT_DIR=ckpt, STEPS="8",
+                                    FAIL_AT="4")
+        self.assertEqual(rc, 0, out[-6000:])
+        self.assertIn("elastic-fail rank 1 exits inside step 4", out, out[-6000:])
+        self.assertIn("failed (exitcode: 3) local_rank: 1", out, out[-6000:])
+        self.assertRegex(out, r"elastic-start rank 0 of 2 attempt 0 from step 0\b", out[-6000:])
+        resumed = re.findall(r"elastic-ok rank (\d) of 2 attempt 1 resumed-from (\d+)", out)
+        self.assertEqual(sorted(r for r, _ in resumed), ["0", "1"], out[-6000:])
+        self.assertEqual(len(set(s for _, s in resumed)), 1, out[-6000:])
+        # the checkpoint of step 4 or, when the agent stopped rank 0 while it wrote it, of step 3
+        self.assertIn(int(resumed[0][1]), (3, 4), out[-6000:])
 
     def test_gsrun(self):
         for world in (2, 3):
