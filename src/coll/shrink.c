@@ -50,13 +50,17 @@ static int survivors(const gs_comm *comm, const uint8_t *in, int *members)
 }
 
 /* The peers comm's transport found lost (the external store's agreement
- * then need not wait for them). */
+ * then need not wait for them). A refused write counts, as it does for the
+ * collectives (chan.c): every write of a communicator lands in the peer's
+ * inbox, so a refusal means the peer is gone (rxe refuses writes to a
+ * killed process before its queue pair goes). */
 static void seen_lost(gs_comm *comm, uint8_t *lost)
 {
     char why[16];
-    for (int r = 0; r < comm->size; r++)
-        lost[r] =
-            r != comm->rank && gs_tp_ep_error(gs_tp_ep(comm->tp, r), why, sizeof(why)) == GS_ERR_PEER_LOST;
+    for (int r = 0; r < comm->size; r++) {
+        gs_status st = r == comm->rank ? GS_OK : gs_tp_ep_error(gs_tp_ep(comm->tp, r), why, sizeof(why));
+        lost[r] = st == GS_ERR_PEER_LOST || st == GS_ERR_REMOTE_ACCESS;
+    }
 }
 
 static void log_lost(const gs_comm *comm, const uint8_t *in, int n)
