@@ -102,9 +102,7 @@ step_result() { # NAME OK(0/1) T0
 
 # shm inside each guest, verbs between them
 step_mixed() {
-    local t0 ok c a rc
-    t0=$(date +%s) ok=0
-    meet mixed || ok=1
+    local c a rc
     # one job, every collective in turn (each gsbench a new context on the same store port)
     job mixed 600 2 GS_TRANSPORT=auto GS_LOG_LEVEL=info GS_TIMEOUT_MS=60000 -- sh -c '
         for run in allreduce:auto allreduce:ring allreduce:hier reduce_scatter:auto reduce_scatter:hier \
@@ -124,14 +122,11 @@ step_mixed() {
         grep "transport per peer" "$GS_RXE_OUT/mixed.r0.log" >&2 || true
         ok=1
     fi
-    step_result mixed $ok "$t0"
 }
 
 # the traffic class on the wire: DSCP 26 is tos 0x68
 step_dscp() {
-    local t0 ok c a rc
-    t0=$(date +%s) ok=0
-    meet "${FUNCNAME[0]#step_}" || ok=1
+    local c a rc
     local cap=$GS_RXE_OUT/dscp.tcpdump
     if [ $me = 0 ]; then
         timeout 120 tcpdump -n -v -c 20 -i eth0 udp port 4791 >"$cap" 2>"$cap.err" &
@@ -155,14 +150,11 @@ step_dscp() {
             say "dscp: $(grep -c 'tos 0x68' "$cap") RoCE v2 packets captured, every one tos 0x68"
         fi
     fi
-    step_result dscp $ok "$t0"
 }
 
 # 1% loss each way
 step_loss() {
-    local t0 ok c a rc
-    t0=$(date +%s) ok=0
-    meet "${FUNCNAME[0]#step_}" || ok=1
+    local c a rc
     netem "loss 1%"
     job loss 600 1 GS_TRANSPORT=verbs GS_TIMEOUT_MS=60000 -- sh -c '
         for c in allreduce reduce_scatter allgather broadcast alltoall; do
@@ -171,14 +163,11 @@ step_loss() {
         done' "$gsbench"
     all_zero "${job_rcs[@]}" || { ok=1; logs_tail loss; }
     netem ""
-    step_result loss $ok "$t0"
 }
 
 # a 1 s outage in the middle of a run
 step_outage() {
-    local t0 ok c a rc
-    t0=$(date +%s) ok=0
-    meet "${FUNCNAME[0]#step_}" || ok=1
+    local c a rc
     if [ $me = 0 ]; then
         rm -f "$GS_RXE_OUT/outage.during"
         (sleep 4; netem "loss 100%"; say "outage: link cut"; sleep 1; netem ""; say "outage: link back"
@@ -192,14 +181,11 @@ step_outage() {
         echo "rxe-two: outage: the run was over before the link came back: it tested nothing (raise --iters)" >&2
         ok=1
     fi
-    step_result outage $ok "$t0"
 }
 
 # an outage longer than the retry budget: every rank fails, none hangs
 step_cut() {
-    local t0 ok c a rc
-    t0=$(date +%s) ok=0
-    meet "${FUNCNAME[0]#step_}" || ok=1
+    local c a rc
     if [ $me = 0 ]; then
         (sleep 4; netem "loss 100%"; say "cut: link cut"; sleep 40; netem ""; say "cut: link back") &
     fi
@@ -218,7 +204,6 @@ step_cut() {
         say "cut: $(grep -Em1 'lost|I/O|retry' "$GS_RXE_OUT/cut.r$me.log")"
     fi
     wait
-    step_result cut $ok "$t0"
 }
 
 guest_main() { # BUILD_DIR
@@ -252,8 +237,12 @@ guest_main() { # BUILD_DIR
     done
 
     local s
-    for s in mixed dscp loss outage cut; do
-        want $s && step_$s
+    for s in mixed dscp loss outage cut; do # each step sets ok=1 when it fails
+        want $s || continue
+        t0=$(date +%s) ok=0
+        meet $s || ok=1
+        step_$s || ok=1
+        step_result $s $ok "$t0"
     done
 
     echo "== rxe-two[guest $me]: $([ $failed -eq 0 ] && echo 'all steps passed' || echo 'FAILED')"
