@@ -4,7 +4,13 @@ import datetime
 
 import torch.distributed as _dist
 
-from ._c10d import ProcessGroupGradsync
+from ._lib import lib as _lib
+
+# The library first, as the package finds it (GS_LIBRARY, the install path, the build tree):
+# the module's own reference to libgradsync.so.0 then binds to that same copy (one soname, one
+# copy in the process), whatever the module's RUNPATH says.
+_lib()
+from ._c10d import ProcessGroupGradsync  # noqa: E402
 
 BACKEND = "gradsync"
 

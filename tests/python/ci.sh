@@ -27,6 +27,19 @@ echo "python: building the backend, libgradsync.so, gsrun and the example gshell
 cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=Release -DGS_SANITIZE=OFF -DGS_BUILD_TESTS=OFF \
     -DGS_BUILD_EXAMPLES=ON -DGS_WITH_TORCH=ON >/dev/null
 cmake --build "$out" --target gs_c10d gradsync gsrun gshello -j"$(nproc)" >/dev/null
+# The backend links libgradsync.so (not a copy of the static library): after `import gradsync`
+# the process holds exactly one libgradsync, the one the ctypes bindings loaded.
+echo "python: the module and the bindings share one libgradsync.so"
+readelf -d "$out/python/gradsync/_c10d.so" | grep -q 'NEEDED.*\[libgradsync\.so' || {
+    echo "python: FAILED: _c10d.so does not link libgradsync.so" >&2
+    exit 1
+}
+PYTHONPATH="$out/python" /usr/bin/python3 - <<'PY'
+import gradsync, gradsync._backend  # noqa: F401  (the backend's module loaded)
+maps = {line.split()[-1] for line in open("/proc/self/maps") if "libgradsync" in line}
+assert len(maps) == 1, "libgradsync mapped from %s" % sorted(maps)
+print("python: one libgradsync:", maps.pop())
+PY
 echo "python: test_backend.py"
 PYTHONPATH="$out/python" timeout 900 /usr/bin/python3 "$root/python/tests/test_backend.py" -v 2>&1 |
     grep -vE "^\s*$|Warning|warnings.warn|InitGoogleLogging" | tail -40
