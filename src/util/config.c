@@ -1,4 +1,4 @@
-/* Parsing of the GS_* environment into gs_config, driven by GS_PARAM_TABLE. */
+/* Parsing of the GS_* environment into gs_config, driven by the table in util/params.def. */
 #include "util/config.h"
 
 #include "util/log.h"
@@ -24,10 +24,10 @@ typedef struct param_desc {
 } param_desc;
 
 static const param_desc params[] = {
-#define GS_X_DESC(field, var, type, def, choices, help)                                                      \
+#define GS_PARAM(field, var, type, def, choices, help)                                                       \
     {{var, #type, def, choices, help}, T_##type, offsetof(gs_config, field)},
-    GS_PARAM_TABLE(GS_X_DESC)
-#undef GS_X_DESC
+#include "util/params.def"
+#undef GS_PARAM
 };
 #define PARAM_COUNT ((int)(sizeof(params) / sizeof(params[0])))
 

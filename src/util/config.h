@@ -1,5 +1,6 @@
 /* Configuration: read once from the environment into a struct passed down.
- * One table names every GS_* variable, its type, default and meaning. */
+ * One table (util/params.def) names every GS_* variable, its type, default
+ * and meaning. */
 #ifndef GS_UTIL_CONFIG_H
 #define GS_UTIL_CONFIG_H
 
@@ -10,110 +11,7 @@
 
 #define GS_CONFIG_STR_MAX 256
 
-/* X(field, VARIABLE, type, default, choices, meaning)
- * types: INT (signed), SIZE (bytes, K/M/G suffixes), BOOL (0/1/yes/no/true/false/on/off),
- * STR (free text), ENUM (one of choices, stored as its index). */
-#define GS_PARAM_TABLE(X)                                                                                    \
-    X(transport, "GS_TRANSPORT", ENUM, "auto", "auto|shm|tcp|verbs",                                         \
-      "transport between ranks: auto = shm among the ranks of a host, and between hosts verbs if built, a "  \
-      "port is active and its data-path probe passes on every rank, else tcp (a transport per peer); any "   \
-      "other value: that one for every peer")                                                                \
-    X(timeout_ms, "GS_TIMEOUT_MS", INT, "30000", NULL,                                                       \
-      "deadline of every wait in milliseconds; on expiry the error names the rank, peer and operation")      \
-    X(log_level, "GS_LOG_LEVEL", ENUM, "warn", "none|error|warn|info|debug|trace", "log level")              \
-    X(log_subsys, "GS_LOG_SUBSYS", STR, "all", NULL,                                                         \
-      "subsystems to log, comma separated: all or util,boot,tp,shm,tcp,verbs,coll,ps,tool")                  \
-    X(log_file, "GS_LOG_FILE", STR, "", NULL,                                                                \
-      "log to this file instead of stderr (%h host, %p pid, %r rank)")                                       \
-    X(trace, "GS_TRACE", STR, "", NULL,                                                                      \
-      "write a timeline of every collective and parameter-server operation to this file (Chrome Trace "      \
-      "Event "                                                                                               \
-      "JSON, %r the rank); gstrace merge joins the ranks' files")                                            \
-    X(poll, "GS_POLL", ENUM, "hybrid", "spin|event|hybrid",                                                  \
-      "completion wait: busy poll, block on an fd/futex, or spin GS_SPIN_US then block")                     \
-    X(spin_us, "GS_SPIN_US", INT, "100", NULL, "hybrid polling: microseconds to spin before blocking")       \
-    X(algo, "GS_ALGO", ENUM, "auto", "auto|ring|rd|direct|hier",                                             \
-      "collectives' algorithm: auto by size, ranks and hosts, pipelined ring, recursive doubling/halving, "  \
-      "direct, hierarchical (allreduce, reduce_scatter, allgather: inside each host and across; several "    \
-      "hosts)")                                                                                              \
-    X(chunk_bytes, "GS_CHUNK_BYTES", SIZE, "256K", NULL, "pipeline chunk of the ring algorithms")            \
-    X(ib_dev, "GS_IB_DEV", STR, "", NULL, "verbs device name (default: the first with an active port)")      \
-    X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
-    X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL,                                                      \
-      "RoCE GID index (-1: automatic, prefers RoCE v2 routable)")                                            \
-    X(ib_addr_family, "GS_IB_ADDR_FAMILY", ENUM, "auto", "auto|AF_INET|AF_INET6",                            \
-      "RoCE GID address family of the automatic choice: auto = IPv4 first, then IPv6 (NCCL's AF_INET "       \
-      "default, with a fallback); AF_INET or AF_INET6: only that family")                                    \
-    X(ib_addr_range, "GS_IB_ADDR_RANGE", STR, "", NULL,                                                      \
-      "RoCE: the automatic GID choice takes only addresses in this prefix/len, e.g. 10.0.0.0/8 or fd00::/8 " \
-      "(like NCCL_IB_ADDR_RANGE)")                                                                           \
-    X(ib_timeout, "GS_IB_TIMEOUT", INT, "-1", NULL,                                                          \
-      "verbs QP local ack timeout exponent, 1-31 (4.096 us * 2^n; 0, infinite on hardware, is refused); "    \
-      "-1: "                                                                                                 \
-      "the largest up to 17 (0.54 s a try, 3.8 s of outage ridden out with 6 retries) whose retries and "    \
-      "two "                                                                                                 \
-      "heartbeats fit in GS_TIMEOUT_MS")                                                                     \
-    X(ib_retry_cnt, "GS_IB_RETRY_CNT", INT, "6", NULL,                                                       \
-      "verbs QP retry count (0-7; Soft-RoCE retries forever at 7)")                                          \
-    X(ib_rnr_retry, "GS_IB_RNR_RETRY", INT, "6", NULL,                                                       \
-      "verbs QP receiver-not-ready retry count (0-6; 7 = forever, may hang)")                                \
-    X(ib_rnr_timer, "GS_IB_RNR_TIMER", INT, "12", NULL,                                                      \
-      "verbs QP minimum RNR NAK timer code (1-31, 12 = 0.64 ms)")                                            \
-    X(ib_sl, "GS_IB_SL", INT, "0", NULL, "verbs service level, 0-15 (InfiniBand QoS; like NCCL_IB_SL)")      \
-    X(ib_tc, "GS_IB_TC", INT, "0", NULL,                                                                     \
-      "verbs traffic class, 0-255 (RoCE v2: DSCP << 2, e.g. 104 for DSCP 26; like NCCL_IB_TC)")              \
-    X(ib_pkey, "GS_IB_PKEY", STR, "", NULL,                                                                  \
-      "verbs partition key, e.g. 0x8001, found in the port's table (default: the table's entry 0)")          \
-    X(ib_fork_safe, "GS_IB_FORK_SAFE", BOOL, "0", NULL, "call ibv_fork_init so the process may fork")        \
-    X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL,                                                            \
-      "network interface for the tcp transport (default: the store's route)")                                \
-    X(tcp_netns, "GS_TCP_NETNS", STR, "", NULL,                                                              \
-      "network namespaces for the tcp transport's sockets: names under /run/netns, comma separated, rank r " \
-      "uses entry r mod n (default: the process's own; for multi-host tests on one machine)")                \
-    X(host_id, "GS_HOST_ID", STR, "", NULL,                                                                  \
-      "this process's host, as the transports see it: ranks with equal ids share memory (shm), others talk " \
-      "over tcp or verbs (default: the kernel's boot id and namespaces; like NCCL_HOSTID)")                  \
-    X(tcp_zcopy, "GS_TCP_ZCOPY", ENUM, "auto", "auto|on|off",                                                \
-      "tcp: large collective payloads leave by reference (vmsplice + splice) instead of being copied into "  \
-      "the socket; auto measures both and keeps the faster per call size")                                   \
-    X(cpu_affinity, "GS_CPU_AFFINITY", STR, "", NULL,                                                        \
-      "pin each local rank to a core: empty = no pinning, 'auto' = local rank modulo cores, or a list "      \
-      "0,1,...")                                                                                             \
-    X(progress_thread, "GS_PROGRESS_THREAD", BOOL, "0", NULL,                                                \
-      "run a progress thread so remote READs and non-blocking collectives advance while the caller "         \
-      "computes")                                                                                            \
-    X(job_token, "GS_JOB_TOKEN", STR, "", NULL,                                                              \
-      "secret every connection of the job must prove (gsrun sets a fresh one)")                              \
-    X(store, "GS_STORE", STR, "", NULL, "host:port of the bootstrap store (rank 0 serves it)")               \
-    X(store_external, "GS_STORE_EXTERNAL", BOOL, "0", NULL,                                                  \
-      "the launcher serves the store at GS_STORE (gsrun sets it): rank 0 joins it instead of serving")       \
-    X(rank, "GS_RANK", INT, "-1", NULL,                                                                      \
-      "this process's rank (else RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID)")                                 \
-    X(world_size, "GS_WORLD_SIZE", INT, "-1", NULL,                                                          \
-      "number of ranks (else WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS)")                               \
-    X(local_rank, "GS_LOCAL_RANK", INT, "-1", NULL, "rank among the ranks of this host (set by gsrun)")      \
-    X(role, "GS_ROLE", ENUM, "auto", "auto|worker|server", "parameter-server role of this rank")             \
-    X(ps_servers, "GS_PS_SERVERS", INT, "1", NULL,                                                           \
-      "parameter server: number of server ranks (the last ranks, when GS_ROLE is auto)")                     \
-    X(ps_shard_bytes, "GS_PS_SHARD_BYTES", SIZE, "4M", NULL, "parameter server: largest shard")              \
-    X(ps_mode, "GS_PS_MODE", ENUM, "sync", "sync|async", "parameter server: BSP or ASP")                     \
-    X(ps_staleness, "GS_PS_STALENESS", INT, "-1", NULL, "parameter server: SSP bound in steps (-1: none)")   \
-    X(ps_agg, "GS_PS_AGG", ENUM, "write", "write|atomic",                                                    \
-      "parameter server: aggregate by WRITE_IMM slots or by fixed-point FETCH_ADD")                          \
-    X(ps_atomic_frac_bits, "GS_PS_ATOMIC_FRAC_BITS", INT, "32", NULL,                                        \
-      "parameter server, atomic aggregation: gradients travel as int64 = round(g * 2^bits)")                 \
-    X(ps_apply_threads, "GS_PS_APPLY_THREADS", INT, "2", NULL,                                               \
-      "parameter server: threads that sum and apply a shard of 1 MiB or more (the serve loop + helpers)")    \
-    X(ps_checkpoint, "GS_PS_CHECKPOINT", STR, "", NULL,                                                      \
-      "parameter server: checkpoint file prefix (empty: none)")                                              \
-    X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL,                                         \
-      "parameter server: checkpoint every N steps (0: only on request)")                                     \
-    X(rejoin, "GS_REJOIN", BOOL, "0", NULL,                                                                  \
-      "this process replaces a rank that died (a restarted parameter server, a joiner started by gsrun "     \
-      "--restarts): rejoin the running job")                                                                 \
-    X(library, "GS_LIBRARY", STR, "", NULL,                                                                  \
-      "Python package gradsync: the libgradsync.so its bindings load (default: the installed one; from a "   \
-      "build tree, its src/; else the loader's search path)")
+/* The parameters' table is util/params.def (one GS_PARAM row each). */
 
 #define GS_CFG_TYPE_INT          int64_t
 #define GS_CFG_TYPE_SIZE         uint64_t
@@ -127,9 +25,9 @@
 
 /* gs_config (declared opaque in gradsync.h): one field per parameter. */
 struct gs_config {
-#define GS_X_FIELD(field, var, type, def, choices, help) GS_CFG_FIELD_##type(field)
-    GS_PARAM_TABLE(GS_X_FIELD)
-#undef GS_X_FIELD
+#define GS_PARAM(field, var, type, def, choices, help) GS_CFG_FIELD_##type(field)
+#include "util/params.def"
+#undef GS_PARAM
 };
 
 /* Enum values, in the order of their choices strings. */
