@@ -368,7 +368,7 @@ static void req_put(gs_comm *comm, gs_coll_req *req)
 static void tiny_traced(const gs_comm *comm, const gs_call *c, uint64_t start_ns, gs_status st)
 {
     gs_coll_trace_event(comm, gs_coll_kind_name(c->kind), "tiny", comm->seq_issued, c->count,
-                        c->count * gs_dtype_size(c->dtype), c->dtype, c->redop, -1, start_ns, 0, st);
+                        c->count * gs_dtype_size(c->dtype), c->dtype, c->redop, c->root, start_ns, 0, st);
 }
 
 /* The engine finishes a call the tiny path posted but could not finish
@@ -388,7 +388,7 @@ static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p);
 static gs_status run_blocking(gs_comm *comm, gs_call *c)
 {
     gs_status st = c->kind == GS_COLL_ALLREDUCE_MULTI ? check_tensors(comm, c) : check_call(comm, c);
-    if (st == GS_OK && c->kind == GS_COLL_ALLREDUCE && gs_engine_quick_fits(comm)) {
+    if (st == GS_OK && c->kind != GS_COLL_ALLREDUCE_MULTI && gs_engine_quick_fits(comm)) {
         st = prepare(comm, &comm->sync_req, c);
         return st == GS_OK ? gs_engine_quick(comm, &comm->sync_req) : st;
     }
@@ -571,6 +571,16 @@ gs_status gs_reduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t co
                     gs_redop op, int root)
 {
     gs_call c = ROOTED_CALL("gs_reduce", GS_COLL_REDUCE, count, op);
+    if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes, <= 256 bytes */
+        uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
+        gs_status st = gs_tiny_reduce(comm, sendbuf, recvbuf, count, dtype, op, root);
+        if (st == GS_INPROGRESS)
+            return tiny_resume(comm, &c, t0);
+        if (st != GS_ERR_AGAIN && t0)
+            tiny_traced(comm, &c, t0, st);
+        if (st != GS_ERR_AGAIN)
+            return st;
+    }
     return run(comm, &c, NULL, true);
 }
 

@@ -27,7 +27,7 @@
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   box.h       the boxes' layout, shared by box.c and tiny.c
  *   parts.c     allreduce by parts over the boxes (large allreduces on one host)
- *   tiny.c      the tiny path: 2-rank allreduce of at most 256 B, or barrier, over the boxes
+ *   tiny.c      the tiny path: 2-rank allreduce or reduce of at most 256 B, or barrier, over the boxes
  *   zcopy.c     over tcp, large calls' send mode: copied or by reference (GS_OP_ZCOPY)
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
@@ -289,6 +289,7 @@ struct gs_comm {
     bool tiny;              /* small blocking calls may take the tiny path (tiny.c) */
     uint64_t tiny_done;     /* calls the tiny path finished (tests read them) */
     uint64_t tiny_resumed;  /* calls it posted and the engine finished */
+    uint64_t quick_calls;   /* blocking calls gs_engine_quick ran its way (tests read them) */
     uint64_t box_ref_calls; /* calls whose box posts went by reference (tests read them) */
     /* staging */
     size_t chunk;       /* payload bytes per slot */
@@ -645,8 +646,9 @@ static inline bool gs_engine_quick_fits(const gs_comm *comm)
 {
     return comm->box && comm->size == 2 && !comm->head && !comm->threaded && comm->failed == GS_OK;
 }
-/* Runs a prepared blocking call whose op fits one box post (else the
- * engine's way): posts, spins on the peer's post word, reduces, done;
+/* Runs a prepared blocking call whose op fits one box post (allreduce,
+ * reduce, gather, scatter, allgather, alltoall by direct in one column; else
+ * the engine's way): posts, spins on the peer's post word, reads, done;
  * anything unusual (a slow peer, a mismatch, a failure) continues in
  * gs_engine_wait from where it stands. */
 gs_status gs_engine_quick(gs_comm *comm, gs_coll_req *req);
@@ -727,6 +729,9 @@ static inline bool gs_tiny_ready(const gs_comm *comm)
  * done: the usual path checks and runs it. */
 gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
                             gs_redop op);
+/* A blocking reduce the same way (the root's post empty, as rooted.c's). */
+gs_status gs_tiny_reduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
+                         gs_redop op, int root);
 gs_status gs_tiny_barrier(gs_comm *comm);
 
 /* ---- summary.c: the init summary (GS_LOG_LEVEL=info, rank 0, once per process) */

@@ -301,15 +301,24 @@ static gs_status quick_gather(gs_comm *comm, gs_coll_req *req)
     return GS_OK;
 }
 
+/* Whether op is direct's two steps over the boxes in one column (post, then
+ * read every post), with nothing after them: what the quick path runs. */
+static bool quick_shape(const gs_coll_op *op)
+{
+    bool kind = op->kind == GS_COLL_ALLREDUCE || op->kind == GS_COLL_REDUCE || op->kind == GS_COLL_GATHER ||
+                op->kind == GS_COLL_SCATTER || op->kind == GS_COLL_ALLGATHER || op->kind == GS_COLL_ALLTOALL;
+    return kind && op->algo == &gs_direct_algo && op->box && op->ncols == 1 && !op->parts && !op->box_ref;
+}
+
 gs_status gs_engine_quick(gs_comm *comm, gs_coll_req *req)
 {
     gs_coll_op *op = &req->op;
     gs_status st;
-    if (op->algo != &gs_direct_algo || !op->box || op->ncols != 1 || op->kind != GS_COLL_ALLREDUCE ||
-        op->parts) {
+    if (!quick_shape(op)) {
         st = gs_engine_submit(comm, req);
         return st == GS_OK ? gs_engine_wait(comm, req) : st;
     }
+    comm->quick_calls++;
     st = quick_enter(comm, req, ++comm->seq_issued);
     if (st != GS_OK) {
         gs_engine_fail(comm, st, op->seq, gs_last_error(), true);

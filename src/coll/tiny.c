@@ -72,9 +72,9 @@ static uint64_t desc_word(gs_coll_kind kind, gs_dtype dtype, gs_redop op)
            (uint64_t)op << 24 | (uint64_t)GS_COLL_ALGO_DIRECT << 32;
 }
 
-static uint64_t root_sender_word(int sender)
+static uint64_t root_sender_word(int root, int sender)
 {
-    return (uint64_t)UINT32_MAX | (uint64_t)(uint32_t)sender << 32;
+    return (uint64_t)(uint32_t)root | (uint64_t)(uint32_t)sender << 32;
 }
 
 /* bytes (at most GS_TINY_MAX_BYTES) from src to dst. */
@@ -96,15 +96,15 @@ static void tiny_copy(uint8_t *dst, const uint8_t *src, size_t bytes)
 
 /* Step 1 for a call described by desc, count and bytes: the post, counted
  * as the engine counts posts and calls. */
-static inline __attribute__((always_inline)) void tiny_post(gs_comm *comm, uint64_t desc, uint64_t count,
-                                                            size_t bytes, const void *send)
+static inline __attribute__((always_inline)) void tiny_post(gs_comm *comm, uint64_t desc, int root,
+                                                            uint64_t count, size_t bytes, const void *send)
 {
     gs_box *box = comm->box;
     uint64_t post = box->posts + 1;
     uint8_t *mine = box->pair.mine[post % GS_BOX_SLOTS];
     tiny_copy(mine + GS_BOX_HEAD_BYTES, send, bytes);
     store64(mine + 8 + 8 * W_DESC, desc);
-    store64(mine + 8 + 8 * W_ROOT_SENDER, root_sender_word(comm->rank));
+    store64(mine + 8 + 8 * W_ROOT_SENDER, root_sender_word(root, comm->rank));
     store64(mine + 8 + 8 * W_SEQ, comm->seq_issued + 1);
     store64(mine + 8 + 8 * W_COUNT, count);
     store64(mine + 8 + 8 * W_UNIT_BYTES, (uint64_t)bytes << 32); /* unit 0 */
@@ -115,9 +115,9 @@ static inline __attribute__((always_inline)) void tiny_post(gs_comm *comm, uint6
     comm->progress_count++;
 }
 
-/* Steps 2 and 3: the peer's post of the same call (its payload), or NULL
- * (the engine finishes the call). */
-static inline __attribute__((always_inline)) const uint8_t *tiny_wait(gs_comm *comm, uint64_t desc,
+/* Steps 2 and 3: the peer's post of the same call, of bytes (its payload),
+ * or NULL (the engine finishes the call). */
+static inline __attribute__((always_inline)) const uint8_t *tiny_wait(gs_comm *comm, uint64_t desc, int root,
                                                                       uint64_t count, size_t bytes)
 {
     const gs_box_pair *pair = &comm->box->pair;
@@ -129,7 +129,7 @@ static inline __attribute__((always_inline)) const uint8_t *tiny_wait(gs_comm *c
         if (i == GS_TINY_SPIN || comm->oversubscribed)
             return NULL;
     uint64_t diff = (load64(th + 8 * W_DESC) ^ desc) |
-                    (load64(th + 8 * W_ROOT_SENDER) ^ root_sender_word(comm->rank ^ 1)) |
+                    (load64(th + 8 * W_ROOT_SENDER) ^ root_sender_word(root, comm->rank ^ 1)) |
                     (load64(th + 8 * W_SEQ) ^ seq) | (load64(th + 8 * W_COUNT) ^ count) |
                     (load64(th + 8 * W_UNIT_BYTES) ^ (uint64_t)bytes << 32) | load64(th + 8 * W_RESERVED);
     if (diff || __atomic_load_n(pair->peer_abort, __ATOMIC_ACQUIRE))
@@ -209,6 +209,22 @@ static bool tiny_sum_inline(gs_dtype dtype, bool avg, uint8_t *out, const uint8_
     }
 }
 
+/* Step 4: out = x0 op x1 in rank order, my operand from my buffer mine
+ * (reading my own line again would wait for the peer's read of it). */
+static void tiny_combine(int rank, gs_red_fn fn, gs_dtype dtype, gs_redop op, void *out, const void *mine,
+                         const uint8_t *theirs, size_t count, size_t bytes)
+{
+    const uint8_t *x0 = rank ? theirs : mine, *x1 = rank ? mine : theirs;
+    bool sum = op == GS_SUM || op == GS_AVG;
+    if (bytes && !(sum && bytes <= 8 && tiny_sum_inline(dtype, op == GS_AVG, out, x0, x1, count))) {
+        uint8_t acc[GS_TINY_MAX_BYTES];
+        fn(acc, x0, x1, count);
+        if (op == GS_AVG)
+            gs_red_avg_finish(dtype, acc, count, 2);
+        tiny_copy(out, acc, bytes);
+    }
+}
+
 gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
                             gs_redop op)
 {
@@ -219,23 +235,37 @@ gs_status gs_tiny_allreduce(gs_comm *comm, const void *send, void *recv, size_t 
     if (!es || count > GS_TINY_MAX_BYTES || bytes > GS_TINY_MAX_BYTES || !gs_red_valid(dtype, op) ||
         (count && (!send || !recv)) || (s != r && s < r + bytes && r < s + bytes))
         return GS_ERR_AGAIN;
-    tiny_post(comm, desc, count, bytes, send);
+    tiny_post(comm, desc, -1, count, bytes, send);
     /* while the peer's post travels: the kernel (before the wait, so that
      * a rank that finds the post there already does not pay it after) */
     gs_red_fn fn = gs_red_kernel(dtype, op);
-    const uint8_t *payload = tiny_wait(comm, desc, count, bytes);
+    const uint8_t *payload = tiny_wait(comm, desc, -1, count, bytes);
     if (!payload)
         return GS_INPROGRESS;
-    /* 4. out = x0 op x1, my operand from my buffer */
-    const uint8_t *x0 = comm->rank ? payload : send, *x1 = comm->rank ? send : payload;
-    bool sum = op == GS_SUM || op == GS_AVG;
-    if (bytes && !(sum && bytes <= 8 && tiny_sum_inline(dtype, op == GS_AVG, recv, x0, x1, count))) {
-        uint8_t acc[GS_TINY_MAX_BYTES];
-        fn(acc, x0, x1, count);
-        if (op == GS_AVG)
-            gs_red_avg_finish(dtype, acc, count, 2);
-        tiny_copy(recv, acc, bytes);
-    }
+    tiny_combine(comm->rank, fn, dtype, op, recv, send, payload, count, bytes);
+    return GS_OK;
+}
+
+gs_status gs_tiny_reduce(gs_comm *comm, const void *send, void *recv, size_t count, gs_dtype dtype,
+                         gs_redop op, int root)
+{
+    size_t es = gs_dtype_bytes(dtype), bytes = count * es; /* 0: unknown */
+    uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
+    bool at_root = comm->rank == root;
+    uint64_t desc = desc_word(GS_COLL_REDUCE, dtype, op);
+    /* too large, or an argument the usual checks report (the result only at the root) */
+    if (!es || count > GS_TINY_MAX_BYTES || bytes > GS_TINY_MAX_BYTES || !gs_red_valid(dtype, op) ||
+        (root != 0 && root != 1) || (count && !send) || (at_root && count && !recv) ||
+        (at_root && s != r && s < r + bytes && r < s + bytes))
+        return GS_ERR_AGAIN;
+    /* 1. the others post their operand, the root an empty post (rooted.c) */
+    tiny_post(comm, desc, root, count, at_root ? 0 : bytes, send);
+    gs_red_fn fn = gs_red_kernel(dtype, op);
+    const uint8_t *payload = tiny_wait(comm, desc, root, count, at_root ? bytes : 0);
+    if (!payload)
+        return GS_INPROGRESS;
+    if (at_root)
+        tiny_combine(comm->rank, fn, dtype, op, recv, send, payload, count, bytes);
     return GS_OK;
 }
 
@@ -243,6 +273,6 @@ gs_status gs_tiny_barrier(gs_comm *comm)
 {
     /* a barrier's descriptor: f32, sum, count 0 (as api.c's prepare sets it) */
     uint64_t desc = desc_word(GS_COLL_BARRIER, GS_F32, GS_SUM);
-    tiny_post(comm, desc, 0, 0, NULL);
-    return tiny_wait(comm, desc, 0, 0) ? GS_OK : GS_INPROGRESS;
+    tiny_post(comm, desc, -1, 0, 0, NULL);
+    return tiny_wait(comm, desc, -1, 0, 0) ? GS_OK : GS_INPROGRESS;
 }

@@ -1,6 +1,6 @@
 /*
- * The tiny path (src/coll/tiny.c): blocking allreduces of at most
- * GS_TINY_MAX_BYTES and barriers between 2 ranks over the shared-memory boxes. Its results
+ * The tiny path (src/coll/tiny.c): blocking allreduces and reduces of at
+ * most GS_TINY_MAX_BYTES and barriers between 2 ranks over the shared-memory boxes. Its results
  * must be bit for bit those of the engine's path (gs_iallreduce, which never
  * takes it) for every type, operator, count and buffer placement; and
  * whatever goes wrong on it (a late peer, a mismatched call, a failure the
@@ -109,6 +109,16 @@ static void same_bits_body(gs_ctx *ctx, int rank, void *argp)
                     if (memcmp(tiny, engine, sizeof(tiny)) != 0 || memcmp(inplace, engine, count * es) != 0)
                         gs_test_fail_here(__FILE__, __LINE__, "rank %d, %s: the tiny path's bits differ",
                                           rank, what);
+                    /* reduce: the root gets the allreduce's bits, the other rank's buffer stays */
+                    int root = (round + (int)ci) % 2;
+                    uint8_t reduced[GS_TINY_MAX_BYTES + 16];
+                    memset(reduced, CC_GUARD, sizeof(reduced));
+                    GS_ASSERT_OK(gs_reduce(comm, in, reduced, count, (gs_dtype)t, (gs_redop)op, root));
+                    calls++;
+                    for (size_t b = 0; b < sizeof(reduced); b++)
+                        if (reduced[b] != (rank == root && b < count * es ? engine[b] : CC_GUARD))
+                            gs_test_fail_here(__FILE__, __LINE__, "rank %d, %s: tiny reduce to %d: byte %zu",
+                                              rank, what, root, b);
                     for (size_t b = count * es; b < sizeof(tiny); b++)
                         if (tiny[b] != CC_GUARD)
                             gs_test_fail_here(__FILE__, __LINE__, "%s: wrote past the result", what);
@@ -158,6 +168,11 @@ static void late_body(gs_ctx *ctx, int rank, void *argp)
             usleep(30000); /* far beyond the tiny path's spin */
         GS_ASSERT_OK(gs_allreduce(comm, in, out, 2, GS_F32, GS_AVG));
         GS_ASSERT(out[0] == 2.0f && out[1] == -2.0f);
+        if (rank == (i + 1) % 2)
+            usleep(30000);
+        out[0] = 0.0f;
+        GS_ASSERT_OK(gs_reduce(comm, in, out, 2, GS_F32, GS_SUM, i % 2));
+        GS_ASSERT(rank != i % 2 || (out[0] == 4.0f && out[1] == -4.0f));
         GS_ASSERT_OK(gs_barrier(comm));
     }
     if (on_boxes(comm, a->transport))
