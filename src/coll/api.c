@@ -555,12 +555,6 @@ gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n,
 
 /* ---- reduce, gather, scatter, alltoall(v), allgatherv, reduce_scatter_v -------- */
 
-/* The blocking form when req_p is NULL, else the non-blocking one. */
-static gs_status run(gs_comm *comm, gs_call *c, gs_req **req_p, bool blocking)
-{
-    return blocking ? run_blocking(comm, c) : run_nonblocking(comm, c, req_p);
-}
-
 #define ROOTED_CALL(name, k, cnt, o)                                                                         \
     {                                                                                                        \
         .fn = name, .kind = k, .send = sendbuf, .recv = recvbuf, .count = cnt, .dtype = dtype, .redop = o,   \
@@ -581,42 +575,42 @@ gs_status gs_reduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t co
         if (st != GS_ERR_AGAIN)
             return st;
     }
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_ireduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
                      gs_redop op, int root, gs_req **req_p)
 {
     gs_call c = ROOTED_CALL("gs_ireduce", GS_COLL_REDUCE, count, op);
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 gs_status gs_gather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
                     int root)
 {
     gs_call c = ROOTED_CALL("gs_gather", GS_COLL_GATHER, sendcount, GS_SUM);
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_igather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
                      int root, gs_req **req_p)
 {
     gs_call c = ROOTED_CALL("gs_igather", GS_COLL_GATHER, sendcount, GS_SUM);
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 gs_status gs_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
                      int root)
 {
     gs_call c = ROOTED_CALL("gs_scatter", GS_COLL_SCATTER, recvcount, GS_SUM);
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_iscatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
                       int root, gs_req **req_p)
 {
     gs_call c = ROOTED_CALL("gs_iscatter", GS_COLL_SCATTER, recvcount, GS_SUM);
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 #define ALLTOALL_CALL(name)                                                                                  \
@@ -628,14 +622,14 @@ gs_status gs_iscatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t 
 gs_status gs_alltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype)
 {
     gs_call c = ALLTOALL_CALL("gs_alltoall");
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_ialltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
                        gs_req **req_p)
 {
     gs_call c = ALLTOALL_CALL("gs_ialltoall");
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 #define ALLTOALLV_CALL(name)                                                                                 \
@@ -648,7 +642,7 @@ gs_status gs_alltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendcou
                        void *recvbuf, const size_t *recvcounts, const size_t *rdispls, gs_dtype dtype)
 {
     gs_call c = ALLTOALLV_CALL("gs_alltoallv");
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_ialltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
@@ -656,7 +650,7 @@ gs_status gs_ialltoallv(gs_comm *comm, const void *sendbuf, const size_t *sendco
                         gs_req **req_p)
 {
     gs_call c = ALLTOALLV_CALL("gs_ialltoallv");
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 #define ALLGATHERV_CALL(name)                                                                                \
@@ -669,14 +663,14 @@ gs_status gs_allgatherv(gs_comm *comm, const void *sendbuf, void *recvbuf, const
                         const size_t *displs, gs_dtype dtype)
 {
     gs_call c = ALLGATHERV_CALL("gs_allgatherv");
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_iallgatherv(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
                          const size_t *displs, gs_dtype dtype, gs_req **req_p)
 {
     gs_call c = ALLGATHERV_CALL("gs_iallgatherv");
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 #define REDUCE_SCATTER_V_CALL(name)                                                                          \
@@ -689,14 +683,14 @@ gs_status gs_reduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf,
                               gs_dtype dtype, gs_redop op)
 {
     gs_call c = REDUCE_SCATTER_V_CALL("gs_reduce_scatter_v");
-    return run(comm, &c, NULL, true);
+    return run_blocking(comm, &c);
 }
 
 gs_status gs_ireduce_scatter_v(gs_comm *comm, const void *sendbuf, void *recvbuf, const size_t *recvcounts,
                                gs_dtype dtype, gs_redop op, gs_req **req_p)
 {
     gs_call c = REDUCE_SCATTER_V_CALL("gs_ireduce_scatter_v");
-    return run(comm, &c, req_p, false);
+    return run_nonblocking(comm, &c, req_p);
 }
 
 /* ---- requests ---------------------------------------------------------------- */

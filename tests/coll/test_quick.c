@@ -49,7 +49,8 @@ static gs_status call(gs_comm *comm, int k, bool blocking, const int32_t *in, in
                       : gs_iallgather(comm, in, out, count, GS_I32, &req);
         break;
     default:
-        st = blocking ? gs_alltoall(comm, in, out, count, GS_I32) : gs_ialltoall(comm, in, out, count, GS_I32, &req);
+        st = blocking ? gs_alltoall(comm, in, out, count, GS_I32)
+                      : gs_ialltoall(comm, in, out, count, GS_I32, &req);
         break;
     }
     return st == GS_OK && req ? gs_req_wait(req) : st;
@@ -63,7 +64,7 @@ static int32_t want(int k, int rank, size_t count, size_t i)
     case K_REDUCE: return (int32_t)(1000 + 2 * (int)i); /* ranks 0 and 1 summed at the root */
     case K_GATHER:
     case K_ALLGATHER: return (int32_t)(1000 * (int)b + (int)j);
-    case K_SCATTER: return (int32_t)(1000 + (int)(rank * count + i)); /* root 1's block of this rank */
+    case K_SCATTER: return (int32_t)(1000 + (int)(rank * count + i));   /* root 1's block of this rank */
     default: return (int32_t)(1000 * (int)b + (int)(rank * count + j)); /* alltoall: block b from rank b */
     }
 }
@@ -136,7 +137,8 @@ static void mismatch_body(gs_ctx *ctx, int rank, void *argp)
     gs_comm *comm = cc_open(ctx, a->transport, &tp);
     int32_t in[2] = {1, 2}, out[4];
     uint64_t t0 = gs_now_ns();
-    gs_status st = rank == 0 ? gs_reduce(comm, in, out, 2, GS_I32, GS_SUM, 1) : gs_gather(comm, in, out, 2, GS_I32, 1);
+    gs_status st =
+        rank == 0 ? gs_reduce(comm, in, out, 2, GS_I32, GS_SUM, 1) : gs_gather(comm, in, out, 2, GS_I32, 1);
     GS_ASSERT_EQ(st, GS_ERR_MISMATCH);
     GS_ASSERT(strstr(gs_last_error(), "reduce") && strstr(gs_last_error(), "gather"));
     GS_ASSERT_LT((gs_now_ns() - t0) / 1000000u, FAST_MS);
