@@ -778,7 +778,7 @@ static void time_out(gs_comm *comm, gs_coll_req *req)
 
 static bool overdue(const gs_comm *comm, const gs_coll_req *req)
 {
-    return comm->cfg->timeout_ms >= 0 &&
+    return comm->cfg->timeout_ms >= 0 && req->p2p.last_ns != 0 &&
            gs_now_ns() - req->p2p.last_ns > (uint64_t)comm->cfg->timeout_ms * 1000000ull;
 }
 
@@ -847,10 +847,12 @@ gs_status gs_p2p_wait(gs_coll_req *req)
          * not on the transport) every turn polls; else block in the
          * transport (GS_POLL's spin, event or hybrid) until a completion
          * or the deadline */
-        int64_t left_ms =
-            comm->cfg->timeout_ms < 0
-                ? 60000
-                : comm->cfg->timeout_ms - (int64_t)((gs_now_ns() - req->p2p.last_ns) / 1000000u);
+        uint64_t now = gs_now_ns();
+        if (req->p2p.last_ns == 0) /* a blocking call's: its clock starts when it first waits */
+            req->p2p.last_ns = now;
+        int64_t left_ms = comm->cfg->timeout_ms < 0
+                              ? 60000
+                              : comm->cfg->timeout_ms - (int64_t)((now - req->p2p.last_ns) / 1000000u);
         if (left_ms <= 0) {
             time_out(comm, req);
             break;
@@ -895,8 +897,10 @@ static gs_status check_args(gs_comm *comm, const char *fn, const void *buf, size
     return GS_OK;
 }
 
+/* started_ns: when the call began, or 0 for a blocking call (gs_p2p_wait
+ * reads the clock when it first has to wait). */
 static void init_op(gs_coll_req *req, gs_comm *comm, int kind, size_t count, gs_dtype dtype, int peer,
-                    int tag)
+                    int tag, uint64_t started_ns)
 {
     gs_p2p_op *op = &req->p2p;
     memset(op, 0, offsetof(gs_p2p_op, err)); /* the sentence is written when it fails */
@@ -910,7 +914,7 @@ static void init_op(gs_coll_req *req, gs_comm *comm, int kind, size_t count, gs_
     op->dtype = dtype;
     op->bytes = count * gs_dtype_size(dtype);
     op->result.source = -1;
-    op->last_ns = gs_now_ns();
+    op->last_ns = started_ns;
 }
 
 /* A send to this rank itself: straight into a posted receive, or queued as
@@ -976,7 +980,7 @@ gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, 
     if (st != GS_OK)
         return st;
     gs_coll_req *req = &comm->p2p->sync;
-    init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag);
+    init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag, 0);
     start_send(comm, req, buf);
     if (req->status == GS_OK)
         return GS_OK; /* eager: the message is out */
@@ -990,7 +994,7 @@ gs_status gs_recv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int pe
     if (st != GS_OK)
         return st;
     gs_coll_req *req = &comm->p2p->sync;
-    init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag);
+    init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag, 0);
     start_recv(comm, req, buf, status);
     return gs_p2p_wait(req);
 }
@@ -1006,7 +1010,7 @@ gs_status gs_isend(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype,
     gs_coll_req *req = gs_coll_req_get(comm);
     if (!req)
         return GS_ERR_NOMEM;
-    init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag);
+    init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag, gs_now_ns());
     start_send(comm, req, buf);
     *req_p = &req->base;
     return GS_OK;
@@ -1023,7 +1027,7 @@ gs_status gs_irecv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int p
     gs_coll_req *req = gs_coll_req_get(comm);
     if (!req)
         return GS_ERR_NOMEM;
-    init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag);
+    init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag, gs_now_ns());
     start_recv(comm, req, buf, status);
     *req_p = &req->base;
     return GS_OK;
