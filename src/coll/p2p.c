@@ -79,6 +79,7 @@ struct gs_p2p {
     bool out_busy[GS_P2P_OUT_SLOTS];
     int out_next;
     bool user_mem;      /* GS_TP_CAP_USER_MEM: rendezvous by READ, else fragments */
+    bool send_copy;     /* GS_TP_CAP_SEND_COPY: envelopes leave unsignaled, their slot free at once */
     uint8_t gen;        /* communicator id in receive ids (a caller's tp may outlive us) */
     uint64_t *tx_msgs;  /* [size]: messages started to each peer */
     gs_p2p_list sendq;  /* sends not yet all posted, in start order */
@@ -202,9 +203,11 @@ static gs_status post_env(gs_comm *comm, int peer, const gs_p2p_env *env, const 
     memcpy(slot, env, sizeof(*env));
     if (len)
         memcpy(slot + GS_P2P_ENV_BYTES, payload, len);
+    /* a transport that copies the frame before it returns needs no
+     * completion to give the slot back */
     gs_status st = gs_ep_send(gs_tp_ep(comm->tp, peer), slot, p->out, GS_P2P_ENV_BYTES + len,
-                              GS_WR_ID(GS_WR_P2P_SEND, i, 0), GS_OP_SIGNALED);
-    if (st == GS_OK)
+                              GS_WR_ID(GS_WR_P2P_SEND, i, 0), p->send_copy ? 0u : GS_OP_SIGNALED);
+    if (st == GS_OK && !p->send_copy)
         p->out_busy[i] = true;
     return st;
 }
@@ -1045,7 +1048,9 @@ gs_status gs_p2p_open(gs_comm *comm)
     comm->p2p = p;
     p->sync.comm = comm;
     p->gen = (uint8_t)comm->id;
-    p->user_mem = comm->tp->ops->caps && (comm->tp->ops->caps(comm->tp) & GS_TP_CAP_USER_MEM);
+    unsigned caps = comm->tp->ops->caps ? comm->tp->ops->caps(comm->tp) : 0u;
+    p->user_mem = caps & GS_TP_CAP_USER_MEM;
+    p->send_copy = caps & GS_TP_CAP_SEND_COPY;
     p->tx_msgs = gs_calloc((size_t)comm->size, sizeof(uint64_t));
     if (!p->tx_msgs)
         return GS_ERR_NOMEM;

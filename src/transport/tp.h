@@ -96,6 +96,9 @@ enum {
                                      * allocated region can be mapped for loads and stores (map; shm) */
     GS_TP_CAP_ZCOPY_SEND = 1u << 3, /* GS_OP_ZCOPY lets a large payload leave by reference, and registering
                                      * caller memory is a table entry, not pinned pages (tcp) */
+    GS_TP_CAP_SEND_COPY = 1u << 4,  /* a SEND's payload is copied before gs_ep_send returns: the source
+                                     * may be reused at once, and an unsignaled SEND needs no
+                                     * completion to free it (shm: into the peer's ring) */
 };
 
 /* The data-path ops, the same eleven in every backend and named by it:

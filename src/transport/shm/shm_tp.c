@@ -388,7 +388,7 @@ gs_status gs_shm_close(gs_tp *base)
 static unsigned shm_caps(const gs_tp *base)
 {
     const gs_shm_tp *tp = (const gs_shm_tp *)base;
-    return GS_TP_CAP_ATOMIC | (tp->host_only ? 0u : GS_TP_CAP_LOCAL_MAP) |
+    return GS_TP_CAP_ATOMIC | GS_TP_CAP_SEND_COPY | (tp->host_only ? 0u : GS_TP_CAP_LOCAL_MAP) |
            (tp->cma_ok ? GS_TP_CAP_USER_MEM : 0u);
 }
 
