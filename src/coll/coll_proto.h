@@ -140,7 +140,9 @@ _Static_assert(sizeof(gs_coll_abort) == GS_COLL_CTRL_BYTES, "abort notice fills 
  * two-sided SEND/RECV (at most GS_P2P_FRAME_MAX = GS_SEND_MAX bytes each):
  * every frame is an envelope, optionally followed by payload.
  *
- *   EAGER  a whole message of at most GS_P2P_EAGER_MAX bytes, inline
+ *   EAGER  a whole message of at most GS_P2P_EAGER_MAX bytes, inline after
+ *          the envelope's first GS_P2P_EAGER_HDR_BYTES (it has no offset):
+ *          an 8-byte message is a 40-byte frame, one slot of the shm ring
  *   RTS    a larger one: the payload is the sender's gs_rmr of the message,
  *          registered for remote read; the receiver READs it into its
  *          buffer once a receive matches, then answers FIN
@@ -154,10 +156,11 @@ _Static_assert(sizeof(gs_coll_abort) == GS_COLL_CTRL_BYTES, "abort notice fills 
  * FIN's reference). Layouts of the collectives are untouched, so their
  * version byte stays.
  */
-#define GS_P2P_PROTO_VERSION 1
-#define GS_P2P_FRAME_MAX     4096 /* == GS_SEND_MAX (checked in p2p.c) */
-#define GS_P2P_ENV_BYTES     40
-#define GS_P2P_EAGER_MAX     (GS_P2P_FRAME_MAX - GS_P2P_ENV_BYTES)
+#define GS_P2P_PROTO_VERSION   2
+#define GS_P2P_FRAME_MAX       4096 /* == GS_SEND_MAX (checked in p2p.c) */
+#define GS_P2P_ENV_BYTES       40
+#define GS_P2P_EAGER_HDR_BYTES 32 /* an EAGER frame's envelope: up to offset */
+#define GS_P2P_EAGER_MAX       (GS_P2P_FRAME_MAX - GS_P2P_ENV_BYTES)
 
 enum { GS_P2P_EAGER = 1, GS_P2P_RTS, GS_P2P_FIN, GS_P2P_FRAG };
 
@@ -177,5 +180,7 @@ typedef struct gs_p2p_env {
 _Static_assert(offsetof(gs_p2p_env, version) == 0, "version byte first");
 _Static_assert(offsetof(gs_p2p_env, msg) == 16, "envelope layout");
 _Static_assert(sizeof(gs_p2p_env) == GS_P2P_ENV_BYTES, "envelope layout");
+_Static_assert(offsetof(gs_p2p_env, offset) == GS_P2P_EAGER_HDR_BYTES,
+               "an EAGER frame ends its envelope there");
 
 #endif

@@ -193,6 +193,12 @@ static int take_slot(gs_p2p *p)
 
 /* Sends env + len payload bytes to peer. GS_ERR_AGAIN: nothing posted
  * (no slot or the transport's queue is full). */
+/* Where a frame's payload starts: an EAGER frame's envelope ends before its offset field. */
+static size_t frame_hdr_bytes(unsigned type)
+{
+    return type == GS_P2P_EAGER ? GS_P2P_EAGER_HDR_BYTES : GS_P2P_ENV_BYTES;
+}
+
 static gs_status post_env(gs_comm *comm, int peer, const gs_p2p_env *env, const void *payload, size_t len)
 {
     gs_p2p *p = comm->p2p;
@@ -200,12 +206,13 @@ static gs_status post_env(gs_comm *comm, int peer, const gs_p2p_env *env, const 
     if (i < 0)
         return GS_ERR_AGAIN;
     uint8_t *slot = (uint8_t *)gs_mr_addr(p->out) + (size_t)i * GS_P2P_FRAME_MAX;
-    memcpy(slot, env, sizeof(*env));
+    size_t hdr = frame_hdr_bytes(env->type);
+    memcpy(slot, env, hdr);
     if (len)
-        memcpy(slot + GS_P2P_ENV_BYTES, payload, len);
+        memcpy(slot + hdr, payload, len);
     /* a transport that copies the frame before it returns needs no
      * completion to give the slot back */
-    gs_status st = gs_ep_send(gs_tp_ep(comm->tp, peer), slot, p->out, GS_P2P_ENV_BYTES + len,
+    gs_status st = gs_ep_send(gs_tp_ep(comm->tp, peer), slot, p->out, hdr + len,
                               GS_WR_ID(GS_WR_P2P_SEND, i, 0), p->send_copy ? 0u : GS_OP_SIGNALED);
     if (st == GS_OK && !p->send_copy)
         p->out_busy[i] = true;
@@ -576,8 +583,8 @@ static gs_status malformed(gs_comm *comm, int src, const char *what, size_t len)
 /* Whether an envelope of len bytes from src is well formed. */
 static bool env_ok(const gs_p2p_env *env, int src, size_t len)
 {
-    size_t payload = len - GS_P2P_ENV_BYTES;
-    if (len < GS_P2P_ENV_BYTES || env->version != GS_P2P_PROTO_VERSION || env->sender != (uint32_t)src)
+    size_t hdr = frame_hdr_bytes(env->type), payload = len - hdr;
+    if (len < hdr || env->version != GS_P2P_PROTO_VERSION || env->sender != (uint32_t)src)
         return false;
     switch (env->type) {
     case GS_P2P_EAGER: return env->dtype < GS_DTYPE_COUNT && env->tag >= 0 && payload == env->bytes;
@@ -648,12 +655,14 @@ static gs_status on_recv(gs_comm *comm, int src, int i, size_t len)
 {
     gs_p2p *p = comm->p2p;
     const uint8_t *buf = recv_buf(comm, src, i);
-    gs_p2p_env env;
+    gs_p2p_env env = {0};
     gs_status st = GS_OK;
     memcpy(&env, buf, len < sizeof(env) ? len : sizeof(env));
-    if (!env_ok(&env, src, len))
+    if (env.type == GS_P2P_EAGER)
+        env.offset = 0; /* not in its frame: that was payload */
+    if (len < GS_P2P_EAGER_HDR_BYTES || !env_ok(&env, src, len))
         return malformed(comm, src, "bad envelope", len);
-    const uint8_t *payload = buf + GS_P2P_ENV_BYTES;
+    const uint8_t *payload = buf + frame_hdr_bytes(env.type);
     gs_coll_req *req;
     switch (env.type) {
     case GS_P2P_EAGER:
