@@ -860,6 +860,8 @@ typedef struct gs_ps_params {
     int average;            /* 1: the update uses the mean over workers (default), 0: the sum */
     const char *checkpoint; /* file prefix, NULL/"": none (GS_PS_CHECKPOINT) */
     int checkpoint_every;   /* server steps between checkpoints, 0: only on request */
+    int elastic;            /* sync, write aggregation: 1: a lost worker leaves the job, the rounds go on
+                               with the live workers (GS_PS_ELASTIC; docs/ps.md) */
 } gs_ps_params;
 
 /* Defaults from the context's configuration (the GS_PS_* variables). */

@@ -117,6 +117,7 @@ typedef struct gs_ps_server {
     uint32_t *outbox;       /* control replies owed: worker << 8 | cmd, then arg */
     size_t noutbox, outbox_cap;
     gs_status verdict;  /* what gs_ps_serve returns once finished */
+    bool recheck;       /* elastic: a worker was lost, rounds waiting for it may be complete */
     bool recover_asked; /* a worker asked for recovery */
     uint32_t recover_arg;
     struct gs_ps_pool *pool; /* apply threads while serving (GS_PS_APPLY_THREADS > 1), else NULL */

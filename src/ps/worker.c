@@ -565,18 +565,24 @@ static gs_status ps_req_wait(gs_req *base)
 {
     gs_ps_req *req = (gs_ps_req *)base;
     gs_ps *ps = req->ps;
+    /* Elastic: the servers leave a missing worker out GS_TIMEOUT_MS after a
+     * round's first push, so a live worker's round may take that long and
+     * then some; its own wait must not end first. */
+    int64_t wait_ms = ps->params.elastic ? 2 * ps->timeout_ms : ps->timeout_ms;
     uint64_t deadline;
     gs_status st = GS_OK;
-    deadline = gs_deadline_after_ms(ps->timeout_ms);
+    deadline = gs_deadline_after_ms(wait_ms);
     while (!req->done && st == GS_OK) {
         int left = gs_deadline_left_ms(deadline);
         if (left == 0) {
             char what[256];
             describe_wait(ps, req, what, sizeof(what));
-            st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
-                         "rank %d: worker %d: key %llu not done within GS_TIMEOUT_MS=%lld; waiting for %s",
-                         ps->rank, ps->index, (unsigned long long)req->key->key, (long long)ps->timeout_ms,
-                         what);
+            st = gs_fail(
+                GS_SUBSYS_PS, GS_ERR_TIMEOUT,
+                "rank %d: worker %d: key %llu not done within %lld ms (GS_TIMEOUT_MS=%lld%s); waiting "
+                "for %s",
+                ps->rank, ps->index, (unsigned long long)req->key->key, (long long)wait_ms,
+                (long long)ps->timeout_ms, ps->params.elastic ? ", twice for elastic" : "", what);
             gs_ps_worker_set_fatal(ps, st);
             break;
         }

@@ -104,6 +104,8 @@
       "parameter server, atomic aggregation: gradients travel as int64 = round(g * 2^bits)")                 \
     X(ps_apply_threads, "GS_PS_APPLY_THREADS", INT, "2", NULL,                                               \
       "parameter server: threads that sum and apply a shard of 1 MiB or more (the serve loop + helpers)")    \
+    X(ps_elastic, "GS_PS_ELASTIC", BOOL, "0", NULL,                                                          \
+      "parameter server, sync mode: a lost worker does not stop the job (rounds go on with the live ones)")  \
     X(ps_checkpoint, "GS_PS_CHECKPOINT", STR, "", NULL,                                                      \
       "parameter server: checkpoint file prefix (empty: none)")                                              \
     X(ps_checkpoint_every, "GS_PS_CHECKPOINT_EVERY", INT, "0", NULL,                                         \
