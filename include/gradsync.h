@@ -899,6 +899,12 @@ GS_API gs_status gs_ps_push_pull(gs_ps *ps, uint64_t key, const float *grad, flo
 GS_API gs_status gs_ps_ipush(gs_ps *ps, uint64_t key, const float *grad, gs_req **req_p);
 GS_API gs_status gs_ps_ipull(gs_ps *ps, uint64_t key, float *out, gs_req **req_p);
 GS_API gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, float *out, gs_req **req_p);
+/* Worker, sync mode: how many workers' pushes the round of this worker's
+ * last completed pull of key counted (the fewest over the key's shards):
+ * the number of workers until one is lost in elastic mode, fewer after
+ * (every worker that pulls the same round gets the same answer); -1 for an
+ * unknown key or no pull yet. */
+GS_API int gs_ps_key_workers(gs_ps *ps, uint64_t key);
 
 /* Server: serves until every worker has called gs_ps_destroy (GS_OK) or a
  * worker is lost in sync mode (GS_ERR_PEER_LOST, reported to the other

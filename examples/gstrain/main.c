@@ -94,7 +94,7 @@ static gs_status train_step(trainer *t, size_t step)
     load_rows(t, &t->train, t->order, first, n);
     gt_mlp_forward(t->mlp, n, t->labels, &sums[SUM_LOSS], &correct);
     gs_trace_span("forward", t0, t1 = gs_clock_ns());
-    st = gt_mlp_backward(t->mlp, n, t->labels, 1.0f / (float)global, on_grad_ready, t->sync);
+    st = gt_mlp_backward(t->mlp, n, t->labels, gt_sync_grad_scale(t->sync, global), on_grad_ready, t->sync);
     gs_trace_span("backward", t1, t2 = gs_clock_ns());
     if (st == GS_OK) {
         gt_elastic_maybe_die(t, GT_DIE_SYNC, number);
@@ -198,7 +198,8 @@ static gt_sync_params sync_params(const gt_options *opt)
                          .lr = opt->lr,
                          .momentum = opt->momentum,
                          .weight_decay = opt->weight_decay,
-                         .join = opt->join};
+                         .join = opt->join,
+                         .elastic = opt->elastic};
     sp.nsegments = gt_mlp_buckets(bucket_floats(opt), sp.segments, GT_SYNC_MAX_SEGMENTS);
     return sp;
 }
@@ -308,6 +309,10 @@ static void describe(trainer *t)
 static gs_status serve(trainer *t, int *same_p)
 {
     gs_status st = GS_OK;
+    if (t->opt.elastic) { /* the trainers sum and check among themselves; serving ends when they leave */
+        *same_p = 1;
+        return GS_OK;
+    }
     for (int epoch = 1; epoch <= t->opt.epochs && st == GS_OK; epoch++) {
         double train_sums[SUM_COUNT] = {0}, eval_sums[2] = {0};
         st = gt_sync_sum(t->sync, train_sums, SUM_COUNT);
@@ -355,7 +360,7 @@ static gs_status run(trainer *t, int *same_p)
 {
     double start = gt_now_s();
     uint64_t hash = 0, end = gt_point_count(t);
-    int same = 0;
+    int same = 0, ps = t->opt.method == GT_SYNC_PS;
     gs_status st = GS_OK;
     describe(t);
     if (t->rank == 0 && !t->opt.json)
@@ -363,17 +368,25 @@ static gs_status run(trainer *t, int *same_p)
     while (t->pos < end) {
         gt_point p = gt_point_at(t, t->pos);
         st = GS_OK;
-        if (t->opt.elastic && t->grow_checked != t->pos &&
+        if (t->opt.elastic && !ps && t->grow_checked != t->pos &&
             ((p.kind == GT_PT_STEP && p.step == 0) || p.kind == GT_PT_SAME))
             st = gt_elastic_grow(t); /* processes waiting to join come in here */
-        if (st == GS_OK)
+        /* ps: the servers went on without a lost trainer (the last round counted
+         * fewer): before the next step the others shrink to themselves */
+        int lost =
+            st == GS_OK && t->opt.elastic && ps && p.kind == GT_PT_STEP && gt_sync_live(t->sync) < t->size;
+        if (lost)
+            gt_elastic_save(t, p); /* what the recovery restores for this point: the state now */
+        if (st == GS_OK && !lost)
             st = run_point(t, p, &hash, &same);
-        if (st == GS_OK) {
+        if (st == GS_OK && !lost) {
             t->pos++;
             gt_elastic_point_done(t);
             continue;
         }
-        if (!t->opt.elastic || st != GS_ERR_PEER_LOST)
+        /* ps: the servers go on without a lost trainer, so a step fails only with a
+         * lost server, which --elastic does not survive (a step cannot be undone there) */
+        if (!lost && (!t->opt.elastic || st != GS_ERR_PEER_LOST || (ps && p.kind == GT_PT_STEP)))
             return st;
         if ((st = gt_elastic_recover(t, gs_clock_ns())) != GS_OK)
             return st;

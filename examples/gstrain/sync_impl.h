@@ -25,7 +25,8 @@ struct gt_sync {
     gt_sync_params p;
     const gt_sync_ops *ops;
     gs_ctx *ctx;
-    gs_comm *comm;  /* every rank of the job; NULL with one rank */
+    gs_comm
+        *comm; /* every rank of the job (ps --elastic: the trainers; NULL on a server); NULL with one rank */
     int rank, size; /* among the trainers */
     int server;     /* this rank is a parameter server */
     int servers;

@@ -14,6 +14,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --elastic: the metrics and the weight check run among the trainers only
+ * (a communicator split from the job's), so that a lost trainer is shrunk
+ * away by the trainers while the servers only serve. */
+static gs_status trainers_only(gt_sync *sync)
+{
+    gs_comm *sub = NULL;
+    gs_status st = gs_comm_split(sync->comm, sync->server ? GS_COMM_NO_COLOR : 0, sync->rank, &sub);
+    if (st != GS_OK)
+        return gt_fail(st, "cannot make the trainers' communicator: %s", gt_lib_error());
+    if ((st = gs_comm_destroy(sync->comm)) != GS_OK)
+        gt_fail(st, "leaving the job's communicator failed: %s", gt_lib_error());
+    sync->comm = sub;
+    return st;
+}
+
 static gs_status ps_open(gt_sync *sync)
 {
     gs_ps_params pp;
@@ -28,6 +43,11 @@ static gs_status ps_open(gt_sync *sync)
     pp.optim.momentum = sync->p.momentum;
     pp.optim.weight_decay = sync->p.weight_decay;
     pp.average = 0; /* sum: each trainer's part is already divided by the global batch */
+    if (sync->p.elastic) {
+        pp.elastic = 1; /* a lost trainer leaves; the rounds go on with the others */
+        pp.average =
+            1; /* the mean over the live trainers: each part is its rows' share (gt_sync_grad_scale) */
+    }
     st = gs_ps_create(sync->ctx, &pp, &sync->ps);
     if (st != GS_OK)
         return gt_fail(st, "cannot set up the parameter server: %s", gt_lib_error());
@@ -35,7 +55,7 @@ static gs_status ps_open(gt_sync *sync)
     sync->rank = sync->server ? -1 : gs_ps_index(sync->ps);
     sync->size = gs_ps_num_workers(sync->ps);
     sync->servers = gs_ps_num_servers(sync->ps);
-    return GS_OK;
+    return sync->p.elastic ? trainers_only(sync) : GS_OK;
 }
 
 static gs_status ps_start(gt_sync *sync, float *params)

@@ -157,6 +157,7 @@ typedef struct gs_ps_wshard {
     uint64_t error_version;        /* 1 + the shard version of the last error recorded (or reported by us) */
     uint32_t pull_tries;
     uint64_t retry_at_ns; /* pull: torn read, try again after this */
+    uint32_t counted;     /* sync: the pushes the round of the last pull counted (its head's) */
 } gs_ps_wshard;
 
 typedef struct gs_ps_req gs_ps_req; /* a push or pull in flight (below) */

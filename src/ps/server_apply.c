@@ -116,6 +116,7 @@ gs_status gs_ps_apply_sync(gs_ps *ps, gs_ps_sshard *sh)
     for (int w = 0; w < ps->nworkers; w++)
         ws[w].applied = h->version;
     h->min_step = gs_ps_min_step(ps, sh);
+    h->counted = (uint32_t)counted;
     gs_ps_seq_end(h);
     /* Step 3: every worker may push the next step and pull this one. */
     sh->waiting_since_ns = 0;
@@ -199,6 +200,7 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
     for (int w = 0; w < ps->nworkers; w++)
         ws[w].received = ws[w].applied = h->version;
     h->min_step = gs_ps_min_step(ps, sh);
+    h->counted = (uint32_t)ps->nworkers;
     gs_ps_seq_end(h);
     sh->waiting_since_ns = 0;
     sh->status = overflow ? GS_ERR_OVERFLOW : GS_OK;

@@ -541,6 +541,17 @@ gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, float *ou
     return start(ps, key, grad, out, true, true, req_p);
 }
 
+int gs_ps_key_workers(gs_ps *ps, uint64_t key)
+{
+    const gs_ps_wkey *wk = ps && !ps->is_server ? find_key(ps, key) : NULL;
+    uint32_t fewest = UINT32_MAX;
+    for (size_t i = 0; wk && i < wk->nshards; i++) {
+        uint32_t n = ps->wrk.shards[wk->first + i].counted;
+        fewest = n < fewest ? n : fewest;
+    }
+    return wk && fewest > 0 && fewest != UINT32_MAX ? (int)fewest : -1;
+}
+
 /* What the oldest request of req's key still waits for, for the timeout message. */
 static void describe_wait(const gs_ps *ps, const gs_ps_req *req, char *buf, size_t cap)
 {

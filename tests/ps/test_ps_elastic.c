@@ -54,13 +54,35 @@ static double expected(int k, size_t i, int rounds, int workers, counts_fn count
 }
 
 static void check_params(const float *out, int k, size_t count, int rounds, int workers, counts_fn counts,
+                         const void *arg);
+
+/* How many pushes round t of key k counted. */
+static int counted(int k, int t, int workers, counts_fn counts, const void *arg)
+{
+    int n = 0;
+    for (int w = 0; w < workers; w++)
+        n += counts(k, t, w, arg);
+    return n;
+}
+
+/* The parameters after `rounds` rounds, and what the last one counted
+ * (gs_ps_key_workers, the head the pull read). */
+static void check_round(gs_ps *ps, const float *out, int k, size_t count, int rounds, counts_fn counts,
+                        const void *arg)
+{
+    int workers = gs_ps_num_workers(ps);
+    GS_ASSERT_EQ(gs_ps_key_workers(ps, (uint64_t)k + 1), counted(k, rounds - 1, workers, counts, arg));
+    check_params(out, k, count, rounds, workers, counts, arg);
+}
+
+static void check_params(const float *out, int k, size_t count, int rounds, int workers, counts_fn counts,
                          const void *arg)
 {
     for (size_t i = 0; i < count; i++) {
         double want = expected(k, i, rounds, workers, counts, arg);
         if ((double)out[i] != want)
-            gs_test_fail_here(__FILE__, __LINE__, "key %d element %zu after round %d: %.9g, expected %.9g", k, i,
-                              rounds - 1, (double)out[i], want);
+            gs_test_fail_here(__FILE__, __LINE__, "key %d element %zu after round %d: %.9g, expected %.9g", k,
+                              i, rounds - 1, (double)out[i], want);
     }
 }
 
@@ -101,7 +123,7 @@ static void mid_round_worker(gs_ps *ps, ps_job *job)
         GS_ASSERT_OK(gs_ps_push_pull(ps, job->keys[0], g, out));
         if (t == kp->round && me == 0)
             job->shared[SH_DONE_NS] = gs_now_ns();
-        check_params(out, 0, n, t + 1, W, counts_killed, kp);
+        check_round(ps, out, 0, n, t + 1, counts_killed, kp);
     }
     free(g);
     free(out);
@@ -151,7 +173,7 @@ static bool counts_split(int k, int t, int w, const void *arg)
 
 static void split_worker(gs_ps *ps, ps_job *job)
 {
-    int me = gs_ps_index(ps), W = gs_ps_num_workers(ps);
+    int me = gs_ps_index(ps);
     size_t n = job->counts[0];
     float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
     GS_ASSERT(g && out && job->counts[1] == n);
@@ -162,7 +184,7 @@ static void split_worker(gs_ps *ps, ps_job *job)
             for (size_t i = 0; i < n; i++)
                 g[i] = grad_of(k, me, t, i);
             GS_ASSERT_OK(gs_ps_push_pull(ps, job->keys[k], g, out));
-            check_params(out, k, n, t + 1, W, counts_split, NULL);
+            check_round(ps, out, k, n, t + 1, counts_split, NULL);
         }
     free(g);
     free(out);
@@ -199,7 +221,7 @@ static bool counts_hung(int k, int t, int w, const void *arg)
  * two; its own later call fails (it is out: nothing it sends counts). */
 static void hung_worker(gs_ps *ps, ps_job *job)
 {
-    int me = gs_ps_index(ps), W = gs_ps_num_workers(ps);
+    int me = gs_ps_index(ps);
     size_t n = job->counts[0];
     float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
     GS_ASSERT(g && out);
@@ -215,7 +237,7 @@ static void hung_worker(gs_ps *ps, ps_job *job)
         GS_ASSERT_OK(gs_ps_push_pull(ps, job->keys[0], g, out));
         if (t == HUNG_ROUND)
             GS_ASSERT_LT(gs_now_ns() - t0, 2000000000ull); /* the deadline (1 s), not the sleeper */
-        check_params(out, 0, n, t + 1, W, counts_hung, NULL);
+        check_round(ps, out, 0, n, t + 1, counts_hung, NULL);
     }
     free(g);
     free(out);
