@@ -430,6 +430,8 @@ static int serve_wait_ms(const gs_ps *ps)
     uint64_t now = gs_now_ns(), next = UINT64_MAX, timeout_ns = (uint64_t)ps->timeout_ms * 1000000ull;
     if (ps->params.mode != GS_PS_MODE_SYNC)
         return IDLE_WAIT_MS;
+    if (ps->params.elastic && ps->srv.finished > 0)
+        next = ps->srv.next_join_probe_ns; /* elastic: look for rejoining workers */
     for (uint32_t i = 0; i < ps->srv.nshards; i++) {
         const gs_ps_sshard *sh = &ps->srv.shards[i];
         if (sh->waiting_since_ns && sh->waiting_since_ns + timeout_ns < next)
@@ -480,6 +482,8 @@ gs_status gs_ps_serve(gs_ps *ps)
             check_deadlines(ps);
         if (st == GS_OK && srv->recheck)
             complete_waiting_rounds(ps);
+        if (st == GS_OK && ps->params.elastic && srv->finished > 0)
+            gs_ps_server_check_joiners(ps);
         if (st == GS_OK && srv->verdict == GS_OK)
             st = gs_ps_server_maybe_checkpoint(ps);
         if (st == GS_OK && srv->recover_asked)

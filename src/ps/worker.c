@@ -110,11 +110,13 @@ static void on_ctrl(gs_ps *ps, int peer, uint32_t imm)
                 GS_SUBSYS_PS, GS_ERR_IO,
                 "rank %d: server rank %d could not write its checkpoint (see its log)", ps->rank, peer);
     } else if (cmd == GS_PS_CTRL_RECOVER) {
-        gs_ps_worker_set_fatal(ps,
-                               gs_fail(GS_SUBSYS_PS, GS_ERR_PEER_LOST,
-                                       "rank %d: server rank %d started a recovery (a server was restarted); "
-                                       "call gs_ps_recover, then repeat the failed call",
-                                       ps->rank, peer));
+        gs_ps_worker_set_fatal(
+            ps,
+            gs_fail(
+                GS_SUBSYS_PS, GS_ERR_PEER_LOST,
+                "rank %d: server rank %d started a recovery (a server was restarted, or a worker rejoins); "
+                "call gs_ps_recover, then repeat the failed call",
+                ps->rank, peer));
     }
 }
 

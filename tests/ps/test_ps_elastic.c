@@ -9,6 +9,7 @@
 #include "util/clock.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -307,4 +308,179 @@ GS_TEST_TP(elastic_timing)
     printf("%s: median over %d runs: %.1f ms (min %.1f, max %.1f)\n", transport, runs,
            (double)ms[runs / 2] / 1e3, (double)ms[0] / 1e3, (double)ms[runs - 1] / 1e3);
     free(ms);
+}
+
+/* ---- a worker killed and restarted (GS_REJOIN=1) ------------------------------------------ */
+
+#define RJ_VICTIM 2
+#define RJ_KILL   2 /* the victim dies before pushing this round */
+#define RJ_ROUNDS 10
+enum { SH_JOINED_AT = 32, SH_SURVIVOR_ROUND = 33 };
+
+/* Rounds before RJ_KILL count every worker, then the two survivors, and
+ * from the round the joiner was admitted in (arg: that round, 0 while not
+ * known) every worker again. */
+static bool counts_rejoin(int k, int t, int w, const void *arg)
+{
+    int joined = *(const int *)arg;
+    (void)k;
+    return w != RJ_VICTIM || t < RJ_KILL || (joined > 0 && t >= joined);
+}
+
+static void rejoin_params(const ps_job *job, gs_ctx *ctx, gs_ps_params *p)
+{
+    ps_job_params(job, ctx, p);
+    p->elastic = 1;
+}
+
+/* A survivor: repeats a call that failed because the servers started the
+ * recovery that readmits the joiner (gs_ps_recover first). */
+static void rejoin_survivor(gs_ctx *ctx, ps_job *job)
+{
+    gs_ps *ps = NULL;
+    gs_ps_params p;
+    size_t n = job->counts[0];
+    float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    int recoveries = 0;
+    rejoin_params(job, ctx, &p);
+    GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
+    ps_register_keys(ps, job);
+    int me = gs_ps_index(ps);
+    for (int t = 0; t < RJ_ROUNDS; t++) {
+        gs_status st;
+        int joined;
+        for (size_t i = 0; i < n; i++)
+            g[i] = grad_of(0, me, t, i);
+        while ((st = gs_ps_push_pull(ps, job->keys[0], g, out)) != GS_OK) {
+            GS_ASSERT_STATUS(st, GS_ERR_PEER_LOST);
+            GS_ASSERT_CONTAINS(gs_last_error(), "started a recovery");
+            GS_ASSERT_LT(++recoveries, 2);
+            GS_ASSERT_OK(gs_ps_recover(ps));
+        }
+        joined = (int)__atomic_load_n(&job->shared[SH_JOINED_AT], __ATOMIC_ACQUIRE);
+        check_params(out, 0, n, t + 1, 3, counts_rejoin, &joined);
+        if (me == 0)
+            __atomic_store_n(&job->shared[SH_SURVIVOR_ROUND], (uint64_t)t + 1, __ATOMIC_RELEASE);
+        sleep_ms(20); /* let the joiner come in while the job runs */
+    }
+    GS_ASSERT_EQ(recoveries, 1);
+    gs_ps_destroy(ps);
+    free(g);
+    free(out);
+}
+
+/* The joiner: pulls the current parameters, finds the round they are after
+ * (exact arithmetic: only one round's expected values match), then pushes
+ * from that round on. */
+static void rejoin_joiner(gs_ctx *ctx, ps_job *job)
+{
+    gs_ps *ps = NULL;
+    gs_ps_params p;
+    size_t n = job->counts[0];
+    float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    int at = -1;
+    rejoin_params(job, ctx, &p);
+    GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
+    GS_ASSERT_EQ(gs_ps_index(ps), RJ_VICTIM);
+    ps_register_keys(ps, job); /* the keys came from the store: these return at once */
+    GS_ASSERT_OK(gs_ps_pull(ps, job->keys[0], out));
+    for (int r = RJ_KILL; r <= RJ_ROUNDS && at < 0; r++) {
+        int joined = 0; /* before it: the rounds without the joiner */
+        bool same = true;
+        for (size_t i = 0; i < n && same; i++)
+            same = (double)out[i] == expected(0, i, r, 3, counts_rejoin, &joined);
+        at = same ? r : -1;
+    }
+    GS_ASSERT(at >= RJ_KILL + 1 && at < RJ_ROUNDS); /* admitted after the loss, before the end */
+    __atomic_store_n(&job->shared[SH_JOINED_AT], (uint64_t)at, __ATOMIC_RELEASE);
+    for (int t = at; t < RJ_ROUNDS; t++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = grad_of(0, RJ_VICTIM, t, i);
+        GS_ASSERT_OK(gs_ps_push_pull(ps, job->keys[0], g, out));
+        check_params(out, 0, n, t + 1, 3, counts_rejoin, &at);
+    }
+    GS_ASSERT_OK(gs_ps_destroy(ps));
+    free(g);
+    free(out);
+}
+
+/* The victim's rank: the first process dies before round RJ_KILL; once the
+ * survivors are two rounds further, a replacement starts with GS_REJOIN=1. */
+static void rejoin_victim(ps_job *job)
+{
+    int status;
+    pid_t pid = fork();
+    GS_ASSERT(pid >= 0);
+    if (pid == 0) {
+        gs_ctx *ctx = gs_test_own_ctx();
+        gs_ps *ps = NULL;
+        gs_ps_params p;
+        size_t n = job->counts[0];
+        float *g = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+        rejoin_params(job, ctx, &p);
+        GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
+        ps_register_keys(ps, job);
+        for (int t = 0; t < RJ_KILL; t++) {
+            for (size_t i = 0; i < n; i++)
+                g[i] = grad_of(0, RJ_VICTIM, t, i);
+            GS_ASSERT_OK(gs_ps_push_pull(ps, job->keys[0], g, out));
+        }
+        raise(SIGKILL);
+    }
+    GS_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    GS_ASSERT_RANK_SIGNAL(status, SIGKILL);
+    while (__atomic_load_n(&job->shared[SH_SURVIVOR_ROUND], __ATOMIC_ACQUIRE) < RJ_KILL + 2)
+        sleep_ms(2);
+    pid = fork();
+    GS_ASSERT(pid >= 0);
+    if (pid == 0) {
+        setenv("GS_REJOIN", "1", 1);
+        gs_ctx *ctx = gs_test_own_ctx();
+        rejoin_joiner(ctx, job);
+        GS_ASSERT_OK(gs_ctx_destroy(ctx));
+        _exit(0);
+    }
+    GS_ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    GS_ASSERT_RANK_EXIT(status, 0);
+}
+
+static void rejoin_rank(gs_ctx *unused, int rank, void *arg)
+{
+    ps_job *job = arg;
+    gs_ctx *ctx;
+    (void)unused;
+    if (rank == RJ_VICTIM) {
+        rejoin_victim(job);
+        return;
+    }
+    ctx = gs_test_own_ctx();
+    if (rank < job->workers) {
+        rejoin_survivor(ctx, job);
+    } else {
+        gs_ps *ps = NULL;
+        gs_ps_params p;
+        rejoin_params(job, ctx, &p);
+        GS_ASSERT_OK(gs_ps_create(ctx, &p, &ps));
+        ps_register_keys(ps, job);
+        GS_ASSERT_OK(gs_ps_serve(ps));
+        gs_ps_destroy(ps);
+    }
+    GS_ASSERT_OK(gs_ctx_destroy(ctx));
+}
+
+GS_TEST_TP(elastic_sync_killed_worker_rejoins)
+{
+    ps_job job = ps_job_default(transport, 1, 3);
+    char to[64];
+    const char *env[] = {to, NULL};
+    int status[GS_TEST_RANKS_MAX];
+    gs_test_ranks_opts opts = {
+        .n = 4, .timeout_ms = 60000, .rank_timeout_ms = 10000, .env = env, .no_ctx = true};
+    ps_job_key(&job, 1, 500);
+    job.no_init = true;
+    job.optim = (gs_ps_optim){.kind = GS_PS_SGD, .lr = 1.0f};
+    snprintf(to, sizeof(to), "GS_TIMEOUT_MS=%d", 10000);
+    gs_test_run_ranks_opts(&opts, rejoin_rank, &job, status);
+    for (int r = 0; r < 4; r++)
+        GS_ASSERT_RANK_EXIT(status[r], 0);
 }
