@@ -905,6 +905,11 @@ GS_API gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, fl
  * (every worker that pulls the same round gets the same answer); -1 for an
  * unknown key or no pull yet. */
 GS_API int gs_ps_key_workers(gs_ps *ps, uint64_t key);
+/* Worker: the round (the key's step, 0-based) the next push of key goes to;
+ * for a worker that rejoined (GS_REJOIN=1, elastic), the round the servers
+ * readmitted it at, which the other workers may have passed: the
+ * application skips its steps before it. -1 for an unknown key. */
+GS_API int64_t gs_ps_key_round(gs_ps *ps, uint64_t key);
 
 /* Server: serves until every worker has called gs_ps_destroy (GS_OK) or a
  * worker is lost in sync mode (GS_ERR_PEER_LOST, reported to the other

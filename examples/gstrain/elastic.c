@@ -42,6 +42,7 @@ gs_status gt_elastic_init(trainer *t)
     for (int r = 0; r < t->size; r++)
         t->members[r] = r; /* the trainers are the job's ranks (allreduce); a joiner learns them */
     t->grow_checked = UINT64_MAX;
+    t->live_prev = t->size;
     return GS_OK;
 }
 
@@ -215,6 +216,7 @@ gs_status gt_elastic_recover(trainer *t, uint64_t failed_ns)
     t->pos = (uint64_t)low;
     t->rank = gt_sync_rank(t->sync);
     t->size = n;
+    t->live_prev = n;
     kill_ns = kill_time(t, &r);
     if (kill_ns && kill_ns < failed_ns)
         r.detect_s = (double)(failed_ns - kill_ns) * 1e-9;
@@ -256,7 +258,7 @@ gs_status gt_elastic_adopt(trainer *t)
     if (st == GS_OK)
         st = gt_sync_bcast(t->sync, t->params, t->nparams, GS_F32);
     if (st == GS_OK)
-        st = gt_sync_bcast(t->sync, gt_sgd_velocity(t->sgd), t->nparams, GS_F32);
+        st = t->sgd ? gt_sync_bcast(t->sync, gt_sgd_velocity(t->sgd), t->nparams, GS_F32) : GS_OK;
     if (st == GS_OK)
         st = gt_sync_bcast(t->sync, t->stats, stats_words, GS_I32);
     if (st == GS_OK)

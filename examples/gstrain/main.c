@@ -234,6 +234,25 @@ static gs_status setup_trainer(trainer *t)
     return st;
 }
 
+/* A ps joiner: the others may have completed steps between the state they
+ * sent and the servers' readmission (steps have no collective of the
+ * trainers): its run starts at the round it was readmitted at. */
+static gs_status skip_applied_steps(trainer *t)
+{
+    int64_t round = gt_sync_round(t->sync);
+    while (round > (int64_t)gt_steps_before(t, t->pos) && gt_point_at(t, t->pos).kind == GT_PT_STEP) {
+        gt_point p = gt_point_at(t, t->pos);
+        if (p.step == 0)
+            begin_epoch(t, p.epoch); /* the epoch's order, as run_point would */
+        t->pos++;
+    }
+    if (round >= 0 && round != (int64_t)gt_steps_before(t, t->pos))
+        return gt_fail(GS_ERR_PROTOCOL, "rejoined at round %lld, but the trainers are at step %llu",
+                       (long long)round, (unsigned long long)gt_steps_before(t, t->pos));
+    t->grow_checked = t->pos;
+    return GS_OK;
+}
+
 static gs_status setup(trainer *t)
 {
     gt_sync_params sp = sync_params(&t->opt);
@@ -249,9 +268,15 @@ static gs_status setup(trainer *t)
     t->nparams = sp.count;
     if (!gt_sync_is_server(t->sync))
         st = setup_trainer(t);
+    /* a ps joiner takes the running ranks' state first: the servers readmit it
+     * (in gt_sync_start) in a recovery the others join from their next step */
+    if (st == GS_OK && t->opt.join && t->opt.method == GT_SYNC_PS)
+        st = gt_elastic_adopt(t);
     if (st == GS_OK)
         st = gt_sync_start(t->sync, t->params);
-    if (st == GS_OK && t->opt.join) /* the running ranks' state: where they are, weights, momentum */
+    if (st == GS_OK && t->opt.join && t->opt.method == GT_SYNC_PS)
+        st = skip_applied_steps(t);
+    if (st == GS_OK && t->opt.join && t->opt.method != GT_SYNC_PS) /* where they are, weights, momentum */
         st = gt_elastic_adopt(t);
     return st;
 }
@@ -353,6 +378,17 @@ static gs_status run_point(trainer *t, gt_point p, uint64_t *hash_p, int *same_p
     return GS_ERR_INVALID;
 }
 
+/* ps --elastic: whether the last round counted fewer trainers than the one
+ * seen before (a rejoined trainer raises the count: no loss). Every trainer
+ * pulled the same rounds, so all of them see the same drop at the same step. */
+static int live_dropped(trainer *t)
+{
+    int live = gt_sync_live(t->sync), dropped = live > 0 && live < t->live_prev;
+    if (live > 0)
+        t->live_prev = live;
+    return dropped;
+}
+
 /* Trains, evaluates after every epoch, checks the weights agree; trainer 0
  * reports. The collective calls here and in serve() must match. With
  * --elastic a point lost with a rank is recovered from and run again. */
@@ -368,13 +404,12 @@ static gs_status run(trainer *t, int *same_p)
     while (t->pos < end) {
         gt_point p = gt_point_at(t, t->pos);
         st = GS_OK;
-        if (t->opt.elastic && !ps && t->grow_checked != t->pos &&
+        if (t->opt.elastic && t->grow_checked != t->pos &&
             ((p.kind == GT_PT_STEP && p.step == 0) || p.kind == GT_PT_SAME))
             st = gt_elastic_grow(t); /* processes waiting to join come in here */
         /* ps: the servers went on without a lost trainer (the last round counted
          * fewer): before the next step the others shrink to themselves */
-        int lost =
-            st == GS_OK && t->opt.elastic && ps && p.kind == GT_PT_STEP && gt_sync_live(t->sync) < t->size;
+        int lost = st == GS_OK && t->opt.elastic && ps && p.kind == GT_PT_STEP && live_dropped(t);
         if (lost)
             gt_elastic_save(t, p); /* what the recovery restores for this point: the state now */
         if (st == GS_OK && !lost)

@@ -250,18 +250,6 @@ int gt_options_parse(int argc, char **argv, gt_options *opt)
     if (opt->elastic && !opt->join) { /* a restarted rank (gsrun --restarts) joins */
         const char *rejoin = getenv("GS_REJOIN");
         opt->join = rejoin && strcmp(rejoin, "1") == 0;
-        if (opt->join && opt->method != GT_SYNC_ALLREDUCE) {
-            /* leaving with success keeps gsrun from restarting it again or failing the job */
-            fprintf(stderr,
-                    "gstrain: restarted (GS_REJOIN=1), but a trainer cannot rejoin a parameter-server "
-                    "job yet; leaving, the job goes on without this rank\n");
-            return 1;
-        }
-    }
-    if (opt->join && opt->method != GT_SYNC_ALLREDUCE) {
-        fprintf(stderr, "gstrain: --join (or GS_REJOIN=1 with --elastic) works with --sync allreduce only "
-                        "(a worker cannot rejoin a parameter-server job yet)\n");
-        return 2;
     }
     if (opt->json && !progress_given)
         opt->progress = GT_PROGRESS_NONE;

@@ -253,12 +253,17 @@ gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s)
 
 int gt_sync_live(gt_sync *sync)
 {
-    int live = sync->size;
+    int live = -1;
     for (size_t i = 0; sync->ps && !sync->server && i < sync->p.nsegments; i++) {
         int n = gs_ps_key_workers(sync->ps, i);
-        live = n > 0 && n < live ? n : live;
+        live = n > 0 && (live < 0 || n < live) ? n : live;
     }
     return live;
+}
+
+int64_t gt_sync_round(gt_sync *sync)
+{
+    return sync->ps && !sync->server && sync->p.nsegments ? gs_ps_key_round(sync->ps, 0) : -1;
 }
 
 gs_status gt_sync_grow(gt_sync *sync, int *grown_p)

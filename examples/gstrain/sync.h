@@ -105,9 +105,12 @@ gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_
  * shrink. */
 gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s);
 /* ps --elastic: how many trainers the servers counted in the last round
- * (the same on every trainer that pulled it; gs_ps_key_workers), or the
- * trainers' number before the first round and with other methods. */
+ * (the same on every trainer that pulled it; gs_ps_key_workers), or -1
+ * before the first round and with other methods. */
 int gt_sync_live(gt_sync *sync);
+/* ps: the round the next step's pushes go to (the steps the servers
+ * applied, for a trainer that just rejoined), or -1. */
+int64_t gt_sync_round(gt_sync *sync);
 /* --elastic: a grow point (collective over the trainers). *grown_p = 1 when
  * processes joined: the communicator is then a new one, old ranks first. */
 gs_status gt_sync_grow(gt_sync *sync, int *grown_p);

@@ -43,6 +43,7 @@ struct gt_sync {
     float *pulled;                            /* where pulls land until finish */
     gs_req *ps_pending[GT_SYNC_MAX_SEGMENTS]; /* per segment; NULL when none */
     bool ps_pulled[GT_SYNC_MAX_SEGMENTS];     /* its request finished early (in a test): copy it */
+    bool ps_failed[GT_SYNC_MAX_SEGMENTS];     /* --elastic: failed for a recovery, to be repeated */
 };
 
 extern const gt_sync_ops gt_sync_allreduce_ops;

@@ -285,6 +285,19 @@ static gs_status get_u32(gs_ps *ps, const char *key, void *buf, size_t len)
     return st;
 }
 
+/* A rejoined worker's calls go on from the lowest round any of its shards
+ * is at, for every key alike: the application's step t is round t of every
+ * key, and a shard already past it skips that push (its round completed
+ * without this worker). */
+static void start_at_lowest_round(gs_ps *ps)
+{
+    uint64_t lowest = UINT64_MAX;
+    for (size_t i = 0; i < ps->plan.nshards; i++)
+        lowest = ps->wrk.shards[i].pushed < lowest ? ps->wrk.shards[i].pushed : lowest;
+    for (size_t k = 0; k < ps->wrk.nkeys; k++)
+        ps->wrk.keys[k].next_step = lowest == UINT64_MAX ? 0 : lowest;
+}
+
 /* Elastic: a process started with GS_REJOIN=1 in a lost worker's place. It
  * takes the job's keys from the store, says it waits (join.w<i> of the next
  * generation), and meets the others in the recovery the servers then start
@@ -318,8 +331,8 @@ static gs_status rejoin_worker(gs_ps *ps)
                     ps->plan.nkeys, ps->gen);
     if (st == GS_OK)
         st = rebuild(ps, ps->gen, true);
-    for (size_t k = 0; st == GS_OK && k < ps->wrk.nkeys; k++)
-        gs_ps_worker_start_at_servers(ps, &ps->wrk.keys[k]);
+    if (st == GS_OK)
+        start_at_lowest_round(ps);
     return st;
 }
 

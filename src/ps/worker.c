@@ -554,6 +554,12 @@ int gs_ps_key_workers(gs_ps *ps, uint64_t key)
     return wk && fewest > 0 && fewest != UINT32_MAX ? (int)fewest : -1;
 }
 
+int64_t gs_ps_key_round(gs_ps *ps, uint64_t key)
+{
+    const gs_ps_wkey *wk = ps && !ps->is_server ? find_key(ps, key) : NULL;
+    return wk ? (int64_t)wk->next_step : -1;
+}
+
 /* What the oldest request of req's key still waits for, for the timeout message. */
 static void describe_wait(const gs_ps *ps, const gs_ps_req *req, char *buf, size_t cap)
 {
