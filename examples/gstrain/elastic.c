@@ -264,6 +264,7 @@ gs_status gt_elastic_adopt(trainer *t)
     if (st == GS_OK)
         st = gt_sync_gather(t->sync, &mine, all, 1);
     if (st == GS_OK) {
+        t->live_prev = -1; /* ps: the rounds' counts start over (see live_dropped) */
         for (int i = 0; i < t->size; i++)
             t->members[i] = (int)all[i];
         t->pos = (uint64_t)pos;

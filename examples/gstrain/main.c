@@ -380,10 +380,12 @@ static gs_status run_point(trainer *t, gt_point p, uint64_t *hash_p, int *same_p
 
 /* ps --elastic: whether the last round counted fewer trainers than the one
  * seen before (a rejoined trainer raises the count: no loss). Every trainer
- * pulled the same rounds, so all of them see the same drop at the same step. */
+ * pulled the same rounds, so all of them see the same drop at the same step.
+ * After a grow nobody compares until each has seen one round again (a
+ * joiner has no history, and its first rounds may be ones it skipped). */
 static int live_dropped(trainer *t)
 {
-    int live = gt_sync_live(t->sync), dropped = live > 0 && live < t->live_prev;
+    int live = gt_sync_live(t->sync), dropped = live > 0 && t->live_prev > 0 && live < t->live_prev;
     if (live > 0)
         t->live_prev = live;
     return dropped;
