@@ -860,6 +860,8 @@ typedef struct gs_ps_params {
     int average;            /* 1: the update uses the mean over workers (default), 0: the sum */
     const char *checkpoint; /* file prefix, NULL/"": none (GS_PS_CHECKPOINT) */
     int checkpoint_every;   /* server steps between checkpoints, 0: only on request */
+    int elastic;            /* sync, write aggregation: 1: a lost worker leaves the job, the rounds go on
+                               with the live workers (GS_PS_ELASTIC; docs/ps.md) */
 } gs_ps_params;
 
 /* Defaults from the context's configuration (the GS_PS_* variables). */
@@ -897,6 +899,17 @@ GS_API gs_status gs_ps_push_pull(gs_ps *ps, uint64_t key, const float *grad, flo
 GS_API gs_status gs_ps_ipush(gs_ps *ps, uint64_t key, const float *grad, gs_req **req_p);
 GS_API gs_status gs_ps_ipull(gs_ps *ps, uint64_t key, float *out, gs_req **req_p);
 GS_API gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, float *out, gs_req **req_p);
+/* Worker, sync mode: how many workers' pushes the round of this worker's
+ * last completed pull of key counted (the fewest over the key's shards):
+ * the number of workers until one is lost in elastic mode, fewer after
+ * (every worker that pulls the same round gets the same answer); -1 for an
+ * unknown key or no pull yet. */
+GS_API int gs_ps_key_workers(gs_ps *ps, uint64_t key);
+/* Worker: the round (the key's step, 0-based) the next push of key goes to;
+ * for a worker that rejoined (GS_REJOIN=1, elastic), the round the servers
+ * readmitted it at, which the other workers may have passed: the
+ * application skips its steps before it. -1 for an unknown key. */
+GS_API int64_t gs_ps_key_round(gs_ps *ps, uint64_t key);
 
 /* Server: serves until every worker has called gs_ps_destroy (GS_OK) or a
  * worker is lost in sync mode (GS_ERR_PEER_LOST, reported to the other

@@ -42,6 +42,7 @@ gs_status gt_elastic_init(trainer *t)
     for (int r = 0; r < t->size; r++)
         t->members[r] = r; /* the trainers are the job's ranks (allreduce); a joiner learns them */
     t->grow_checked = UINT64_MAX;
+    t->live_prev = t->size;
     return GS_OK;
 }
 
@@ -60,7 +61,7 @@ void gt_elastic_save(trainer *t, gt_point p)
     if (!t->opt.elastic)
         return;
     memcpy(t->undo.sums[slot], t->sums, sizeof(t->sums));
-    if (p.kind == GT_PT_STEP) {
+    if (p.kind == GT_PT_STEP && t->sgd) { /* ps: the servers hold the weights (a step is never redone) */
         memcpy(t->undo.params[slot], t->params, t->nparams * sizeof(float));
         memcpy(t->undo.velocity[slot], gt_sgd_velocity(t->sgd), t->nparams * sizeof(float));
     }
@@ -185,11 +186,20 @@ gs_status gt_elastic_recover(trainer *t, uint64_t failed_ns)
                        "--elastic: the survivors are at points %lld to %lld (this rank %llu)", (long long)low,
                        (long long)high, (unsigned long long)t->pos);
     }
+    /* ps: the servers applied every step a survivor completed and hold the
+     * weights; a step is never run again (only the metrics points are) */
+    if (t->opt.method == GT_SYNC_PS && gt_point_at(t, (uint64_t)low).kind == GT_PT_STEP && high > low) {
+        free(all);
+        return gt_fail(GS_ERR_PROTOCOL,
+                       "--elastic: a survivor is behind another at a step (%lld, %lld): the parameter "
+                       "server cannot undo a step",
+                       (long long)low, (long long)high);
+    }
     /* rollback: the state from before point low, which every survivor runs next */
     t0 = gs_clock_ns();
     slot = (int)(low & 1);
     memcpy(t->sums, t->undo.sums[slot], sizeof(t->sums));
-    if (gt_point_at(t, (uint64_t)low).kind == GT_PT_STEP) {
+    if (gt_point_at(t, (uint64_t)low).kind == GT_PT_STEP && t->sgd) {
         memcpy(t->params, t->undo.params[slot], t->nparams * sizeof(float));
         memcpy(gt_sgd_velocity(t->sgd), t->undo.velocity[slot], t->nparams * sizeof(float));
     }
@@ -206,6 +216,7 @@ gs_status gt_elastic_recover(trainer *t, uint64_t failed_ns)
     t->pos = (uint64_t)low;
     t->rank = gt_sync_rank(t->sync);
     t->size = n;
+    t->live_prev = n;
     kill_ns = kill_time(t, &r);
     if (kill_ns && kill_ns < failed_ns)
         r.detect_s = (double)(failed_ns - kill_ns) * 1e-9;
@@ -247,12 +258,13 @@ gs_status gt_elastic_adopt(trainer *t)
     if (st == GS_OK)
         st = gt_sync_bcast(t->sync, t->params, t->nparams, GS_F32);
     if (st == GS_OK)
-        st = gt_sync_bcast(t->sync, gt_sgd_velocity(t->sgd), t->nparams, GS_F32);
+        st = t->sgd ? gt_sync_bcast(t->sync, gt_sgd_velocity(t->sgd), t->nparams, GS_F32) : GS_OK;
     if (st == GS_OK)
         st = gt_sync_bcast(t->sync, t->stats, stats_words, GS_I32);
     if (st == GS_OK)
         st = gt_sync_gather(t->sync, &mine, all, 1);
     if (st == GS_OK) {
+        t->live_prev = -1; /* ps: the rounds' counts start over (see live_dropped) */
         for (int i = 0; i < t->size; i++)
             t->members[i] = (int)all[i];
         t->pos = (uint64_t)pos;

@@ -94,7 +94,7 @@ static gs_status train_step(trainer *t, size_t step)
     load_rows(t, &t->train, t->order, first, n);
     gt_mlp_forward(t->mlp, n, t->labels, &sums[SUM_LOSS], &correct);
     gs_trace_span("forward", t0, t1 = gs_clock_ns());
-    st = gt_mlp_backward(t->mlp, n, t->labels, 1.0f / (float)global, on_grad_ready, t->sync);
+    st = gt_mlp_backward(t->mlp, n, t->labels, gt_sync_grad_scale(t->sync, global), on_grad_ready, t->sync);
     gs_trace_span("backward", t1, t2 = gs_clock_ns());
     if (st == GS_OK) {
         gt_elastic_maybe_die(t, GT_DIE_SYNC, number);
@@ -198,7 +198,8 @@ static gt_sync_params sync_params(const gt_options *opt)
                          .lr = opt->lr,
                          .momentum = opt->momentum,
                          .weight_decay = opt->weight_decay,
-                         .join = opt->join};
+                         .join = opt->join,
+                         .elastic = opt->elastic};
     sp.nsegments = gt_mlp_buckets(bucket_floats(opt), sp.segments, GT_SYNC_MAX_SEGMENTS);
     return sp;
 }
@@ -233,6 +234,25 @@ static gs_status setup_trainer(trainer *t)
     return st;
 }
 
+/* A ps joiner: the others may have completed steps between the state they
+ * sent and the servers' readmission (steps have no collective of the
+ * trainers): its run starts at the round it was readmitted at. */
+static gs_status skip_applied_steps(trainer *t)
+{
+    int64_t round = gt_sync_round(t->sync);
+    while (round > (int64_t)gt_steps_before(t, t->pos) && gt_point_at(t, t->pos).kind == GT_PT_STEP) {
+        gt_point p = gt_point_at(t, t->pos);
+        if (p.step == 0)
+            begin_epoch(t, p.epoch); /* the epoch's order, as run_point would */
+        t->pos++;
+    }
+    if (round >= 0 && round != (int64_t)gt_steps_before(t, t->pos))
+        return gt_fail(GS_ERR_PROTOCOL, "rejoined at round %lld, but the trainers are at step %llu",
+                       (long long)round, (unsigned long long)gt_steps_before(t, t->pos));
+    t->grow_checked = t->pos;
+    return GS_OK;
+}
+
 static gs_status setup(trainer *t)
 {
     gt_sync_params sp = sync_params(&t->opt);
@@ -248,9 +268,15 @@ static gs_status setup(trainer *t)
     t->nparams = sp.count;
     if (!gt_sync_is_server(t->sync))
         st = setup_trainer(t);
+    /* a ps joiner takes the running ranks' state first: the servers readmit it
+     * (in gt_sync_start) in a recovery the others join from their next step */
+    if (st == GS_OK && t->opt.join && t->opt.method == GT_SYNC_PS)
+        st = gt_elastic_adopt(t);
     if (st == GS_OK)
         st = gt_sync_start(t->sync, t->params);
-    if (st == GS_OK && t->opt.join) /* the running ranks' state: where they are, weights, momentum */
+    if (st == GS_OK && t->opt.join && t->opt.method == GT_SYNC_PS)
+        st = skip_applied_steps(t);
+    if (st == GS_OK && t->opt.join && t->opt.method != GT_SYNC_PS) /* where they are, weights, momentum */
         st = gt_elastic_adopt(t);
     return st;
 }
@@ -308,6 +334,10 @@ static void describe(trainer *t)
 static gs_status serve(trainer *t, int *same_p)
 {
     gs_status st = GS_OK;
+    if (t->opt.elastic) { /* the trainers sum and check among themselves; serving ends when they leave */
+        *same_p = 1;
+        return GS_OK;
+    }
     for (int epoch = 1; epoch <= t->opt.epochs && st == GS_OK; epoch++) {
         double train_sums[SUM_COUNT] = {0}, eval_sums[2] = {0};
         st = gt_sync_sum(t->sync, train_sums, SUM_COUNT);
@@ -348,6 +378,19 @@ static gs_status run_point(trainer *t, gt_point p, uint64_t *hash_p, int *same_p
     return GS_ERR_INVALID;
 }
 
+/* ps --elastic: whether the last round counted fewer trainers than the one
+ * seen before (a rejoined trainer raises the count: no loss). Every trainer
+ * pulled the same rounds, so all of them see the same drop at the same step.
+ * After a grow nobody compares until each has seen one round again (a
+ * joiner has no history, and its first rounds may be ones it skipped). */
+static int live_dropped(trainer *t)
+{
+    int live = gt_sync_live(t->sync), dropped = live > 0 && t->live_prev > 0 && live < t->live_prev;
+    if (live > 0)
+        t->live_prev = live;
+    return dropped;
+}
+
 /* Trains, evaluates after every epoch, checks the weights agree; trainer 0
  * reports. The collective calls here and in serve() must match. With
  * --elastic a point lost with a rank is recovered from and run again. */
@@ -355,7 +398,7 @@ static gs_status run(trainer *t, int *same_p)
 {
     double start = gt_now_s();
     uint64_t hash = 0, end = gt_point_count(t);
-    int same = 0;
+    int same = 0, ps = t->opt.method == GT_SYNC_PS;
     gs_status st = GS_OK;
     describe(t);
     if (t->rank == 0 && !t->opt.json)
@@ -366,14 +409,21 @@ static gs_status run(trainer *t, int *same_p)
         if (t->opt.elastic && t->grow_checked != t->pos &&
             ((p.kind == GT_PT_STEP && p.step == 0) || p.kind == GT_PT_SAME))
             st = gt_elastic_grow(t); /* processes waiting to join come in here */
-        if (st == GS_OK)
+        /* ps: the servers went on without a lost trainer (the last round counted
+         * fewer): before the next step the others shrink to themselves */
+        int lost = st == GS_OK && t->opt.elastic && ps && p.kind == GT_PT_STEP && live_dropped(t);
+        if (lost)
+            gt_elastic_save(t, p); /* what the recovery restores for this point: the state now */
+        if (st == GS_OK && !lost)
             st = run_point(t, p, &hash, &same);
-        if (st == GS_OK) {
+        if (st == GS_OK && !lost) {
             t->pos++;
             gt_elastic_point_done(t);
             continue;
         }
-        if (!t->opt.elastic || st != GS_ERR_PEER_LOST)
+        /* ps: the servers go on without a lost trainer, so a step fails only with a
+         * lost server, which --elastic does not survive (a step cannot be undone there) */
+        if (!lost && (!t->opt.elastic || st != GS_ERR_PEER_LOST || (ps && p.kind == GT_PT_STEP)))
             return st;
         if ((st = gt_elastic_recover(t, gs_clock_ns())) != GS_OK)
             return st;

@@ -49,7 +49,8 @@ static void usage(FILE *out)
             "                      (needs gnuplot: apt-get install gnuplot-nox)\n"
             "  --elastic           survive a lost rank (run under gsrun --elastic): the survivors shrink\n"
             "                      the communicator, go back to the last step every rank completed and\n"
-            "                      go on with the same global batch split over the ranks left\n"
+            "                      go on with the same global batch split over the ranks left (--sync\n"
+            "                      ps: the servers go on with the live trainers' mean, no rollback)\n"
             "  --join              join a running --elastic job in a lost rank's place (gsrun --restarts\n"
             "                      starts it so, with GS_REJOIN=1): at the next epoch's start (or the\n"
             "                      final check) the running ranks admit it and broadcast the weights and\n"
@@ -250,11 +251,6 @@ int gt_options_parse(int argc, char **argv, gt_options *opt)
     if (opt->elastic && !opt->join) { /* a restarted rank (gsrun --restarts) joins */
         const char *rejoin = getenv("GS_REJOIN");
         opt->join = rejoin && strcmp(rejoin, "1") == 0;
-    }
-    if (opt->elastic && opt->method != GT_SYNC_ALLREDUCE) {
-        fprintf(stderr, "gstrain: --elastic works with --sync allreduce only (the parameter server's "
-                        "workers cannot shrink yet)\n");
-        return 2;
     }
     if (opt->json && !progress_given)
         opt->progress = GT_PROGRESS_NONE;

@@ -116,6 +116,12 @@ int gt_sync_updates_weights(const gt_sync *sync)
     return sync->ops == &gt_sync_ps_ops;
 }
 
+float gt_sync_grad_scale(const gt_sync *sync, size_t global)
+{
+    float parts = sync->ps && sync->p.elastic ? (float)sync->size : 1.0f;
+    return parts / (float)global;
+}
+
 float *gt_sync_grads(gt_sync *sync)
 {
     return sync->grads;
@@ -225,8 +231,8 @@ gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s)
     uint64_t agree_ns = 0, rebuild_ns = 0;
     gs_comm *next = NULL;
     gs_status st;
-    if (!sync->comm || sync->ps)
-        return gt_fail(GS_ERR_UNSUPPORTED, "--elastic needs --sync allreduce and more than one rank");
+    if (!sync->comm || (sync->ps && !sync->p.elastic))
+        return gt_fail(GS_ERR_UNSUPPORTED, "--elastic needs more than one rank");
     st = gs_comm_shrink(sync->comm, &next);
     if (st != GS_OK)
         return gt_fail(st, "shrinking to the surviving ranks failed: %s", gt_lib_error());
@@ -243,6 +249,21 @@ gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s)
     *agree_s = (double)agree_ns * 1e-9;
     *rebuild_s = (double)rebuild_ns * 1e-9;
     return GS_OK;
+}
+
+int gt_sync_live(gt_sync *sync)
+{
+    int live = -1;
+    for (size_t i = 0; sync->ps && !sync->server && i < sync->p.nsegments; i++) {
+        int n = gs_ps_key_workers(sync->ps, i);
+        live = n > 0 && (live < 0 || n < live) ? n : live;
+    }
+    return live;
+}
+
+int64_t gt_sync_round(gt_sync *sync)
+{
+    return sync->ps && !sync->server && sync->p.nsegments ? gs_ps_key_round(sync->ps, 0) : -1;
 }
 
 gs_status gt_sync_grow(gt_sync *sync, int *grown_p)

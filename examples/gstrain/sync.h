@@ -40,6 +40,9 @@ typedef struct gt_sync_params {
     float lr, momentum, weight_decay; /* ps: the servers' optimizer (as gt_sgd) */
     int join;                         /* a process joining a running job (allreduce): the communicator
                                          comes from gs_comm_grow, at the running ranks' next grow point */
+    int elastic;                      /* --elastic; ps: the servers go on without a lost trainer (mean
+                                         over the live ones), the metrics' communicator holds the
+                                         trainers only */
 } gt_sync_params;
 
 typedef struct gt_sync gt_sync;
@@ -68,6 +71,12 @@ gs_status gt_sync_start(gt_sync *sync, float *params);
  * the gradient summed over the trainers and the caller runs the optimizer. */
 int gt_sync_updates_weights(const gt_sync *sync);
 
+/* The factor of a trainer's gradient over its rows of a step of global rows:
+ * 1 / global (the trainers' parts sum to the batch mean), or with ps
+ * --elastic size / global (the servers take the mean over the parts of the
+ * live trainers: the batch mean over the rows they computed). */
+float gt_sync_grad_scale(const gt_sync *sync, size_t global);
+
 /* The gradient vector (count floats, page-aligned). */
 float *gt_sync_grads(gt_sync *sync);
 
@@ -88,13 +97,20 @@ void gt_sync_times(const gt_sync *sync, double *wait_s, double *sync_s);
  * (has_weights; a server passes 0): *same_p = 1 when they all agree. */
 gs_status gt_sync_same(gt_sync *sync, uint64_t hash, int has_weights, int *same_p);
 
-/* --elastic (allreduce only). After a call failed with GS_ERR_PEER_LOST:
+/* --elastic. After a call failed with GS_ERR_PEER_LOST (ps: a metrics call of the trainers'):
  * the survivors' communicator (gs_comm_shrink) replaces the failed one,
  * which is aborted with the requests still pending on it; rank and size
  * are then this rank's among the survivors. On failure the failed one
  * stays (shrink it again). *agree_s and *rebuild_s: the parts of the
  * shrink. */
 gs_status gt_sync_shrink(gt_sync *sync, double *agree_s, double *rebuild_s);
+/* ps --elastic: how many trainers the servers counted in the last round
+ * (the same on every trainer that pulled it; gs_ps_key_workers), or -1
+ * before the first round and with other methods. */
+int gt_sync_live(gt_sync *sync);
+/* ps: the round the next step's pushes go to (the steps the servers
+ * applied, for a trainer that just rejoined), or -1. */
+int64_t gt_sync_round(gt_sync *sync);
 /* --elastic: a grow point (collective over the trainers). *grown_p = 1 when
  * processes joined: the communicator is then a new one, old ranks first. */
 gs_status gt_sync_grow(gt_sync *sync, int *grown_p);

@@ -25,7 +25,8 @@ struct gt_sync {
     gt_sync_params p;
     const gt_sync_ops *ops;
     gs_ctx *ctx;
-    gs_comm *comm;  /* every rank of the job; NULL with one rank */
+    gs_comm
+        *comm; /* every rank of the job (ps --elastic: the trainers; NULL on a server); NULL with one rank */
     int rank, size; /* among the trainers */
     int server;     /* this rank is a parameter server */
     int servers;
@@ -42,6 +43,7 @@ struct gt_sync {
     float *pulled;                            /* where pulls land until finish */
     gs_req *ps_pending[GT_SYNC_MAX_SEGMENTS]; /* per segment; NULL when none */
     bool ps_pulled[GT_SYNC_MAX_SEGMENTS];     /* its request finished early (in a test): copy it */
+    bool ps_failed[GT_SYNC_MAX_SEGMENTS];     /* --elastic: failed for a recovery, to be repeated */
 };
 
 extern const gt_sync_ops gt_sync_allreduce_ops;

@@ -69,6 +69,7 @@ typedef struct trainer {
     gt_join joins[GT_RECOVERIES_MAX];
     int njoins;
     uint64_t grow_checked; /* the point whose grow point is behind (UINT64_MAX: none yet) */
+    int live_prev;         /* ps: the trainers the last round counted, as of the last check */
 } trainer;
 
 /* Point pos of the run; the number of points; the steps before point pos. */

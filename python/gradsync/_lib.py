@@ -47,7 +47,7 @@ class PsParams(ctypes.Structure):
     _fields_ = [("role", c_int), ("servers", c_int), ("transport", c_char_p), ("mode", c_int),
                 ("staleness", c_int), ("agg", c_int), ("atomic_frac_bits", c_int), ("shard_bytes", c_size_t),
                 ("optim", PsOptim), ("average", c_int), ("checkpoint", c_char_p), ("checkpoint_every", c_int),
-                ("_reserve", ctypes.c_char * 256)]
+                ("elastic", c_int), ("_reserve", ctypes.c_char * 256)]
 
 
 class Tensor(ctypes.Structure):

@@ -41,6 +41,7 @@ void gs_ps_params_init(const gs_ctx *ctx, gs_ps_params *p)
     p->average = 1;
     p->checkpoint = cfg->ps_checkpoint;
     p->checkpoint_every = (int)cfg->ps_checkpoint_every;
+    p->elastic = cfg->ps_elastic ? 1 : 0;
 }
 
 void gs_ps_tag(const gs_ps *ps, char *buf, size_t cap, const char *fmt, ...)
@@ -95,6 +96,10 @@ static gs_status check_params(const gs_ctx *ctx, const gs_ps_params *p)
     else if (p->agg == GS_PS_AGG_FETCH_ADD && p->mode == GS_PS_MODE_ASYNC)
         why = "GS_PS_AGG=atomic needs GS_PS_MODE=sync (the accumulator is drained between steps; NIC atomics "
               "are not atomic against the server CPU draining it concurrently)";
+    else if (p->elastic && (p->mode != GS_PS_MODE_SYNC || p->agg != GS_PS_AGG_WRITE_SLOTS))
+        why =
+            "GS_PS_ELASTIC=1 needs GS_PS_MODE=sync and GS_PS_AGG=write (async already goes on without a lost "
+            "worker; the atomic accumulator counts every worker's arrival)";
     else if (p->checkpoint_every < 0)
         why = "GS_PS_CHECKPOINT_EVERY must be >= 0";
     if (why)

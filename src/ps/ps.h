@@ -116,8 +116,10 @@ typedef struct gs_ps_server {
     uint64_t next_probe_ns; /* peer-loss probes are rate limited */
     uint32_t *outbox;       /* control replies owed: worker << 8 | cmd, then arg */
     size_t noutbox, outbox_cap;
-    gs_status verdict;  /* what gs_ps_serve returns once finished */
-    bool recover_asked; /* a worker asked for recovery */
+    gs_status verdict;           /* what gs_ps_serve returns once finished */
+    bool recheck;                /* elastic: a worker was lost, rounds waiting for it may be complete */
+    uint64_t next_join_probe_ns; /* elastic: when to look for rejoining workers again */
+    bool recover_asked;          /* a worker asked for recovery */
     uint32_t recover_arg;
     struct gs_ps_pool *pool; /* apply threads while serving (GS_PS_APPLY_THREADS > 1), else NULL */
 } gs_ps_server;
@@ -156,6 +158,7 @@ typedef struct gs_ps_wshard {
     uint64_t error_version;        /* 1 + the shard version of the last error recorded (or reported by us) */
     uint32_t pull_tries;
     uint64_t retry_at_ns; /* pull: torn read, try again after this */
+    uint32_t counted;     /* sync: the pushes the round of the last pull counted (its head's) */
 } gs_ps_wshard;
 
 typedef struct gs_ps_req gs_ps_req; /* a push or pull in flight (below) */
@@ -426,6 +429,13 @@ static inline size_t gs_ps_pull_stage_bytes(uint32_t workers, uint64_t count)
 }
 
 /* ---- recover.c ---------------------------------------------------------------------- */
+/* Server, elastic: when every lost worker has a process waiting to rejoin in
+ * its place (probed in the store every 50 ms), asks for a recovery that
+ * readmits them. */
+void gs_ps_server_check_joiners(gs_ps *ps);
+/* Worker: a key goes on from the step its servers hold (the lowest, if
+ * shards differ: those ahead skip the steps they have). register.c. */
+void gs_ps_worker_start_at_servers(gs_ps *ps, gs_ps_wkey *wk);
 /* Server: a worker asked for recovery: rebuild the transport with the others. */
 gs_status gs_ps_recover_server(gs_ps *ps);
 /* gs_ps_create of a process started with GS_REJOIN=1 in a lost server's place. */

@@ -46,7 +46,9 @@ typedef struct gs_ps_head {
     uint32_t workers;
     uint64_t count;    /* f32 elements */
     uint64_t data_off; /* bytes from the region start to the parameters */
-    uint64_t reserved;
+    uint32_t counted;  /* sync: the pushes the last applied round counted (elastic: fewer than workers
+                          once one is lost); 0 before the first round and in async mode */
+    uint32_t reserved;
 } gs_ps_head;
 _Static_assert(sizeof(gs_ps_head) == GS_PS_ALIGN, "the head is one cache line");
 _Static_assert(offsetof(gs_ps_head, seq) == 0, "seq comes first");

@@ -117,12 +117,14 @@ static gs_status move_worker(gs_ps *ps)
     return st;
 }
 
-/* A restarted server builds its shards from the checkpoint's keys. */
+/* A restarted server builds its shards from the checkpoint's keys, a
+ * rejoining worker its keys from the job's key list. */
 static gs_status build_restarted(gs_ps *ps)
 {
     gs_status st = GS_OK;
     for (size_t k = 0; st == GS_OK && k < ps->plan.nkeys; k++)
-        st = gs_ps_server_add_key(ps, &ps->plan.keys[k]);
+        st = ps->is_server ? gs_ps_server_add_key(ps, &ps->plan.keys[k])
+                           : gs_ps_worker_add_key(ps, &ps->plan.keys[k]);
     return st;
 }
 
@@ -187,6 +189,9 @@ static gs_status rebuild(gs_ps *ps, uint32_t gen, bool restarted)
 
 /* ---- servers --------------------------------------------------------------------------- */
 
+static bool joiner_waits(gs_ps *ps, int w, uint32_t gen);
+static void readmit(gs_ps *ps, int w);
+
 gs_status gs_ps_recover_server(gs_ps *ps)
 {
     uint32_t gen = ps->gen + 1;
@@ -204,7 +209,70 @@ gs_status gs_ps_recover_server(gs_ps *ps)
     while ((ps->srv.noutbox || gs_ps_tx_live(ps, &ps->srv.tx) > 0) && !gs_deadline_passed(deadline))
         if (gs_ps_server_progress(ps, gs_ps_wait_ms(deadline)) != GS_OK)
             break;
+    for (int w = 0; ps->params.elastic && w < ps->nworkers; w++)
+        if (ps->srv.lost[w] && joiner_waits(ps, w, gen))
+            readmit(ps, w);
     return rebuild(ps, gen, false);
+}
+
+/* ---- elastic: a worker rejoining ------------------------------------------------------- */
+
+/* Whether a process waits to rejoin in lost worker w's place at recovery gen. */
+static bool joiner_waits(gs_ps *ps, int w, uint32_t gen)
+{
+    char key[128], full[GS_STORE_KEY_MAX + 1]; /* prefix: at most 95 */
+    uint32_t cur = ps->gen, got = 0;
+    size_t len = 0;
+    ps->gen = gen;
+    gs_ps_tag(ps, key, sizeof(key), "join.w%d", w);
+    ps->gen = cur;
+    snprintf(full, sizeof(full), "%s%s", ps->ctx->prefix, key);
+    return gs_boot_kv_probe(ps->ctx, full, &got, sizeof(got), &len) == GS_OK && len == sizeof(got);
+}
+
+/* Worker w is back: its pushes count from each shard's pending round on
+ * (nothing of its earlier incarnation is waited for or applied). */
+static void readmit(gs_ps *ps, int w)
+{
+    gs_ps_server *srv = &ps->srv;
+    srv->lost[w] = false;
+    srv->finished--;
+    for (uint32_t i = 0; i < srv->nshards; i++) {
+        gs_ps_sshard *sh = &srv->shards[i];
+        gs_ps_head *h = gs_ps_head_of(sh);
+        gs_ps_wstate *ws = &gs_ps_wstate_of(sh)[w];
+        gs_ps_seq_begin(h);
+        ws->received = ws->applied = h->version;
+        ws->flags &= ~(uint64_t)GS_PS_WSTATE_LOST;
+        h->min_step = gs_ps_min_step(ps, sh);
+        gs_ps_seq_end(h);
+    }
+    gs_log_warn(PS,
+                "rank %d: server %d: worker %d (rank %d) rejoins at recovery %u; its pushes count from each "
+                "shard's next round",
+                ps->rank, ps->index, w, ps->worker_ranks[w], ps->gen + 1);
+}
+
+#define JOIN_PROBE_NS 50000000ull /* 50 ms */
+
+void gs_ps_server_check_joiners(gs_ps *ps)
+{
+    gs_ps_server *srv = &ps->srv;
+    uint64_t now = gs_now_ns();
+    int lost = 0, waiting = 0;
+    if (!ps->params.elastic || srv->recover_asked || now < srv->next_join_probe_ns)
+        return;
+    srv->next_join_probe_ns = now + JOIN_PROBE_NS;
+    for (int w = 0; w < ps->nworkers; w++)
+        if (srv->lost[w]) {
+            lost++;
+            waiting += joiner_waits(ps, w, ps->gen + 1);
+        }
+    /* the recovery's meeting needs every rank of the job: only once every lost one is replaced */
+    if (lost > 0 && waiting == lost) {
+        srv->recover_asked = true;
+        srv->recover_arg = (ps->gen + 1) & 0xffffffu;
+    }
 }
 
 static gs_status get_u32(gs_ps *ps, const char *key, void *buf, size_t len)
@@ -214,6 +282,57 @@ static gs_status get_u32(gs_ps *ps, const char *key, void *buf, size_t len)
     if (st == GS_OK && got != len)
         st = gs_fail(GS_SUBSYS_PS, GS_ERR_PROTOCOL, "rank %d: store key %s holds %zu bytes, expected %zu",
                      ps->rank, key, got, len);
+    return st;
+}
+
+/* A rejoined worker's calls go on from the lowest round any of its shards
+ * is at, for every key alike: the application's step t is round t of every
+ * key, and a shard already past it skips that push (its round completed
+ * without this worker). */
+static void start_at_lowest_round(gs_ps *ps)
+{
+    uint64_t lowest = UINT64_MAX;
+    for (size_t i = 0; i < ps->plan.nshards; i++)
+        lowest = ps->wrk.shards[i].pushed < lowest ? ps->wrk.shards[i].pushed : lowest;
+    for (size_t k = 0; k < ps->wrk.nkeys; k++)
+        ps->wrk.keys[k].next_step = lowest == UINT64_MAX ? 0 : lowest;
+}
+
+/* Elastic: a process started with GS_REJOIN=1 in a lost worker's place. It
+ * takes the job's keys from the store, says it waits (join.w<i> of the next
+ * generation), and meets the others in the recovery the servers then start
+ * (the live workers join it from their failed call, gs_ps_recover). */
+static gs_status rejoin_worker(gs_ps *ps)
+{
+    char key[GS_STORE_KEY_MAX + 1];
+    uint64_t *list = NULL;
+    size_t len = 0, cap = 2 * 4096 * sizeof(uint64_t);
+    uint32_t gen = 0;
+    gs_status st;
+    snprintf(key, sizeof(key), "gs.ps.%u.gen", ps->ns);
+    st = get_u32(ps, key, &gen, sizeof(gen));
+    if (st == GS_OK)
+        st = gs_ps_state_init(ps);
+    if (st == GS_OK && !(list = gs_calloc(1, cap)))
+        st = GS_ERR_NOMEM;
+    snprintf(key, sizeof(key), "gs.ps.%u.keys", ps->ns);
+    if (st == GS_OK)
+        st = gs_store_get(ps->ctx, key, list, cap, &len);
+    for (size_t k = 0; st == GS_OK && k < len / (2 * sizeof(uint64_t)); k++)
+        st = gs_ps_plan_add(&ps->plan, list[2 * k], (size_t)list[2 * k + 1]);
+    free(list);
+    ps->gen = gen + 1;
+    ps->restarted = true;
+    gs_ps_tag(ps, key, sizeof(key), "join.w%d", ps->index);
+    if (st == GS_OK)
+        st = gs_store_put(ps->ctx, key, &gen, sizeof(gen));
+    if (st == GS_OK)
+        gs_log_warn(PS, "rank %d: worker %d rejoins (%zu keys); waiting for recovery %u", ps->rank, ps->index,
+                    ps->plan.nkeys, ps->gen);
+    if (st == GS_OK)
+        st = rebuild(ps, ps->gen, true);
+    if (st == GS_OK)
+        start_at_lowest_round(ps);
     return st;
 }
 
@@ -231,10 +350,14 @@ gs_status gs_ps_restart(gs_ps *ps)
     if (st == GS_OK)
         st = gs_ps_take_roles(ps, roles);
     free(roles);
+    if (st == GS_OK && !ps->is_server && !ps->params.elastic)
+        st = gs_fail(
+            GS_SUBSYS_PS, GS_ERR_CONFIG,
+            "rank %d: GS_REJOIN=1 restarts a parameter server, but this rank is a worker of the job (a "
+            "worker rejoins only in elastic mode: GS_PS_ELASTIC=1)",
+            ps->rank);
     if (st == GS_OK && !ps->is_server)
-        st = gs_fail(GS_SUBSYS_PS, GS_ERR_CONFIG,
-                     "rank %d: GS_REJOIN=1 restarts a parameter server, but this rank is a worker of the job",
-                     ps->rank);
+        return rejoin_worker(ps);
     snprintf(key, sizeof(key), "gs.ps.%u.gen", ps->ns);
     if (st == GS_OK)
         st = get_u32(ps, key, &gen, sizeof(gen));

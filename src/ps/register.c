@@ -452,13 +452,31 @@ gs_status gs_ps_exchange_key(gs_ps *ps, size_t ki, const float *init)
 
 /* A key restored from a checkpoint goes on from the step its servers hold
  * (the lowest, if shards differ: those ahead skip the steps they have). */
-static void start_at_restored_step(gs_ps *ps, gs_ps_wkey *wk)
+void gs_ps_worker_start_at_servers(gs_ps *ps, gs_ps_wkey *wk)
 {
     uint64_t step = UINT64_MAX;
     for (size_t i = 0; i < wk->nshards; i++)
         if (ps->wrk.shards[wk->first + i].pushed < step)
             step = ps->wrk.shards[wk->first + i].pushed;
     wk->next_step = step;
+}
+
+/* Elastic: the key list in the store (key, count per key), for a worker
+ * that rejoins later (gs_ps_restart). */
+static gs_status publish_keys(gs_ps *ps)
+{
+    char tag[64];
+    uint64_t *list = gs_calloc(2 * ps->plan.nkeys, sizeof(uint64_t));
+    gs_status st = list ? GS_OK : GS_ERR_NOMEM;
+    for (size_t k = 0; list && k < ps->plan.nkeys; k++) {
+        list[2 * k] = ps->plan.keys[k].key;
+        list[2 * k + 1] = ps->plan.keys[k].count;
+    }
+    snprintf(tag, sizeof(tag), "gs.ps.%u.keys", ps->ns);
+    if (st == GS_OK)
+        st = gs_store_put(ps->ctx, tag, list, 2 * ps->plan.nkeys * sizeof(uint64_t));
+    free(list);
+    return st;
 }
 
 gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *init)
@@ -470,13 +488,14 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
     if (ps->thread_started)
         return gs_fail(GS_SUBSYS_PS, GS_ERR_INVALID,
                        "rank %d: gs_ps_register after gs_ps_serve_start: register every key first", ps->rank);
-    if (ps->restarted) { /* the keys came from the checkpoint */
+    if (ps->restarted) { /* the keys came from the checkpoint (a rejoined worker: from the store) */
         info = gs_ps_plan_find(&ps->plan, key);
         if (info && info->count == count)
             return GS_OK;
-        return gs_fail(GS_SUBSYS_PS, GS_ERR_MISMATCH,
-                       "rank %d: restarted server %d: key %llu (%zu elements) is not in its checkpoint%s",
-                       ps->rank, ps->index, (unsigned long long)key, count, info ? " with that size" : "");
+        return gs_fail(
+            GS_SUBSYS_PS, GS_ERR_MISMATCH, "rank %d: restarted %s %d: key %llu (%zu elements) is not in %s%s",
+            ps->rank, gs_ps_role_name(ps), ps->index, (unsigned long long)key, count,
+            ps->is_server ? "its checkpoint" : "the job's key list", info ? " with that size" : "");
     }
     st = gs_ps_plan_add(&ps->plan, key, count);
     if (st != GS_OK)
@@ -486,7 +505,9 @@ gs_status gs_ps_register(gs_ps *ps, uint64_t key, size_t count, const float *ini
     if (st == GS_OK)
         st = gs_ps_exchange_key(ps, ps->plan.nkeys - 1, init);
     if (st == GS_OK && !ps->is_server)
-        start_at_restored_step(ps, &ps->wrk.keys[ps->wrk.nkeys - 1]);
+        gs_ps_worker_start_at_servers(ps, &ps->wrk.keys[ps->wrk.nkeys - 1]);
+    if (st == GS_OK && ps->params.elastic && !ps->is_server && ps->index == 0)
+        st = publish_keys(ps);
     if (st == GS_OK)
         gs_log_debug(PS, "rank %d: key %llu registered: %zu elements in %zu shards", ps->rank,
                      (unsigned long long)key, count, info->nshards);

@@ -91,6 +91,7 @@ static void flush_outbox(gs_ps *ps)
 void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
 {
     gs_ps_server *srv = &ps->srv;
+    bool sync_fails = ps->params.mode == GS_PS_MODE_SYNC && !ps->params.elastic;
     if (srv->lost[w] || srv->bye[w])
         return;
     srv->lost[w] = true;
@@ -103,16 +104,22 @@ void gs_ps_server_worker_lost(gs_ps *ps, int w, gs_status st, const char *why)
         gs_ps_wstate_of(sh)[w].flags |= GS_PS_WSTATE_LOST;
         h->min_step = gs_ps_min_step(ps, sh);
         gs_ps_seq_end(h);
-        /* the first loss is the cause the notices keep naming */
-        if (ps->params.mode == GS_PS_MODE_SYNC && sh->status != GS_ERR_PEER_LOST &&
-            sh->status != GS_ERR_TIMEOUT) {
+        /* the first loss is the cause the notices keep naming (elastic: not an error) */
+        if (sync_fails && sh->status != GS_ERR_PEER_LOST && sh->status != GS_ERR_TIMEOUT) {
             sh->status = st;
             sh->status_about = w;
         }
-        if (ps->params.mode == GS_PS_MODE_SYNC || h->min_step != old_min)
+        if (sync_fails || h->min_step != old_min)
             gs_ps_notify_all(ps, sh);
     }
-    if (ps->params.mode == GS_PS_MODE_SYNC) {
+    if (ps->params.elastic) {
+        srv->recheck = true; /* rounds waiting only for w complete in the serve loop */
+        gs_log_warn(
+            PS,
+            "rank %d: server %d: worker %d (rank %d) %s; elastic: its pushes count no more, the rounds "
+            "go on with the other %d",
+            ps->rank, ps->index, w, ps->worker_ranks[w], why, ps->nworkers - srv->finished);
+    } else if (ps->params.mode == GS_PS_MODE_SYNC) {
         gs_status verdict =
             gs_fail(GS_SUBSYS_PS, st,
                     "rank %d: server %d: worker %d (rank %d) %s; sync mode cannot go on without it (the "
@@ -157,15 +164,33 @@ static void find_lost_workers(gs_ps *ps, bool may_sleep)
 /* Sync: every worker's gradient of the pending step is in. A lost worker's
  * never will be: the step does not complete without it (pushes that arrive
  * after the loss, even while the notices of it leave, apply nothing, and
- * the notices keep saying who is lost). */
+ * the notices keep saying who is lost). Elastic: every live worker's is in
+ * (a lost worker's push of the step counts if it arrived before the loss
+ * was known, see gs_ps_apply_sync; it is never waited for). */
 static bool sync_complete(const gs_ps *ps, const gs_ps_sshard *sh)
 {
     const gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     uint64_t version = gs_ps_head_of(sh)->version;
-    for (int w = 0; w < ps->nworkers; w++)
+    int counted = 0;
+    for (int w = 0; w < ps->nworkers; w++) {
+        if (ps->srv.lost[w] && ps->params.elastic) {
+            counted += ws[w].received > version;
+            continue;
+        }
         if (ps->srv.lost[w] || ws[w].received <= version)
             return false;
-    return true;
+        counted++;
+    }
+    return counted > 0;
+}
+
+/* Elastic: after a loss, the rounds that waited only for the lost worker. */
+static void complete_waiting_rounds(gs_ps *ps)
+{
+    ps->srv.recheck = false;
+    for (uint32_t i = 0; i < ps->srv.nshards; i++)
+        if (!ps->srv.shards[i].init_pending && sync_complete(ps, &ps->srv.shards[i]))
+            gs_ps_apply_sync(ps, &ps->srv.shards[i]);
 }
 
 static gs_ps_sshard *shard_at(gs_ps *ps, uint32_t slot, int peer, const char *what)
@@ -405,6 +430,8 @@ static int serve_wait_ms(const gs_ps *ps)
     uint64_t now = gs_now_ns(), next = UINT64_MAX, timeout_ns = (uint64_t)ps->timeout_ms * 1000000ull;
     if (ps->params.mode != GS_PS_MODE_SYNC)
         return IDLE_WAIT_MS;
+    if (ps->params.elastic && ps->srv.finished > 0)
+        next = ps->srv.next_join_probe_ns; /* elastic: look for rejoining workers */
     for (uint32_t i = 0; i < ps->srv.nshards; i++) {
         const gs_ps_sshard *sh = &ps->srv.shards[i];
         if (sh->waiting_since_ns && sh->waiting_since_ns + timeout_ns < next)
@@ -453,6 +480,10 @@ gs_status gs_ps_serve(gs_ps *ps)
         gs_status st = gs_ps_server_progress(ps, serve_wait_ms(ps));
         if (st == GS_OK)
             check_deadlines(ps);
+        if (st == GS_OK && srv->recheck)
+            complete_waiting_rounds(ps);
+        if (st == GS_OK && ps->params.elastic && srv->finished > 0)
+            gs_ps_server_check_joiners(ps);
         if (st == GS_OK && srv->verdict == GS_OK)
             st = gs_ps_server_maybe_checkpoint(ps);
         if (st == GS_OK && srv->recover_asked)

@@ -46,9 +46,9 @@ static float *slot_of(const gs_ps_sshard *sh, int w)
     return (float *)((char *)gs_mr_addr(sh->slots) + (size_t)w * gs_ps_slot_bytes(sh->count));
 }
 
-static float grad_scale(const gs_ps *ps)
+static float grad_scale(const gs_ps *ps, int counted)
 {
-    return ps->params.average ? 1.0f / (float)ps->nworkers : 1.0f;
+    return ps->params.average ? 1.0f / (float)counted : 1.0f;
 }
 
 /* One optimizer step with grad, inside the seqlock. */
@@ -71,11 +71,11 @@ static void trace_apply(const gs_ps *ps, const gs_ps_sshard *sh, const char *mod
                    gs_now_ns(), args, (int)(sizeof(args) / sizeof(args[0])));
 }
 
-static void update(gs_ps *ps, gs_ps_sshard *sh, const float *grad)
+static void update(gs_ps *ps, gs_ps_sshard *sh, const float *grad, int counted)
 {
     sh->opt_steps++;
-    gs_ps_optim_apply(&ps->params.optim, gs_ps_params_of(sh), grad, grad_scale(ps), sh->state, sh->opt_steps,
-                      sh->count);
+    gs_ps_optim_apply(&ps->params.optim, gs_ps_params_of(sh), grad, grad_scale(ps, counted), sh->state,
+                      sh->opt_steps, sh->count);
     gs_ps_head_of(sh)->version++;
 }
 
@@ -85,26 +85,38 @@ gs_status gs_ps_apply_sync(gs_ps *ps, gs_ps_sshard *sh)
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     const float *grads[GS_PS_FUSE_MAX];
     uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0, first_ns = sh->waiting_since_ns;
+    int counted = 0, first = -1;
+    /* Step 0: the pushes this round counts: those that arrived (every
+     * worker's; elastic: a lost worker's only if its push of this round
+     * came whole before the loss was known, and never after). */
+    for (int w = 0; w < ps->nworkers; w++)
+        if (ws[w].received > h->version) {
+            if (counted < GS_PS_FUSE_MAX)
+                grads[counted] = slot_of(sh, w);
+            first = first < 0 ? w : first;
+            counted++;
+        }
     /* Step 1 and 2, fused block by block: the slots summed in worker order
-     * (the same order every step), the optimizer on the mean, inside the
-     * seqlock; big shards shared with the apply threads. */
+     * (the same order every step), the optimizer on the mean over the
+     * counted pushes, inside the seqlock; big shards shared with the apply
+     * threads. */
     gs_ps_seq_begin(h);
-    if (ps->nworkers <= GS_PS_FUSE_MAX) {
-        for (int w = 0; w < ps->nworkers; w++)
-            grads[w] = slot_of(sh, w);
+    if (counted <= GS_PS_FUSE_MAX) {
         sh->opt_steps++;
-        gs_ps_pool_apply_sum(ps->srv.pool, &ps->params.optim, gs_ps_params_of(sh), grads, ps->nworkers,
-                             grad_scale(ps), sh->state, sh->opt_steps, sh->count);
+        gs_ps_pool_apply_sum(ps->srv.pool, &ps->params.optim, gs_ps_params_of(sh), grads, counted,
+                             grad_scale(ps, counted), sh->state, sh->opt_steps, sh->count);
         h->version++;
     } else {
-        float *sum = slot_of(sh, 0);
-        for (int w = 1; w < ps->nworkers; w++)
-            gs_red_apply(GS_F32, GS_SUM, sum, sum, slot_of(sh, w), sh->count);
-        update(ps, sh, sum);
+        float *sum = slot_of(sh, first);
+        for (int w = first + 1; w < ps->nworkers; w++)
+            if (ws[w].received > h->version)
+                gs_red_apply(GS_F32, GS_SUM, sum, sum, slot_of(sh, w), sh->count);
+        update(ps, sh, sum, counted);
     }
     for (int w = 0; w < ps->nworkers; w++)
         ws[w].applied = h->version;
     h->min_step = gs_ps_min_step(ps, sh);
+    h->counted = (uint32_t)counted;
     gs_ps_seq_end(h);
     /* Step 3: every worker may push the next step and pull this one. */
     sh->waiting_since_ns = 0;
@@ -121,7 +133,7 @@ gs_status gs_ps_apply_async(gs_ps *ps, gs_ps_sshard *sh, int w)
     gs_ps_wstate *ws = gs_ps_wstate_of(sh);
     uint64_t old_min = h->min_step, t0 = gs_trace_enabled() ? gs_now_ns() : 0;
     gs_ps_seq_begin(h);
-    update(ps, sh, slot_of(sh, w));
+    update(ps, sh, slot_of(sh, w), ps->nworkers);
     ws[w].applied++;
     h->min_step = gs_ps_min_step(ps, sh);
     gs_ps_seq_end(h);
@@ -182,12 +194,13 @@ gs_status gs_ps_apply_atomic(gs_ps *ps, gs_ps_sshard *sh)
     /* Step 2: the optimizer, or only the version when the step is refused. */
     gs_ps_seq_begin(h);
     if (!overflow)
-        update(ps, sh, ps->srv.scratch);
+        update(ps, sh, ps->srv.scratch, ps->nworkers);
     else
         h->version++;
     for (int w = 0; w < ps->nworkers; w++)
         ws[w].received = ws[w].applied = h->version;
     h->min_step = gs_ps_min_step(ps, sh);
+    h->counted = (uint32_t)ps->nworkers;
     gs_ps_seq_end(h);
     sh->waiting_since_ns = 0;
     sh->status = overflow ? GS_ERR_OVERFLOW : GS_OK;

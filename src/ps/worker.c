@@ -110,11 +110,13 @@ static void on_ctrl(gs_ps *ps, int peer, uint32_t imm)
                 GS_SUBSYS_PS, GS_ERR_IO,
                 "rank %d: server rank %d could not write its checkpoint (see its log)", ps->rank, peer);
     } else if (cmd == GS_PS_CTRL_RECOVER) {
-        gs_ps_worker_set_fatal(ps,
-                               gs_fail(GS_SUBSYS_PS, GS_ERR_PEER_LOST,
-                                       "rank %d: server rank %d started a recovery (a server was restarted); "
-                                       "call gs_ps_recover, then repeat the failed call",
-                                       ps->rank, peer));
+        gs_ps_worker_set_fatal(
+            ps,
+            gs_fail(
+                GS_SUBSYS_PS, GS_ERR_PEER_LOST,
+                "rank %d: server rank %d started a recovery (a server was restarted, or a worker rejoins); "
+                "call gs_ps_recover, then repeat the failed call",
+                ps->rank, peer));
     }
 }
 
@@ -541,6 +543,23 @@ gs_status gs_ps_ipush_pull(gs_ps *ps, uint64_t key, const float *grad, float *ou
     return start(ps, key, grad, out, true, true, req_p);
 }
 
+int gs_ps_key_workers(gs_ps *ps, uint64_t key)
+{
+    const gs_ps_wkey *wk = ps && !ps->is_server ? find_key(ps, key) : NULL;
+    uint32_t fewest = UINT32_MAX;
+    for (size_t i = 0; wk && i < wk->nshards; i++) {
+        uint32_t n = ps->wrk.shards[wk->first + i].counted;
+        fewest = n < fewest ? n : fewest;
+    }
+    return wk && fewest > 0 && fewest != UINT32_MAX ? (int)fewest : -1;
+}
+
+int64_t gs_ps_key_round(gs_ps *ps, uint64_t key)
+{
+    const gs_ps_wkey *wk = ps && !ps->is_server ? find_key(ps, key) : NULL;
+    return wk ? (int64_t)wk->next_step : -1;
+}
+
 /* What the oldest request of req's key still waits for, for the timeout message. */
 static void describe_wait(const gs_ps *ps, const gs_ps_req *req, char *buf, size_t cap)
 {
@@ -565,18 +584,24 @@ static gs_status ps_req_wait(gs_req *base)
 {
     gs_ps_req *req = (gs_ps_req *)base;
     gs_ps *ps = req->ps;
+    /* Elastic: the servers leave a missing worker out GS_TIMEOUT_MS after a
+     * round's first push, so a live worker's round may take that long and
+     * then some; its own wait must not end first. */
+    int64_t wait_ms = ps->params.elastic ? 2 * ps->timeout_ms : ps->timeout_ms;
     uint64_t deadline;
     gs_status st = GS_OK;
-    deadline = gs_deadline_after_ms(ps->timeout_ms);
+    deadline = gs_deadline_after_ms(wait_ms);
     while (!req->done && st == GS_OK) {
         int left = gs_deadline_left_ms(deadline);
         if (left == 0) {
             char what[256];
             describe_wait(ps, req, what, sizeof(what));
-            st = gs_fail(GS_SUBSYS_PS, GS_ERR_TIMEOUT,
-                         "rank %d: worker %d: key %llu not done within GS_TIMEOUT_MS=%lld; waiting for %s",
-                         ps->rank, ps->index, (unsigned long long)req->key->key, (long long)ps->timeout_ms,
-                         what);
+            st = gs_fail(
+                GS_SUBSYS_PS, GS_ERR_TIMEOUT,
+                "rank %d: worker %d: key %llu not done within %lld ms (GS_TIMEOUT_MS=%lld%s); waiting "
+                "for %s",
+                ps->rank, ps->index, (unsigned long long)req->key->key, (long long)wait_ms,
+                (long long)ps->timeout_ms, ps->params.elastic ? ", twice for elastic" : "", what);
             gs_ps_worker_set_fatal(ps, st);
             break;
         }

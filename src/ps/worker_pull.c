@@ -127,6 +127,7 @@ gs_status gs_ps_pull_completed(gs_ps *ps, gs_ps_wkey *wk, size_t i, const gs_wc 
         retry_later(ws);
         return GS_OK;
     }
+    ws->counted = h->counted;
     gs_ps_worker_merge_notice(ws, &(gs_ps_notice){.version = h->version,
                                                   .min_step = h->min_step,
                                                   .received = mine->received,

@@ -48,12 +48,15 @@ struct ps_job {
     uint64_t keys[PS_MAX_KEYS];
     size_t counts[PS_MAX_KEYS];
     ps_worker_fn worker;
-    ps_worker_fn server;                /* instead of gs_ps_serve, if set */
-    gs_status serve_status;             /* what gs_ps_serve must return */
-    gs_status expect_create;            /* servers' gs_ps_create must return this (workers fail too) */
-    bool serve_thread;                  /* serve with gs_ps_serve_start */
-    bool no_init;                       /* register with NULL initial values: zeros */
-    int expect_exit[GS_TEST_RANKS_MAX]; /* exit code each rank must end with (0) */
+    ps_worker_fn server;                  /* instead of gs_ps_serve, if set */
+    gs_status serve_status;               /* what gs_ps_serve must return */
+    gs_status expect_create;              /* servers' gs_ps_create must return this (workers fail too) */
+    bool serve_thread;                    /* serve with gs_ps_serve_start */
+    bool no_init;                         /* register with NULL initial values: zeros */
+    int expect_exit[GS_TEST_RANKS_MAX];   /* exit code each rank must end with (0) */
+    int expect_signal[GS_TEST_RANKS_MAX]; /* or the signal it must die of (0: none) */
+    bool elastic;                         /* gs_ps_params.elastic */
+    bool no_average;                      /* gs_ps_params.average 0: the sum, not the mean */
     int steps;
     void *arg;
     volatile uint64_t *shared; /* 512 words every rank shares */
@@ -95,6 +98,8 @@ static inline void ps_job_params(const ps_job *job, gs_ctx *ctx, gs_ps_params *p
     p->staleness = job->staleness;
     p->shard_bytes = job->shard_bytes;
     p->optim = job->optim;
+    p->elastic = job->elastic;
+    p->average = job->no_average ? 0 : 1;
     if (job->checkpoint) {
         p->checkpoint = job->checkpoint;
         p->checkpoint_every = job->checkpoint_every;
@@ -182,6 +187,12 @@ static inline void ps_job_run(ps_job *job)
     int ok = gs_test_run_ranks_opts(&opts, ps_rank_main, job, status);
     for (int r = 0; r < n; r++) {
         char buf[64];
+        if (job->expect_signal[r]) {
+            if (!WIFSIGNALED(status[r]) || WTERMSIG(status[r]) != job->expect_signal[r])
+                gs_test_fail_here(__FILE__, __LINE__, "rank %d ended with %s, expected signal %d", r,
+                                  gs_test_status_text(status[r], buf, sizeof(buf)), job->expect_signal[r]);
+            continue;
+        }
         if (!WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != job->expect_exit[r])
             gs_test_fail_here(__FILE__, __LINE__, "rank %d (%s) ended with %s, expected exit %d", r,
                               r >= job->workers ? "server" : "worker",

@@ -240,3 +240,74 @@ GS_TEST_TP(without_elastic_a_lost_rank_ends_the_run)
     GS_ASSERT_CONTAINS(r.err, "error: gradient allreduce failed");
     GS_ASSERT_CONTAINS(r.err, "rank 2 lost");
 }
+
+/* --sync ps: 4 trainers + 1 server under gsrun --elastic; trainer 1 is
+ * SIGKILLed before its step 12 (compute). The server completes that round
+ * with the mean over the 3 live trainers' gradients (the victim's rows of
+ * it are lost), the 3 see the round counted 3, shrink their communicator
+ * before the next step and split the batch over 3; they finish bitwise
+ * identical, within 1 point of the unbroken run (its own figure: with
+ * --elastic the unbroken run is the plain --sync ps one). The server is not
+ * in the trainers' communicator; it serves until they leave. */
+GS_TEST_TP(ps_trainer_killed_servers_go_on_with_the_live_ones)
+{
+    const char *gsrun_opts[] = {"--elastic", "--transport", transport, "--timeout-ms", "20000", NULL};
+    const char *args[] = {"--elastic", "--sync",       "ps", "--limit", "4096",       "--test-limit",
+                          "2000",      "--epochs",     "2",  "--json",  "--progress", "none",
+                          "--die",     "1:12:compute", NULL};
+    static gt_run r;
+    double reference;
+    gt_require_dataset();
+    args[12] = NULL; /* the unbroken run first */
+    gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
+    GS_ASSERT_EQ(r.exit_code, 0);
+    GS_ASSERT_CONTAINS(r.out, "\"recoveries\": []");
+    reference = gt_json_number(r.out, "final_test_acc");
+    args[12] = "--die";
+    gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
+    GS_ASSERT_EQ(r.exit_code, 0);
+    GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
+    GS_ASSERT_CONTAINS(r.out, "\"lost\": [1]");
+    GS_ASSERT_EQ((int)gt_json_number(r.out, "ranks_final"), RANKS - 1);
+    GS_ASSERT_EQ((int)gt_json_number(r.out, "at_step"),
+                 13); /* step 12 went on without it: they shrink before 13 */
+    GS_ASSERT_CONTAINS(r.err, "elastic: its pushes count no more");
+    fprintf(stderr, "  final test accuracy %.4f (unbroken %.4f)\n", gt_json_number(r.out, "final_test_acc"),
+            reference);
+    GS_ASSERT(absolute(gt_json_number(r.out, "final_test_acc") - reference) <= ACC_POINTS);
+}
+
+/* gsrun --restarts 1 with --sync ps: trainer 3, killed before step 12, is
+ * started again (GS_REJOIN=1); the 3 survivors admit it to their
+ * communicator at the start of epoch 2 and send it their state, the servers
+ * readmit it (a recovery the survivors join from their next step, repeating
+ * it), and the 4 finish bitwise identical. The accuracy bound is 2 points
+ * here: the rounds the rejoined trainer missed (its rows of steps 12-16,
+ * and of any step completed between the grow point and the servers'
+ * readmission, which varies from run to run) are not computed by anyone. */
+GS_TEST_TP(ps_restarted_trainer_rejoins)
+{
+    const char *gsrun_opts[] = {"--elastic", "--transport", transport, "--timeout-ms",
+                                "20000",     "--restarts",  "1",       NULL};
+    const char *args[] = {"--elastic", "--sync",       "ps", "--limit", "4096",       "--test-limit",
+                          "2000",      "--epochs",     "2",  "--json",  "--progress", "none",
+                          "--die",     "3:12:compute", NULL};
+    static gt_run r;
+    double reference;
+    gt_require_dataset();
+    args[12] = NULL; /* the unbroken run first */
+    gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
+    GS_ASSERT_EQ(r.exit_code, 0);
+    reference = gt_json_number(r.out, "final_test_acc");
+    args[12] = "--die";
+    gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
+    GS_ASSERT_EQ(r.exit_code, 0);
+    GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
+    GS_ASSERT_EQ((int)gt_json_number(r.out, "ranks_final"), RANKS);
+    GS_ASSERT_CONTAINS(r.out, "\"joins\": [{\"joined\": [3], \"ranks\": 4, \"at_step\": 16");
+    GS_ASSERT_CONTAINS(r.err, "restarting it as a joiner (restart 1 of 1)");
+    GS_ASSERT_CONTAINS(r.err, "worker 3 (rank 3) rejoins at recovery 1");
+    fprintf(stderr, "  final test accuracy %.4f (unbroken %.4f)\n", gt_json_number(r.out, "final_test_acc"),
+            reference);
+    GS_ASSERT(absolute(gt_json_number(r.out, "final_test_acc") - reference) <= 2 * ACC_POINTS);
+}
