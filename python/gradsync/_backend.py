@@ -4,13 +4,9 @@ import datetime
 
 import torch.distributed as _dist
 
-from ._lib import lib as _lib
-
-# The library first, as the package finds it (GS_LIBRARY, the install path, the build tree):
-# the module's own reference to libgradsync.so.0 then binds to that same copy (one soname, one
-# copy in the process), whatever the module's RUNPATH says.
-_lib()
-from ._c10d import ProcessGroupGradsync  # noqa: E402
+# The module links libgradsync.so.0 (its RUNPATH: the build tree's src/, or the install's lib/),
+# the file the ctypes bindings load later from the same place: the loader maps it once.
+from ._c10d import ProcessGroupGradsync
 
 BACKEND = "gradsync"
 

@@ -36,6 +36,7 @@ readelf -d "$out/python/gradsync/_c10d.so" | grep -q 'NEEDED.*\[libgradsync\.so'
 }
 PYTHONPATH="$out/python" /usr/bin/python3 - <<'PY'
 import gradsync, gradsync._backend  # noqa: F401  (the backend's module loaded)
+print("python: libgradsync", gradsync.version())  # and the ctypes bindings'
 maps = {line.split()[-1] for line in open("/proc/self/maps") if "libgradsync" in line}
 assert len(maps) == 1, "libgradsync mapped from %s" % sorted(maps)
 print("python: one libgradsync:", maps.pop())
