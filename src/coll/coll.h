@@ -160,6 +160,9 @@ extern const gs_coll_algo gs_direct_algo;
 extern const gs_coll_algo gs_local_algo;
 extern const gs_coll_algo gs_pairwise_algo;
 extern const gs_coll_algo gs_hier_algo;
+/* hier_blocks.c: gs_hier_algo's reduce_scatter and allgather (start and next). */
+void gs_hier_blocks_start(gs_coll_op *op);
+bool gs_hier_blocks_next(gs_coll_op *op, gs_prim *p);
 
 /* One call: its descriptor, buffers and the schedule's cursor. */
 struct gs_coll_op {
@@ -277,10 +280,12 @@ struct gs_comm {
     /* hier.c's places: hier_hosts hosts (0: one host, or one rank on each), the fewest ranks on
      * one (hier_local: the core indices) and the most (hier_lmax) */
     int hier_hosts, hier_local, hier_lmax;
-    int hier_h, hier_l;     /* this rank's host and its index among the host's ranks */
-    int hier_extras;        /* a core rank: the extras that fold into it (hier.c); 0 otherwise */
-    int *hier_rank;         /* [hier_hosts * hier_lmax]: the rank at (host, index), -1 past a host's ranks */
-    uint8_t *hier_scratch;  /* even hosts: hier_hosts chunks, a reduce_scatter's host-reduced blocks */
+    int hier_h, hier_l;    /* this rank's host and its index among the host's ranks */
+    int hier_extras;       /* a core rank: the extras that fold into it (hier.c); 0 otherwise */
+    int *hier_rank;        /* [hier_hosts * hier_lmax]: the rank at (host, index), -1 past a host's ranks */
+    uint8_t *hier_scratch; /* hier_hosts chunks, a reduce_scatter's host-reduced blocks; then, on a core
+                            * rank with extras, size chunks: the extras' columns folded in (hier_blocks.c) */
+    size_t hier_scratch_bytes;
     int *ring;              /* [size]: the rings' order, host by host (ring.c): the rank at each position */
     int *ring_pos_of;       /* [size]: each rank's position in it */
     int ring_pos;           /* this rank's */

@@ -295,8 +295,10 @@ static void hier_places(gs_comm *comm)
         for (int l = comm->hier_l + lmin; l < lmax && comm->hier_rank[comm->hier_h * lmax + l] >= 0;
              l += lmin)
             comm->hier_extras++;
-    /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring */
-    if (lmin == lmax && gs_pages_alloc((size_t)hosts * comm->chunk, (void **)&comm->hier_scratch) != GS_OK)
+    /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring; a core rank
+     * with extras also folds their columns of every block here (hier_blocks.c) */
+    comm->hier_scratch_bytes = (size_t)(hosts + (comm->hier_extras > 0 ? comm->size : 0)) * comm->chunk;
+    if (gs_pages_alloc(comm->hier_scratch_bytes, (void **)&comm->hier_scratch) != GS_OK)
         comm->hier_scratch = NULL;
     comm->hier_hosts = hosts;
     comm->hier_local = lmin;
@@ -430,7 +432,7 @@ static void release(gs_comm *comm)
     free(comm->host_of);
     free(comm->hier_rank);
     if (comm->hier_scratch)
-        gs_pages_free(comm->hier_scratch, (size_t)comm->hier_hosts * comm->chunk);
+        gs_pages_free(comm->hier_scratch, comm->hier_scratch_bytes);
     free(comm->ring);
     free(comm->ring_pos_of);
     pthread_mutex_destroy(&comm->lock);

@@ -102,9 +102,8 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
             return &gs_direct_algo;
         return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
     default: { /* reduce_scatter, allgather, broadcast: ring, direct or (not broadcast) hier; rd means ring */
-        /* hier: hosts of equal rank counts (broadcast's chain already enters each host once) */
-        bool hier = kind != GS_COLL_BROADCAST && comm->hier_hosts && comm->hier_lmax == comm->hier_local &&
-                    comm->hier_scratch;
+        /* hier: hosts of several ranks, even or not (broadcast's chain already enters each host once) */
+        bool hier = kind != GS_COLL_BROADCAST && comm->hier_hosts && comm->hier_scratch;
         if (want == &gs_direct_algo || want == &gs_ring_algo)
             return want;
         if (want)
