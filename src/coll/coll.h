@@ -125,6 +125,7 @@ typedef struct gs_prim {
     size_t bytes;         /* payload bytes of every message of the step */
     size_t stride;        /* SEND_ALL: bytes between peers' data (0: the same to all); GATHER: out stride */
     const uint8_t *local; /* this rank's operand / data to send (NULL on RECV_ALL: the last SEND_ALL copy) */
+    const uint8_t *with;  /* PAIR with no peers: out = local op with (a reduction of this rank's alone) */
     uint8_t *out;         /* where the result goes in user memory (NULL: nowhere) */
     /* the newer collectives (pairwise.c, rooted.c, alltoall.c) */
     bool split;               /* PAIR with send_local: sends send_bytes from send_data, apart from what it
@@ -163,6 +164,10 @@ extern const gs_coll_algo gs_hier_algo;
 /* hier_blocks.c: gs_hier_algo's reduce_scatter and allgather (start and next). */
 void gs_hier_blocks_start(gs_coll_op *op);
 bool gs_hier_blocks_next(gs_coll_op *op, gs_prim *p);
+/* hier_small.c: its small allreduces, through one rank per host (up to GS_HIER_LEADERS_BYTES). */
+#define GS_HIER_LEADERS_BYTES (16u << 10)
+void gs_hier_small_start(gs_coll_op *op);
+bool gs_hier_small_next(gs_coll_op *op, gs_prim *p);
 
 /* One call: its descriptor, buffers and the schedule's cursor. */
 struct gs_coll_op {
@@ -189,6 +194,7 @@ struct gs_coll_op {
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
     bool box_nt;       /* by parts, 2 ranks: data posts streamed (the peer is far, parts.c) */
+    bool leaders;      /* hier allreduce of a small call: through one rank per host (hier_small.c) */
     bool zcopy;        /* data posts carry GS_OP_ZCOPY (zcopy.c) */
     int zc_class;      /* the size class zcopy.c times this call in, -1: none */
     size_t zc_bytes;   /* the call's bytes, as zcopy.c classes them */

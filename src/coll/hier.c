@@ -31,7 +31,8 @@
  * extra slot x (x = l / L - 1) part i, then the core's steps, then the
  * unfolds of slot x part i; each rank runs only its own of them, in order.
  *
- * reduce_scatter and allgather: hier_blocks.c.
+ * Small allreduces (up to GS_HIER_LEADERS_BYTES) go through one rank per
+ * host instead: hier_small.c. reduce_scatter and allgather: hier_blocks.c.
  */
 #include "coll/coll.h"
 
@@ -93,6 +94,12 @@ static void hier_start(gs_coll_op *op)
 {
     const gs_comm *c = op->comm;
     size_t parts = (size_t)nparts(c);
+    op->leaders = (op->kind == GS_COLL_ALLREDUCE || op->kind == GS_COLL_ALLREDUCE_MULTI) &&
+                  op->count * op->es <= GS_HIER_LEADERS_BYTES && c->hier_scratch;
+    if (op->leaders) {
+        gs_hier_small_start(op);
+        return;
+    }
     if (blocks_kind(op)) {
         gs_hier_blocks_start(op);
         return;
@@ -225,6 +232,8 @@ static bool hier_next(gs_coll_op *op, gs_prim *p)
     const gs_comm *c = op->comm;
     if (blocks_kind(op))
         return gs_hier_blocks_next(op, p);
+    if (op->leaders)
+        return gs_hier_small_next(op, p);
     int L = c->hier_local, h = c->hier_h, l = c->hier_l, P = nparts(c), X = xmax(c), j = op->step;
     int fold_units = X * P, unfold0 = fold_units + core_units(c);
     if (op->col == op->ncols)
