@@ -279,7 +279,8 @@ struct gs_comm {
     int rank;
     int size;
     unsigned id;         /* creation number in this process: names store keys */
-    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
+    bool oversubscribed; /* more ranks on this machine (hosts emulated on it too) than cores: waiting yields
+                            the CPU */
     bool all_local;      /* every rank on this host */
     int hosts;           /* hosts the ranks run on */
     int *host_of;        /* [size]: each rank's host, numbered in the order of their first ranks */

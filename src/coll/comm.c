@@ -238,9 +238,10 @@ static gs_status alloc_staging(gs_comm *comm)
 
 /* What each rank tells the others at creation. */
 typedef struct comm_hello {
-    gs_rmr inbox;   /* where to write to it */
-    uint64_t host;  /* hash of its host id: ranks sharing this machine */
-    uint32_t cores; /* CPUs it may run on */
+    gs_rmr inbox;     /* where to write to it */
+    uint64_t host;    /* hash of its host id: ranks sharing memory */
+    uint64_t machine; /* its kernel's (gs_boot_machine_id, else host): ranks sharing CPUs */
+    uint32_t cores;   /* CPUs it may run on */
     uint32_t pad;
 } comm_hello;
 
@@ -318,14 +319,18 @@ static void ring_order(gs_comm *comm)
     comm->ring_pos = comm->ring_pos_of[comm->rank];
 }
 
-/* More ranks on this host than CPUs to run them: waiting ranks must yield. */
+/* More ranks on this machine than CPUs to run them: waiting ranks must
+ * yield. The machine, not the host: emulated hosts (network namespaces)
+ * share the CPUs of one kernel. */
 static void note_oversubscription(gs_comm *comm, const comm_hello *all)
 {
     const comm_hello *me = &all[comm->rank];
-    int local = 0;
-    for (int p = 0; p < comm->size; p++)
+    int local = 0, sharing = 0;
+    for (int p = 0; p < comm->size; p++) {
         local += all[p].host == me->host;
-    comm->oversubscribed = local > (int)me->cores;
+        sharing += all[p].machine == me->machine;
+    }
+    comm->oversubscribed = sharing > (int)me->cores;
     comm->all_local = local == comm->size;
     comm->local_ranks = local;
     comm->hosts = 0;
@@ -352,7 +357,10 @@ static uint32_t usable_cores(void)
 static gs_status exchange_descriptors(gs_comm *comm)
 {
     char tag[64];
-    comm_hello mine = {.host = host_hash(comm->ctx->host_id), .cores = usable_cores()};
+    comm_hello mine = {
+        .host = host_hash(comm->ctx->host_id), .machine = gs_boot_machine_id(), .cores = usable_cores()};
+    if (!mine.machine)
+        mine.machine = mine.host;
     comm_hello *all = gs_calloc((size_t)comm->size, sizeof(*all));
     gs_status st;
     if (!all)
