@@ -249,7 +249,7 @@ struct gs_coll_req {
  * faster depends on where the two processes run (cores sharing a cache: the
  * copy; cores that do not: the references), so both are timed per kind and
  * size class, the faster is used and the other tried again now and then. */
-#define GS_ZC_MIN_BYTES     (4u << 20) /* smaller calls copy (references cost more there, measured) */
+#define GS_ZC_MIN_BYTES     (4u << 20) /* the first size class (the transport says from where it times) */
 #define GS_ZC_CLASSES       8          /* size classes 4 MiB, 8 MiB, ... 512 MiB and more */
 #define GS_ZC_KINDS         GS_COLL_KIND_END
 #define GS_ZC_EXPLORE       8  /* the other mode is tried every 8th call, */
@@ -335,7 +335,6 @@ struct gs_comm {
     uint64_t
         box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
     int box_stream;  /* by parts, 2 ranks: data posts streamed: GS_BOX_STREAM_* (tests force it) */
-    bool zc_tcp;     /* the transport is tcp: large calls choose their send mode (zcopy.c) */
     gs_zc_class zc[GS_ZC_KINDS][GS_ZC_CLASSES];
     struct {
         gs_mr *mr; /* a caller's buffer registered by gs_coll_user_open, or NULL */

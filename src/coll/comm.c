@@ -184,7 +184,8 @@ static gs_status layout(gs_comm *comm)
                        "GS_CHUNK_BYTES=%llu is out of range: use 4K to 1G (default 256K)",
                        (unsigned long long)chunk);
     comm->chunk = (size_t)chunk / GS_COLL_LINE * GS_COLL_LINE;
-    if (comm->size == 2 && !(gs_tp_caps(comm->tp) & GS_TP_CAP_LOCAL_MAP))
+    /* 2 ranks across a network link: larger chunks, fewer messages (each costs its latency) */
+    if (comm->size == 2 && gs_tp_reach_of(comm->tp, 1 - comm->rank).bandwidth == GS_TP_BW_NETWORK)
         comm->chunk *= GS_PAIR_CHUNK_FACTOR;
     comm->box_chunk = GS_BOX_CHUNK_FACTOR * comm->chunk;
     comm->slot_stride = gs_round_up(GS_COLL_HDR_BYTES + comm->chunk, GS_COLL_LINE);
@@ -473,7 +474,6 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
             goto err_release;
         comm->own_tp = true;
     }
-    comm->zc_tcp = (gs_tp_caps(comm->tp) & GS_TP_CAP_ZCOPY_SEND) != 0;
     st = layout(comm);
     if (st == GS_OK)
         st = alloc_staging(comm);

@@ -125,8 +125,7 @@ void gs_coll_summary(const gs_comm *comm)
         gs_log_info(COLL, "ranks by host: %s", line);
     }
     gs_tp_describe(comm->tp, line, sizeof(line));
-    gs_log_info(COLL, "transport %s: %s",
-                comm->tp->ops->id == GS_TRANSPORT_MIXED ? "per peer" : "for every peer", line);
+    gs_log_info(COLL, "transport %s: %s", comm->tp->ops->peer_reach ? "per peer" : "for every peer", line);
     algo_ranges(comm, GS_COLL_ALLREDUCE, a, sizeof(a));
     algo_ranges(comm, GS_COLL_BROADCAST, b, sizeof(b));
     algo_ranges(comm, GS_COLL_REDUCE, c, sizeof(c));

@@ -59,9 +59,18 @@ static void choice_body(gs_ctx *ctx, int rank, void *argp)
 {
     const hosts_arg *a = argp;
     gs_tp *tp = NULL;
-    (void)rank;
     GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp));
     GS_ASSERT_STR_EQ(gs_tp_name(tp), a->want);
+    /* every peer as far as its transport: memory on this host, a link to the others (tcp here) */
+    for (int p = 0; p < a->pl->n; p++) {
+        gs_tp_reach want = a->pl->host_of[p] == a->pl->host_of[rank] && strcmp(a->want, "tcp") != 0
+                               ? (gs_tp_reach){GS_TP_LAT_MEMORY, GS_TP_BW_MEMORY}
+                               : (gs_tp_reach){GS_TP_LAT_KERNEL, GS_TP_BW_NETWORK};
+        if (p == rank)
+            continue;
+        GS_ASSERT_EQ((int)gs_tp_reach_of(tp, p).latency, (int)want.latency);
+        GS_ASSERT_EQ((int)gs_tp_reach_of(tp, p).bandwidth, (int)want.bandwidth);
+    }
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
