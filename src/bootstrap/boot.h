@@ -70,6 +70,10 @@ gs_status gs_boot_discover(const gs_config *cfg, gs_getenv_fn getenv_fn, void *a
  * exactly when they run on one kernel in the same namespaces (and so can
  * share memory and see each other's pids). */
 void gs_boot_host_id(char *buf, size_t cap);
+/* A hash of the running kernel's boot id: equal for processes that share a
+ * machine's CPUs, whatever their namespaces (emulated hosts included); 0
+ * where it cannot be read. */
+uint64_t gs_boot_machine_id(void);
 /* The next transport open through ctx is number next (its store exchanges
  * are named by it): for a job whose ranks agreed on a fresh numbering after
  * a recovery, so a replacement process and the survivors open alike. */

@@ -67,3 +67,15 @@ void gs_host_id(char *buf, size_t cap)
     if (buf && cap > 0)
         gs_boot_host_id(buf, cap);
 }
+
+uint64_t gs_boot_machine_id(void)
+{
+    char text[128] = {0};
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f)
+        return 0;
+    if (!fgets(text, sizeof(text), f))
+        text[0] = '\0';
+    fclose(f);
+    return text[0] ? mix(0xcbf29ce484222325ull, text, strlen(text)) : 0;
+}

@@ -125,6 +125,7 @@ typedef struct gs_prim {
     size_t bytes;         /* payload bytes of every message of the step */
     size_t stride;        /* SEND_ALL: bytes between peers' data (0: the same to all); GATHER: out stride */
     const uint8_t *local; /* this rank's operand / data to send (NULL on RECV_ALL: the last SEND_ALL copy) */
+    const uint8_t *with;  /* PAIR with no peers: out = local op with (a reduction of this rank's alone) */
     uint8_t *out;         /* where the result goes in user memory (NULL: nowhere) */
     /* the newer collectives (pairwise.c, rooted.c, alltoall.c) */
     bool split;               /* PAIR with send_local: sends send_bytes from send_data, apart from what it
@@ -160,6 +161,13 @@ extern const gs_coll_algo gs_direct_algo;
 extern const gs_coll_algo gs_local_algo;
 extern const gs_coll_algo gs_pairwise_algo;
 extern const gs_coll_algo gs_hier_algo;
+/* hier_blocks.c: gs_hier_algo's reduce_scatter and allgather (start and next). */
+void gs_hier_blocks_start(gs_coll_op *op);
+bool gs_hier_blocks_next(gs_coll_op *op, gs_prim *p);
+/* hier_small.c: its small allreduces, through one rank per host (up to GS_HIER_LEADERS_BYTES). */
+#define GS_HIER_LEADERS_BYTES (16u << 10)
+void gs_hier_small_start(gs_coll_op *op);
+bool gs_hier_small_next(gs_coll_op *op, gs_prim *p);
 
 /* One call: its descriptor, buffers and the schedule's cursor. */
 struct gs_coll_op {
@@ -186,6 +194,7 @@ struct gs_coll_op {
     bool box;          /* SEND_ALL / RECV_ALL go through the shared-memory boxes */
     bool nt;           /* results written with streaming stores (too large for the cache) */
     bool box_nt;       /* by parts, 2 ranks: data posts streamed (the peer is far, parts.c) */
+    bool leaders;      /* hier allreduce of a small call: through one rank per host (hier_small.c) */
     bool zcopy;        /* data posts carry GS_OP_ZCOPY (zcopy.c) */
     int zc_class;      /* the size class zcopy.c times this call in, -1: none */
     size_t zc_bytes;   /* the call's bytes, as zcopy.c classes them */
@@ -240,7 +249,7 @@ struct gs_coll_req {
  * faster depends on where the two processes run (cores sharing a cache: the
  * copy; cores that do not: the references), so both are timed per kind and
  * size class, the faster is used and the other tried again now and then. */
-#define GS_ZC_MIN_BYTES     (4u << 20) /* smaller calls copy (references cost more there, measured) */
+#define GS_ZC_MIN_BYTES     (4u << 20) /* the first size class (the transport says from where it times) */
 #define GS_ZC_CLASSES       8          /* size classes 4 MiB, 8 MiB, ... 512 MiB and more */
 #define GS_ZC_KINDS         GS_COLL_KIND_END
 #define GS_ZC_EXPLORE       8  /* the other mode is tried every 8th call, */
@@ -270,17 +279,20 @@ struct gs_comm {
     int rank;
     int size;
     unsigned id;         /* creation number in this process: names store keys */
-    bool oversubscribed; /* more ranks on this host than cores: waiting yields the CPU */
+    bool oversubscribed; /* more ranks on this machine (hosts emulated on it too) than cores: waiting yields
+                            the CPU */
     bool all_local;      /* every rank on this host */
     int hosts;           /* hosts the ranks run on */
     int *host_of;        /* [size]: each rank's host, numbered in the order of their first ranks */
     /* hier.c's places: hier_hosts hosts (0: one host, or one rank on each), the fewest ranks on
      * one (hier_local: the core indices) and the most (hier_lmax) */
     int hier_hosts, hier_local, hier_lmax;
-    int hier_h, hier_l;     /* this rank's host and its index among the host's ranks */
-    int hier_extras;        /* a core rank: the extras that fold into it (hier.c); 0 otherwise */
-    int *hier_rank;         /* [hier_hosts * hier_lmax]: the rank at (host, index), -1 past a host's ranks */
-    uint8_t *hier_scratch;  /* even hosts: hier_hosts chunks, a reduce_scatter's host-reduced blocks */
+    int hier_h, hier_l;    /* this rank's host and its index among the host's ranks */
+    int hier_extras;       /* a core rank: the extras that fold into it (hier.c); 0 otherwise */
+    int *hier_rank;        /* [hier_hosts * hier_lmax]: the rank at (host, index), -1 past a host's ranks */
+    uint8_t *hier_scratch; /* hier_hosts chunks, a reduce_scatter's host-reduced blocks; then, on a core
+                            * rank with extras, size chunks: the extras' columns folded in (hier_blocks.c) */
+    size_t hier_scratch_bytes;
     int *ring;              /* [size]: the rings' order, host by host (ring.c): the rank at each position */
     int *ring_pos_of;       /* [size]: each rank's position in it */
     int ring_pos;           /* this rank's */
@@ -324,7 +336,6 @@ struct gs_comm {
     uint64_t
         box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
     int box_stream;  /* by parts, 2 ranks: data posts streamed: GS_BOX_STREAM_* (tests force it) */
-    bool zc_tcp;     /* the transport is tcp: large calls choose their send mode (zcopy.c) */
     gs_zc_class zc[GS_ZC_KINDS][GS_ZC_CLASSES];
     struct {
         gs_mr *mr; /* a caller's buffer registered by gs_coll_user_open, or NULL */

@@ -184,7 +184,8 @@ static gs_status layout(gs_comm *comm)
                        "GS_CHUNK_BYTES=%llu is out of range: use 4K to 1G (default 256K)",
                        (unsigned long long)chunk);
     comm->chunk = (size_t)chunk / GS_COLL_LINE * GS_COLL_LINE;
-    if (comm->size == 2 && !(gs_tp_caps(comm->tp) & GS_TP_CAP_LOCAL_MAP))
+    /* 2 ranks across a network link: larger chunks, fewer messages (each costs its latency) */
+    if (comm->size == 2 && gs_tp_reach_of(comm->tp, 1 - comm->rank).bandwidth == GS_TP_BW_NETWORK)
         comm->chunk *= GS_PAIR_CHUNK_FACTOR;
     comm->box_chunk = GS_BOX_CHUNK_FACTOR * comm->chunk;
     comm->slot_stride = gs_round_up(GS_COLL_HDR_BYTES + comm->chunk, GS_COLL_LINE);
@@ -238,9 +239,10 @@ static gs_status alloc_staging(gs_comm *comm)
 
 /* What each rank tells the others at creation. */
 typedef struct comm_hello {
-    gs_rmr inbox;   /* where to write to it */
-    uint64_t host;  /* hash of its host id: ranks sharing this machine */
-    uint32_t cores; /* CPUs it may run on */
+    gs_rmr inbox;     /* where to write to it */
+    uint64_t host;    /* hash of its host id: ranks sharing memory */
+    uint64_t machine; /* its kernel's (gs_boot_machine_id, else host): ranks sharing CPUs */
+    uint32_t cores;   /* CPUs it may run on */
     uint32_t pad;
 } comm_hello;
 
@@ -295,8 +297,10 @@ static void hier_places(gs_comm *comm)
         for (int l = comm->hier_l + lmin; l < lmax && comm->hier_rank[comm->hier_h * lmax + l] >= 0;
              l += lmin)
             comm->hier_extras++;
-    /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring */
-    if (lmin == lmax && gs_pages_alloc((size_t)hosts * comm->chunk, (void **)&comm->hier_scratch) != GS_OK)
+    /* a reduce_scatter's blocks reduced on the host wait here for the hosts' ring; a core rank
+     * with extras also folds their columns of every block here (hier_blocks.c) */
+    comm->hier_scratch_bytes = (size_t)(hosts + (comm->hier_extras > 0 ? comm->size : 0)) * comm->chunk;
+    if (gs_pages_alloc(comm->hier_scratch_bytes, (void **)&comm->hier_scratch) != GS_OK)
         comm->hier_scratch = NULL;
     comm->hier_hosts = hosts;
     comm->hier_local = lmin;
@@ -316,14 +320,18 @@ static void ring_order(gs_comm *comm)
     comm->ring_pos = comm->ring_pos_of[comm->rank];
 }
 
-/* More ranks on this host than CPUs to run them: waiting ranks must yield. */
+/* More ranks on this machine than CPUs to run them: waiting ranks must
+ * yield. The machine, not the host: emulated hosts (network namespaces)
+ * share the CPUs of one kernel. */
 static void note_oversubscription(gs_comm *comm, const comm_hello *all)
 {
     const comm_hello *me = &all[comm->rank];
-    int local = 0;
-    for (int p = 0; p < comm->size; p++)
+    int local = 0, sharing = 0;
+    for (int p = 0; p < comm->size; p++) {
         local += all[p].host == me->host;
-    comm->oversubscribed = local > (int)me->cores;
+        sharing += all[p].machine == me->machine;
+    }
+    comm->oversubscribed = sharing > (int)me->cores;
     comm->all_local = local == comm->size;
     comm->local_ranks = local;
     comm->hosts = 0;
@@ -350,7 +358,10 @@ static uint32_t usable_cores(void)
 static gs_status exchange_descriptors(gs_comm *comm)
 {
     char tag[64];
-    comm_hello mine = {.host = host_hash(comm->ctx->host_id), .cores = usable_cores()};
+    comm_hello mine = {
+        .host = host_hash(comm->ctx->host_id), .machine = gs_boot_machine_id(), .cores = usable_cores()};
+    if (!mine.machine)
+        mine.machine = mine.host;
     comm_hello *all = gs_calloc((size_t)comm->size, sizeof(*all));
     gs_status st;
     if (!all)
@@ -430,7 +441,7 @@ static void release(gs_comm *comm)
     free(comm->host_of);
     free(comm->hier_rank);
     if (comm->hier_scratch)
-        gs_pages_free(comm->hier_scratch, (size_t)comm->hier_hosts * comm->chunk);
+        gs_pages_free(comm->hier_scratch, comm->hier_scratch_bytes);
     free(comm->ring);
     free(comm->ring_pos_of);
     pthread_mutex_destroy(&comm->lock);
@@ -463,7 +474,6 @@ gs_status gs_comm_create(gs_ctx *ctx, gs_tp *tp, gs_comm **comm_p)
             goto err_release;
         comm->own_tp = true;
     }
-    comm->zc_tcp = (gs_tp_caps(comm->tp) & GS_TP_CAP_ZCOPY_SEND) != 0;
     st = layout(comm);
     if (st == GS_OK)
         st = alloc_staging(comm);

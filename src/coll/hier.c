@@ -31,17 +31,8 @@
  * extra slot x (x = l / L - 1) part i, then the core's steps, then the
  * unfolds of slot x part i; each rank runs only its own of them, in order.
  *
- * reduce_scatter and allgather, hosts of L ranks each: the ranks of index l
- * on every host form class l, and super-block l is the H blocks of class
- * l's ranks. reduce_scatter: a reduce-scatter of the super-blocks on the
- * host's ring (each ends host-reduced at its index, in comm->hier_scratch),
- * then a reduce-scatter of super-block l's blocks among class l across
- * hosts, each ending at its owner. allgather: an allgather of the blocks
- * among class l across hosts (each rank then holds super-block l, in
- * place in recv), then an allgather of the super-blocks on the host's
- * ring. Either way a host sends or receives each other host's share once,
- * (H-1)/H of the data for the whole host, where the ring moves (n-1)/n of
- * it through every host boundary.
+ * Small allreduces (up to GS_HIER_LEADERS_BYTES) go through one rank per
+ * host instead: hier_small.c. reduce_scatter and allgather: hier_blocks.c.
  */
 #include "coll/coll.h"
 
@@ -103,9 +94,14 @@ static void hier_start(gs_coll_op *op)
 {
     const gs_comm *c = op->comm;
     size_t parts = (size_t)nparts(c);
-    if (blocks_kind(op)) { /* L*H steps inside the host, H across */
-        gs_coll_layout(op, op->count);
-        op->nsteps = nparts(c) + c->hier_hosts;
+    op->leaders = (op->kind == GS_COLL_ALLREDUCE || op->kind == GS_COLL_ALLREDUCE_MULTI) &&
+                  op->count * op->es <= GS_HIER_LEADERS_BYTES && c->hier_scratch;
+    if (op->leaders) {
+        gs_hier_small_start(op);
+        return;
+    }
+    if (blocks_kind(op)) {
+        gs_hier_blocks_start(op);
         return;
     }
     gs_coll_layout(op, (op->count + parts - 1) / parts);
@@ -229,99 +225,15 @@ static void core_step(gs_coll_op *op, gs_prim *p, int jc)
         local_step(op, p, jc - LH - (2 * H - 1), true);
 }
 
-/* ---- reduce_scatter and allgather --------------------------------------- */
-
-/* Where rank's block's chunk of this column is in a buffer of blocks. */
-static size_t block_off(const gs_coll_op *op, int rank)
-{
-    size_t first, cnt;
-    gs_coll_chunk(op, op->count, op->col, &first, &cnt);
-    return ((size_t)rank * op->count + first) * op->es;
-}
-
-/* A ring step: position k of steps, sending from local (the first step
- * sends it, as the rank's own), receiving into out (the last only stores). */
-static void ring_pass(gs_prim *p, int k, int steps, int left, int right, gs_prim_mode mode,
-                      const uint8_t *local, uint8_t *out, size_t bytes)
-{
-    if (k == 0) {
-        *p = gs_prim_pair(right, -1, GS_PRIM_COPY, local, out, bytes);
-        p->send_local = true;
-    } else if (k < steps - 1) {
-        *p = gs_prim_pair(right, left, mode, local, mode == GS_PRIM_COPY ? out : NULL, bytes);
-    } else {
-        *p = gs_prim_pair(-1, left, mode, local, out, bytes);
-    }
-    p->recv_first = true;
-}
-
-static void reduce_scatter_step(gs_coll_op *op, gs_prim *p, int j)
-{
-    const gs_comm *c = op->comm;
-    int L = c->hier_local, H = c->hier_hosts, l = c->hier_l, h = c->hier_h;
-    size_t first, cnt, chunk = c->chunk;
-    gs_coll_chunk(op, op->count, op->col, &first, &cnt);
-    size_t bytes = cnt * op->es;
-    if (j < L * H) { /* super-block blk's block of host g on the host's ring */
-        int s = j % L, g = j / L, blk = gs_coll_mod(l - 1 - s, L);
-        const uint8_t *in = gs_coll_at(op->send, block_off(op, at(c, g, blk)));
-        ring_pass(p, s, L, at(c, h, gs_coll_mod(l - 1, L)), at(c, h, gs_coll_mod(l + 1, L)), GS_PRIM_REDUCE,
-                  in, s == L - 1 ? c->hier_scratch + (size_t)g * chunk : NULL, bytes);
-    } else { /* class l across hosts: the block of host g's rank, ending at it */
-        int k = j - L * H, g = gs_coll_mod(h - 1 - k, H);
-        const uint8_t *in =
-            L > 1 ? c->hier_scratch + (size_t)g * chunk : gs_coll_at(op->send, block_off(op, at(c, g, l)));
-        ring_pass(p, k, H, at(c, gs_coll_mod(h - 1, H), l), at(c, gs_coll_mod(h + 1, H), l), GS_PRIM_REDUCE,
-                  in, k == H - 1 ? gs_coll_at(op->recv, first * op->es) : NULL, bytes);
-        p->finish = k == H - 1 && op->redop == GS_AVG;
-    }
-}
-
-static void allgather_step(gs_coll_op *op, gs_prim *p, int j)
-{
-    const gs_comm *c = op->comm;
-    int L = c->hier_local, H = c->hier_hosts, l = c->hier_l, h = c->hier_h;
-    size_t first, cnt;
-    gs_coll_chunk(op, op->count, op->col, &first, &cnt);
-    size_t bytes = cnt * op->es;
-    if (j < H) { /* class l across hosts: the block of host h-j's rank */
-        uint8_t *out = gs_coll_at(op->recv, block_off(op, at(c, gs_coll_mod(h - j, H), l)));
-        ring_pass(p, j, H, at(c, gs_coll_mod(h - 1, H), l), at(c, gs_coll_mod(h + 1, H), l), GS_PRIM_COPY,
-                  j == 0 ? gs_coll_at(op->send, first * op->es) : NULL, out, bytes);
-    } else { /* super-block blk's block of host g on the host's ring, from recv */
-        int s = (j - H) % L, g = (j - H) / L, blk = gs_coll_mod(l - s, L);
-        uint8_t *at_b = gs_coll_at(op->recv, block_off(op, at(c, g, blk)));
-        ring_pass(p, s, L, at(c, h, gs_coll_mod(l - 1, L)), at(c, h, gs_coll_mod(l + 1, L)), GS_PRIM_COPY,
-                  s == 0 ? at_b : NULL, s == 0 ? NULL : at_b, bytes);
-    }
-}
-
-/* Units: reduce_scatter's host steps 0..LH-1, then the hosts' H; allgather's hosts' H, then the host's LH. */
-static bool blocks_next(gs_coll_op *op, gs_prim *p)
-{
-    int j = op->step;
-    if (op->col == op->ncols)
-        return false;
-    if (op->kind == GS_COLL_REDUCE_SCATTER)
-        reduce_scatter_step(op, p, j);
-    else
-        allgather_step(op, p, j);
-    p->send_unit = gs_coll_unit(op, op->col, j);
-    p->recv_unit = gs_coll_unit(op, op->col, j - 1);
-    if (++op->step == op->nsteps) {
-        op->step = 0;
-        op->col++;
-    }
-    return true;
-}
-
 /* The cursor runs over this rank's own steps of a column (own_steps); the
  * units it sends and expects are the column's shared ones. */
 static bool hier_next(gs_coll_op *op, gs_prim *p)
 {
     const gs_comm *c = op->comm;
     if (blocks_kind(op))
-        return blocks_next(op, p);
+        return gs_hier_blocks_next(op, p);
+    if (op->leaders)
+        return gs_hier_small_next(op, p);
     int L = c->hier_local, h = c->hier_h, l = c->hier_l, P = nparts(c), X = xmax(c), j = op->step;
     int fold_units = X * P, unfold0 = fold_units + core_units(c);
     if (op->col == op->ncols)

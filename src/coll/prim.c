@@ -7,7 +7,8 @@
  *   PAIR      send local to one peer, and/or receive from one peer: the
  *             result (what arrived, or what arrived op local) goes to out
  *             and/or is forwarded from the slot it arrived in; split: what
- *             it sends is a block of its own (send_data), not local
+ *             it sends is a block of its own (send_data), not local; with
+ *             no peer and `with`: out = local op with, here alone
  *   SEND_ALL  local (or local + q * stride) to every peer q
  *   RECV_ALL  one message from every peer, combined in rank order
  */
@@ -125,6 +126,14 @@ static gs_status run_pair(gs_coll_op *op, gs_prim *p)
         if (st != GS_OK)
             return st;
         p->sent = true;
+    }
+    if (!rx && p->with) { /* a step of this rank alone: out = local op with */
+        if (!p->bytes)
+            return GS_OK;
+        gs_red_apply(op->dtype, op->redop, p->out, p->local, p->with, p->bytes / op->es);
+        if (p->finish)
+            gs_red_avg_finish(op->dtype, p->out, p->bytes / op->es, c->size);
+        return GS_OK;
     }
     if (!rx) {
         if (p->out && p->local && p->out != p->local && p->bytes)

@@ -45,7 +45,6 @@ const gs_coll_algo gs_local_algo = {
 #define BOX_PAIR_MAX_BYTES (16u << 20) /* shared-memory boxes, 2 ranks: direct (halves from 1 MiB) */
 #define BOX_MAX_RANKS      8           /* shared-memory boxes, 3 to 8 ranks: direct at every size */
 #define RD_MAX_BYTES       (16u << 10)
-#define HIER_MIN_BYTES     (4u << 10)  /* hosts of several ranks: hier above this */
 #define SMALL_TOTAL_BYTES  (16u << 10) /* reduce_scatter, allgather, broadcast */
 
 static const gs_coll_algo *forced(int algo)
@@ -91,9 +90,10 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
          * (by parts from GS_BOX_PARTS_BYTES), fewer waits than the ring's */
         if (comm->box && (n == 2 ? bytes <= BOX_PAIR_MAX_BYTES : n <= BOX_MAX_RANKS))
             return &gs_direct_algo;
-        /* several hosts of several ranks: across hosts once per host's share (measured over
-         * emulated hosts, tests/netns/hosts.sh: faster than direct from 64 KiB, even at 1 KiB) */
-        if (comm->hier_hosts && bytes > HIER_MIN_BYTES)
+        /* several hosts of several ranks: across hosts once per host's share, small calls through
+         * one rank per host (measured over emulated hosts, tests/netns/hosts.sh: faster than direct
+         * at every size, 8 B included: 75-90 us against 120-160 us over 2x2) */
+        if (comm->hier_hosts && kind != GS_COLL_BARRIER)
             return &gs_hier_algo;
         /* 2 ranks: direct sends what the ring sends, without the ring's
          * dependency of the all-gather on the reduce-scatter; from about
@@ -102,9 +102,8 @@ const gs_coll_algo *gs_coll_select(const gs_comm *comm, gs_coll_kind kind, size_
             return &gs_direct_algo;
         return bytes <= RD_MAX_BYTES ? &gs_rd_algo : &gs_ring_algo;
     default: { /* reduce_scatter, allgather, broadcast: ring, direct or (not broadcast) hier; rd means ring */
-        /* hier: hosts of equal rank counts (broadcast's chain already enters each host once) */
-        bool hier = kind != GS_COLL_BROADCAST && comm->hier_hosts && comm->hier_lmax == comm->hier_local &&
-                    comm->hier_scratch;
+        /* hier: hosts of several ranks, even or not (broadcast's chain already enters each host once) */
+        bool hier = kind != GS_COLL_BROADCAST && comm->hier_hosts && comm->hier_scratch;
         if (want == &gs_direct_algo || want == &gs_ring_algo)
             return want;
         if (want)

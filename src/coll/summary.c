@@ -113,7 +113,7 @@ static void changed_params(const gs_config *cfg, char *buf, size_t cap)
 void gs_coll_summary(const gs_comm *comm)
 {
     static bool printed;
-    char line[1024], a[256], b[256], c[256];
+    char line[1024], a[256], b[256], c[256], d[256], e[256];
     const gs_ctx *ctx = comm->ctx;
     if (printed || comm->rank != 0 || ctx->parent || !gs_log_enabled(GS_LOG_INFO, GS_SUBSYS_COLL))
         return;
@@ -125,16 +125,17 @@ void gs_coll_summary(const gs_comm *comm)
         gs_log_info(COLL, "ranks by host: %s", line);
     }
     gs_tp_describe(comm->tp, line, sizeof(line));
-    gs_log_info(COLL, "transport %s: %s",
-                comm->tp->ops->id == GS_TRANSPORT_MIXED ? "per peer" : "for every peer", line);
+    gs_log_info(COLL, "transport %s: %s", comm->tp->ops->peer_reach ? "per peer" : "for every peer", line);
     algo_ranges(comm, GS_COLL_ALLREDUCE, a, sizeof(a));
     algo_ranges(comm, GS_COLL_BROADCAST, b, sizeof(b));
     algo_ranges(comm, GS_COLL_REDUCE, c, sizeof(c));
+    algo_ranges(comm, GS_COLL_REDUCE_SCATTER, d, sizeof(d));
+    algo_ranges(comm, GS_COLL_ALLGATHER, e, sizeof(e));
     gs_log_info(COLL,
-                "algorithms (GS_ALGO=%s): allreduce %s%s; broadcast, allgather %s; reduce, gather, "
-                "scatter, alltoall %s",
+                "algorithms (GS_ALGO=%s): allreduce %s%s; reduce_scatter %s; allgather %s; broadcast %s; "
+                "reduce, gather, scatter, alltoall %s",
                 comm->cfg->algo == GS_ALGO_AUTO ? "auto, by size" : "forced", a,
-                comm->tiny ? " (2 ranks, <= 8 B: the tiny path)" : "", b, c);
+                comm->tiny ? " (2 ranks, <= 8 B: the tiny path)" : "", d, e, b, c);
     size_text(comm->chunk, a, sizeof(a));
     size_text(comm->nt_bytes, b, sizeof(b));
     c[0] = '\0';

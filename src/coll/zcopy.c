@@ -1,6 +1,8 @@
 /*
- * Over tcp, the send mode of large calls: copied into the socket, or by
- * reference (GS_OP_ZCOPY, the tcp transport's vmsplice + splice). On
+ * The send mode of large calls where the transport offers two
+ * (gs_tp_zcopy_mode_of: GS_TP_ZCOPY_TIMED; the transport's own settings
+ * and size limits decide that, coll only times): copied into the socket,
+ * or by reference (GS_OP_ZCOPY; over tcp its vmsplice + splice). On
  * loopback between cores that share a cache the kernel's copy is cheap and
  * the page references cost more; between cores that do not, the copy into
  * the socket is most of the time and the references win (the figures:
@@ -18,6 +20,7 @@
  */
 #include "coll/coll.h"
 
+#include "transport/tp.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -46,14 +49,11 @@ void gs_coll_zc_choose(gs_coll_op *op)
 {
     gs_comm *comm = op->comm;
     size_t bytes = op->zc_bytes;
+    gs_tp_zcopy_mode mode = gs_tp_zcopy_mode_of(comm->tp, bytes);
     op->zc_class = -1;
-    op->zcopy = false;
-    if (!comm->zc_tcp || bytes < GS_ZC_MIN_BYTES || comm->cfg->tcp_zcopy == GS_TCP_ZCOPY_OFF)
+    op->zcopy = mode == GS_TP_ZCOPY_ALWAYS;
+    if (mode != GS_TP_ZCOPY_TIMED)
         return;
-    if (comm->cfg->tcp_zcopy == GS_TCP_ZCOPY_ON) {
-        op->zcopy = true;
-        return;
-    }
     op->zc_class = size_class(bytes);
     gs_zc_class *k = &comm->zc[op->kind][op->zc_class];
     uint32_t call = k->calls++;

@@ -252,6 +252,16 @@ unsigned gs_tp_caps(const gs_tp *tp)
     return tp->ops->caps(tp);
 }
 
+gs_tp_reach gs_tp_reach_of(const gs_tp *tp, int peer)
+{
+    return tp->ops->peer_reach ? tp->ops->peer_reach(tp, peer) : tp->ops->reach;
+}
+
+gs_tp_zcopy_mode gs_tp_zcopy_mode_of(const gs_tp *tp, size_t bytes)
+{
+    return tp->ops->zcopy_mode ? tp->ops->zcopy_mode(tp, bytes) : GS_TP_ZCOPY_NEVER;
+}
+
 void gs_tp_describe(const gs_tp *tp, char *buf, size_t cap)
 {
     if (tp->ops->describe)

@@ -101,6 +101,31 @@ enum {
                                      * completion to free it (shm: into the peer's ring) */
 };
 
+/* How far a peer is, in classes an ops table states (the layers above
+ * choose algorithms and chunk sizes by them, never by the transport's name):
+ * what one small message costs, and what bounds a large one. */
+typedef enum gs_tp_latency {
+    GS_TP_LAT_MEMORY, /* loads and stores on this host: a notification is a cache-line transfer (< 1 us) */
+    GS_TP_LAT_RDMA,   /* a NIC, the kernel off the data path: a few us */
+    GS_TP_LAT_KERNEL, /* sockets through the kernel's network stack: tens of us, a system call each side */
+} gs_tp_latency;
+typedef enum gs_tp_bandwidth {
+    GS_TP_BW_MEMORY,  /* copies between this host's processes: memory bandwidth */
+    GS_TP_BW_NETWORK, /* a network link's: several times less, per host */
+} gs_tp_bandwidth;
+typedef struct gs_tp_reach {
+    gs_tp_latency latency;
+    gs_tp_bandwidth bandwidth;
+} gs_tp_reach;
+
+/* How a large payload posted with GS_OP_ZCOPY leaves (ops->zcopy_mode). */
+typedef enum gs_tp_zcopy_mode {
+    GS_TP_ZCOPY_NEVER,  /* copied, whatever the flag says: the flag is not worth setting */
+    GS_TP_ZCOPY_ALWAYS, /* the caller asked for references (e.g. GS_TCP_ZCOPY=on): set the flag */
+    GS_TP_ZCOPY_TIMED,  /* either may be faster, depending on where the processes run: the caller
+                         * times both and keeps the faster (coll/zcopy.c) */
+} gs_tp_zcopy_mode;
+
 /* The data-path ops, the same eleven in every backend and named by it:
  * <prefix>_buf_alloc, _mr_reg, _mr_dereg, _mr_pack, _write, _write_imm,
  * _read, _fetch_add, _cmp_swap, _send, _recv. GS_TP_DATA_OPS_DECLARE(prefix)
@@ -155,6 +180,16 @@ struct gs_tp_ops {
     bool (*available)(const gs_config *cfg);
     /* Capabilities of this instance (after open). Non-blocking. */
     unsigned (*caps)(const gs_tp *tp);
+    /* How far every peer of this backend is (latency and bandwidth class). */
+    gs_tp_reach reach;
+    /* Optional (NULL: reach for every peer): peer by peer, for a backend
+     * whose peers differ (mixed). Non-blocking. */
+    gs_tp_reach (*peer_reach)(const gs_tp *tp, int peer);
+    /* Optional (NULL: GS_TP_ZCOPY_NEVER), with GS_TP_CAP_ZCOPY_SEND: what
+     * GS_OP_ZCOPY would do for a payload of bytes, as this backend's own
+     * settings and measurements say (tcp: GS_TCP_ZCOPY, from 4 MiB).
+     * Non-blocking. */
+    gs_tp_zcopy_mode (*zcopy_mode)(const gs_tp *tp, size_t bytes);
     /* Creates the backend and connects an endpoint to every peer through the
      * bootstrap store. Collective, blocking up to GS_TIMEOUT_MS. NULL for
      * the mixed backend (gs_mixed_open). */
@@ -229,6 +264,10 @@ gs_status gs_shm_open_host(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p);
 
 /* ops->caps of tp (GS_TP_CAP_*). Non-blocking. */
 unsigned gs_tp_caps(const gs_tp *tp);
+/* How far peer is over tp (ops->peer_reach, else ops->reach). Non-blocking. */
+gs_tp_reach gs_tp_reach_of(const gs_tp *tp, int peer);
+/* ops->zcopy_mode of tp for a payload of bytes (GS_TP_ZCOPY_NEVER without one). Non-blocking. */
+gs_tp_zcopy_mode gs_tp_zcopy_mode_of(const gs_tp *tp, size_t bytes);
 /* ops->map of ep's transport after the descriptor checks every access
  * gets (need: GS_ACCESS_REMOTE_* bits); GS_ERR_UNSUPPORTED where the
  * transport has no map. gs_tp_unmap gives the mapping back. */

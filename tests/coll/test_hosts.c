@@ -59,9 +59,18 @@ static void choice_body(gs_ctx *ctx, int rank, void *argp)
 {
     const hosts_arg *a = argp;
     gs_tp *tp = NULL;
-    (void)rank;
     GS_ASSERT_OK(gs_tp_open(ctx, NULL, &tp));
     GS_ASSERT_STR_EQ(gs_tp_name(tp), a->want);
+    /* every peer as far as its transport: memory on this host, a link to the others (tcp here) */
+    for (int p = 0; p < a->pl->n; p++) {
+        gs_tp_reach want = a->pl->host_of[p] == a->pl->host_of[rank] && strcmp(a->want, "tcp") != 0
+                               ? (gs_tp_reach){GS_TP_LAT_MEMORY, GS_TP_BW_MEMORY}
+                               : (gs_tp_reach){GS_TP_LAT_KERNEL, GS_TP_BW_NETWORK};
+        if (p == rank)
+            continue;
+        GS_ASSERT_EQ((int)gs_tp_reach_of(tp, p).latency, (int)want.latency);
+        GS_ASSERT_EQ((int)gs_tp_reach_of(tp, p).bandwidth, (int)want.bandwidth);
+    }
     GS_ASSERT_OK(gs_tp_close(tp));
 }
 
@@ -354,11 +363,11 @@ GS_TEST(hierarchical_allreduce_on_even_hosts)
     run_placed(&two_by_three, hier_body, &a, NULL);
 }
 
-/* GS_ALGO=hier for reduce_scatter and allgather (hosts of equal rank
- * counts; uneven ones run the ring): types, operations, counts, in place,
- * many columns. */
-static uint64_t blocks_case(gs_comm *comm, int rank, int n, gs_dtype t, gs_redop op, size_t count,
-                            bool inplace, uint64_t h)
+/* GS_ALGO=hier for reduce_scatter and allgather, even and uneven hosts:
+ * types, operations, counts, in place, many columns; the allgather's
+ * results bitwise the same on every rank (hash *hg). */
+static void blocks_case(gs_comm *comm, int rank, int n, gs_dtype t, gs_redop op, size_t count, bool inplace,
+                        uint64_t *hg)
 {
     size_t es = gs_dtype_size(t), bytes = count * es, all = bytes * (size_t)n;
     uint8_t *in = cc_alloc(all), *out = cc_alloc(all);
@@ -369,7 +378,6 @@ static uint64_t blocks_case(gs_comm *comm, int rank, int n, gs_dtype t, gs_redop
     uint8_t *rs_out = inplace ? in + (size_t)rank * bytes : out;
     GS_ASSERT_OK(gs_reduce_scatter(comm, in, rs_out, count, t, op));
     cc_check_reduced(what, t, op, n, rs_out, (size_t)rank * count, count);
-    h = cc_hash(h, rs_out, bytes);
     if (op == GS_SUM) {
         snprintf(what, sizeof(what), "rank %d hier allgather count %zu%s", rank, count,
                  inplace ? " in place" : "");
@@ -384,11 +392,10 @@ static uint64_t blocks_case(gs_comm *comm, int rank, int n, gs_dtype t, gs_redop
                     gs_test_fail_here(__FILE__, __LINE__, "%s: block %d element %zu differs", what, q, i);
             }
         cc_check_guard(out, all, what);
-        h = cc_hash(h, out, all);
+        *hg = cc_hash(*hg, out, all);
     }
     free(in);
     free(out);
-    return h;
 }
 
 static void blocks_body(gs_ctx *ctx, int rank, void *argp)
@@ -396,34 +403,32 @@ static void blocks_body(gs_ctx *ctx, int rank, void *argp)
     static const gs_dtype types[] = {GS_F32, GS_F64, GS_BF16, GS_I32, GS_U8};
     static const gs_redop ops[] = {GS_SUM, GS_AVG, GS_MAX, GS_BXOR};
     static const size_t block_counts[] = {0, 1, 3, 4099, 70001};
-    const hosts_arg *a = argp;
     int n = gs_ctx_size(ctx);
-    bool even = strcmp(a->want, "even") == 0;
     gs_comm *comm = NULL;
     uint64_t h = 11;
+    (void)argp;
     cc_set_algo(ctx, GS_ALGO_HIER);
     GS_ASSERT_OK(gs_comm_create(ctx, NULL, &comm));
-    GS_ASSERT(gs_coll_select(comm, GS_COLL_REDUCE_SCATTER, 1 << 20) ==
-              (even ? &gs_hier_algo : &gs_ring_algo));
-    GS_ASSERT(gs_coll_select(comm, GS_COLL_ALLGATHER, 1 << 20) == (even ? &gs_hier_algo : &gs_ring_algo));
+    GS_ASSERT(gs_coll_select(comm, GS_COLL_REDUCE_SCATTER, 1 << 20) == &gs_hier_algo);
+    GS_ASSERT(gs_coll_select(comm, GS_COLL_ALLGATHER, 1 << 20) == &gs_hier_algo);
     for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
             bool is_int = cc_is_int(types[t]);
             if ((is_int && ops[o] == GS_AVG) || (!is_int && ops[o] == GS_BXOR))
                 continue;
             for (size_t c = 0; c < sizeof(block_counts) / sizeof(block_counts[0]); c++)
-                h = blocks_case(comm, rank, n, types[t], ops[o], block_counts[c], c % 2 == 1, h);
+                blocks_case(comm, rank, n, types[t], ops[o], block_counts[c], c % 2 == 1, &h);
         }
     /* 4 KiB chunks: many columns */
     ctx->cfg.chunk_bytes = 4096;
     {
         gs_comm *small = NULL;
         GS_ASSERT_OK(gs_comm_create(ctx, NULL, &small));
-        h = blocks_case(small, rank, n, GS_F32, GS_SUM, 100003, false, h);
-        h = blocks_case(small, rank, n, GS_F32, GS_SUM, 50001, true, h);
+        blocks_case(small, rank, n, GS_F32, GS_SUM, 100003, false, &h);
+        blocks_case(small, rank, n, GS_F32, GS_SUM, 50001, true, &h);
         GS_ASSERT_OK(gs_comm_destroy(small));
     }
-    (void)h; /* each rank's blocks differ: checked against the expected values instead */
+    cc_same_everywhere(ctx, "hier.blocks", h);
     GS_ASSERT_OK(gs_comm_destroy(comm));
 }
 
@@ -436,8 +441,22 @@ GS_TEST(hierarchical_reduce_scatter_and_allgather)
     run_placed(&three_by_two, blocks_body, &a, NULL);
     a.pl = &two_by_three;
     run_placed(&two_by_three, blocks_body, &a, NULL);
-    a = (hosts_arg){.pl = &interleaved, .want = "uneven"};
-    run_placed(&interleaved, blocks_body, &a, NULL);
+}
+
+/* Uneven hosts: the extras fold into the core (3+2 interleaved and in
+ * blocks, a host of one rank, several extras on one core rank, three hosts
+ * of different counts). */
+GS_TEST(hierarchical_reduce_scatter_and_allgather_on_uneven_hosts)
+{
+    static const placement three_plus_two = {"3+2 in blocks", 5, {0, 0, 0, 1, 1}};
+    static const placement two_plus_one = {"2+1", 3, {0, 1, 0}};
+    static const placement five_plus_two = {"5+2 interleaved", 7, {0, 1, 0, 0, 1, 0, 0}};
+    static const placement mixed = {"3+1+2", 6, {0, 1, 2, 0, 2, 0}};
+    const placement *const all[] = {&interleaved, &three_plus_two, &two_plus_one, &five_plus_two, &mixed};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        hosts_arg a = {.pl = all[i], .want = "uneven"};
+        run_placed(all[i], blocks_body, &a, NULL);
+    }
 }
 
 /* Hosts of different rank counts: the extras fold into the core (one each,

@@ -19,7 +19,8 @@
 #      (the two "hosts" share the machine's clock, so the true offset is 0 and
 #      the measured one must lie within the bound it states).
 #   3. tests/netns/hosts.sh: hosts of several ranks (shm inside, tcp between
-#      through tbf-shaped links): 2x2, 3+2 and 3x2, every collective exact,
+#      through tbf-shaped links): 2x2, 3+2 (interleaved and in blocks) and 3x2, every collective exact
+#      (the hierarchical reduce_scatter and allgather on the uneven hosts too),
 #      a killed rank reported by every rank of every host.
 # A machine where it cannot run (no root, no ip, no network namespaces or
 # veth) fails it, saying what is missing and how to get it: never a skip.
@@ -133,7 +134,8 @@ conformance IPv6
 
 # ---- 3. emulated hosts of several ranks (tests/netns/hosts.sh: its own namespaces) ----
 cleanup
-for shape in "--hosts 2 --ranks 2" "--hosts 2 --ranks 3,2" "--hosts 3 --ranks 2 --placement block"; do
+for shape in "--hosts 2 --ranks 2" "--hosts 2 --ranks 3,2" "--hosts 2 --ranks 3,2 --placement block" \
+    "--hosts 3 --ranks 2 --placement block"; do
     # shellcheck disable=SC2086
     if out=$(bash "$(dirname "$0")/hosts.sh" "$build" $shape --check 2>&1); then
         echo "netns: emulated hosts ($shape): $(echo "$out" | grep -c 'exact on every rank') collective runs exact, lost rank seen by all"

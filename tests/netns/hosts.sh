@@ -14,7 +14,8 @@
 #                              BENCH_DIR/bin beside, launched into the same namespaces)
 #
 # --check (default): gsbench over every collective, GS_ALGO auto, ring and
-#   hier (allreduce, reduce_scatter, allgather), exact results (gsbench exits 1 on a wrong element);
+#   hier (allreduce, reduce_scatter, allgather; hier must be what the init
+#   summary says runs, on uneven hosts too), exact results (gsbench exits 1 on a wrong element);
 #   the init summary must name the mixed transport; then a rank killed on
 #   host 1 must end every rank of every host with a lost-peer error within
 #   the deadline.
@@ -163,6 +164,9 @@ if [ "$mode" = check ]; then
                 failed=1
             elif ! grep -q "transport per peer: on this host shm" "$log0"; then
                 echo "hosts: FAILED: $coll: the init summary does not name shm on the host ($log0)" >&2
+                failed=1
+            elif [ "$algo" = hier ] && ! grep -q "algorithms (GS_ALGO=forced):.*$coll hier at every size" "$log0"; then
+                echo "hosts: FAILED: $coll GS_ALGO=hier: the init summary does not name hier for it ($log0)" >&2
                 failed=1
             else
                 echo "hosts: $coll GS_ALGO=$algo: exact on every rank ($(grep -c '^ *[0-9]' "$log0") sizes)"

@@ -1,10 +1,12 @@
-/* The tcp send-mode choice of large collective calls (coll/zcopy.c), driven
+/* The send-mode choice of large collective calls (coll/zcopy.c) over a
+ * transport that offers it (tcp's zcopy_mode, asked through the ops table), driven
  * with made-up call times: both modes are tried first, the faster one
  * runs (by the median of its last three times, with a 5% margin), the other is tried every GS_ZC_EXPLORE
  * calls (GS_ZC_EXPLORE_LATER once settled), a change of the faster mode is followed, and GS_TCP_ZCOPY=on/off
  * and the size floor hold. */
 #include "coll/coll.h"
 #include "gs_test.h"
+#include "transport/tp.h"
 #include "util/config.h"
 
 #include <stdlib.h>
@@ -21,17 +23,21 @@ static gs_comm *tuned_comm(int mode)
 {
     gs_comm *comm = calloc(1, sizeof(*comm));
     gs_config *cfg = calloc(1, sizeof(*cfg));
-    GS_ASSERT(comm && cfg);
+    gs_tp *tp = calloc(1, sizeof(*tp));
+    GS_ASSERT(comm && cfg && tp);
     GS_ASSERT_OK(gs_config_parse(cfg, no_env, NULL));
     cfg->tcp_zcopy = mode;
+    tp->ops = &gs_tcp_ops; /* only its zcopy_mode is asked */
+    tp->cfg = cfg;
     comm->cfg = cfg;
-    comm->zc_tcp = true;
+    comm->tp = tp;
     return comm;
 }
 
 static void free_comm(gs_comm *comm)
 {
     free((void *)comm->cfg);
+    free(comm->tp);
     free(comm);
 }
 
@@ -102,7 +108,7 @@ GS_TEST(zcopy_tune_obeys_the_setting_and_the_size_floor)
         GS_ASSERT(!call(on, GS_ZC_MIN_BYTES - 4, 0.9, 0.1));    /* below the floor: copied */
         GS_ASSERT(!call(auto_, GS_ZC_MIN_BYTES - 4, 0.9, 0.1)); /* and not timed */
     }
-    auto_->zc_tcp = false; /* not tcp: the hint is never given */
+    auto_->tp->ops = &gs_shm_ops; /* a transport without zcopy_mode: the hint is never given */
     for (int i = 0; i < 20; i++)
         GS_ASSERT(!call(auto_, 64u << 20, 0.9, 0.1));
     free_comm(on);

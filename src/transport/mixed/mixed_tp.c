@@ -96,6 +96,14 @@ static unsigned mixed_caps(const gs_tp *base)
     return gs_tp_caps(tp->near) & gs_tp_caps(tp->far) & (GS_TP_CAP_USER_MEM | GS_TP_CAP_ATOMIC);
 }
 
+/* The peer's backend's: shm's on this host, the far one's elsewhere. */
+static gs_tp_reach mixed_peer_reach(const gs_tp *base, int peer)
+{
+    const gs_mixed_tp *tp = (const gs_mixed_tp *)base;
+    const gs_tp *via = peer >= 0 && peer < base->size && tp->near->eps[peer] ? tp->near : tp->far;
+    return gs_tp_reach_of(via, peer);
+}
+
 static gs_status mixed_ep_error(gs_ep *base, char *buf, size_t cap)
 {
     gs_ep *sub = ((gs_mixed_ep *)base)->sub;
@@ -200,6 +208,8 @@ const gs_tp_ops gs_mixed_ops = {
     .name = "mixed",
     .id = GS_TRANSPORT_MIXED,
     .caps = mixed_caps,
+    .reach = {GS_TP_LAT_KERNEL, GS_TP_BW_NETWORK}, /* not read: peer_reach answers per peer */
+    .peer_reach = mixed_peer_reach,
     .open = NULL, /* gs_tp_open calls gs_mixed_open with the far backend it chose */
     .close = mixed_close,
     GS_TP_DATA_OPS(gs_mixed),

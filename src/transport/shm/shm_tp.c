@@ -417,6 +417,7 @@ const gs_tp_ops gs_shm_ops = {
     .name = "shm",
     .id = GS_TRANSPORT_SHM,
     .caps = shm_caps,
+    .reach = {GS_TP_LAT_MEMORY, GS_TP_BW_MEMORY},
     .open = shm_tp_open,
     .close = gs_shm_close,
     GS_TP_DATA_OPS(gs_shm),

@@ -257,6 +257,10 @@ void gs_tcp_tx_flush(gs_tcp_ep *ep);
 gs_tcp_tx *gs_tcp_tx_push(gs_tcp_ep *ep, const gs_tcp_hdr *hdr, const void *payload, bool user);
 /* Payloads of GS_OP_ZCOPY operations from this size on go by reference. */
 #define GS_TCP_ZCOPY_MIN (32u << 10)
+/* Calls of at least this many bytes are worth sending by reference at all
+ * (tcp_zcopy_mode; smaller ones: the page references cost more, measured,
+ * docs/collectives.md "Two data planes"). */
+#define GS_TCP_ZCOPY_TIMED_MIN (4u << 20)
 /* Lets t's payload go by reference if it is large enough (GS_TCP_ZCOPY_MIN). */
 void gs_tcp_tx_zcopy(gs_tcp_ep *ep, gs_tcp_tx *t);
 /* Closes ep's pipe, if it has one. */

@@ -135,6 +135,15 @@ static gs_status tcp_ep_error(gs_ep *base, char *buf, size_t cap)
     return status;
 }
 
+/* Large calls only (smaller ones copy: references cost more there,
+ * measured); GS_TCP_ZCOPY=auto leaves the choice to the caller's timing. */
+static gs_tp_zcopy_mode tcp_zcopy_mode(const gs_tp *tp, size_t bytes)
+{
+    if (bytes < GS_TCP_ZCOPY_TIMED_MIN || tp->cfg->tcp_zcopy == GS_TCP_ZCOPY_OFF)
+        return GS_TP_ZCOPY_NEVER;
+    return tp->cfg->tcp_zcopy == GS_TCP_ZCOPY_ON ? GS_TP_ZCOPY_ALWAYS : GS_TP_ZCOPY_TIMED;
+}
+
 static void tcp_describe(const gs_tp *tp, char *buf, size_t cap)
 {
     const gs_config *cfg = tp->cfg;
@@ -149,6 +158,8 @@ const gs_tp_ops gs_tcp_ops = {
     .name = "tcp",
     .id = GS_TRANSPORT_TCP,
     .caps = tcp_caps,
+    .reach = {GS_TP_LAT_KERNEL, GS_TP_BW_NETWORK},
+    .zcopy_mode = tcp_zcopy_mode,
     .open = tcp_open,
     .close = tcp_close,
     GS_TP_DATA_OPS(gs_tcp),

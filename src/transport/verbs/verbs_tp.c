@@ -484,6 +484,7 @@ const gs_tp_ops gs_verbs_ops = {
     .open_agrees = true,
     .available = gs_verbs_available,
     .caps = verbs_caps,
+    .reach = {GS_TP_LAT_RDMA, GS_TP_BW_NETWORK},
     .open = verbs_open,
     .close = verbs_close,
     GS_TP_DATA_OPS(gs_verbs),
