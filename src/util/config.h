@@ -37,7 +37,9 @@
       "direct, hierarchical (allreduce, reduce_scatter, allgather: inside each host and across; several "    \
       "hosts)")                                                                                              \
     X(chunk_bytes, "GS_CHUNK_BYTES", SIZE, "256K", NULL, "pipeline chunk of the ring algorithms")            \
-    X(ib_dev, "GS_IB_DEV", STR, "", NULL, "verbs device name (default: the first with an active port)")      \
+    X(ib_dev, "GS_IB_DEV", STR, "", NULL,                                                                    \
+      "verbs devices, a comma list of dev[:port]; of several, the one nearest the rank's NUMA node is used " \
+      "(default: every device with an active port, chosen the same way)")                                    \
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
     X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL,                                                      \
       "RoCE GID index (-1: automatic, prefers RoCE v2 routable)")                                            \
@@ -65,6 +67,12 @@
     X(ib_pkey, "GS_IB_PKEY", STR, "", NULL,                                                                  \
       "verbs partition key, e.g. 0x8001, found in the port's table (default: the table's entry 0)")          \
     X(ib_fork_safe, "GS_IB_FORK_SAFE", BOOL, "0", NULL, "call ibv_fork_init so the process may fork")        \
+    X(ib_qps_per_peer, "GS_IB_QPS_PER_PEER", INT, "1", NULL,                                                 \
+      "verbs RC queue pairs per peer, 1-16; with several, WRITEs and READs of GS_IB_STRIPE_MIN bytes or "    \
+      "more "                                                                                                \
+      "are striped across them (both sides must set the same)")                                              \
+    X(ib_stripe_min, "GS_IB_STRIPE_MIN", SIZE, "256K", NULL,                                                 \
+      "verbs: the smallest WRITE/WRITE_IMM/READ striped across the GS_IB_QPS_PER_PEER queue pairs (4K-1G)")  \
     X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL,                                                            \
       "network interface for the tcp transport (default: the store's route)")                                \
     X(tcp_netns, "GS_TCP_NETNS", STR, "", NULL,                                                              \

@@ -28,7 +28,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The verbs transport's own tests, run whole (their cases are not per transport).
-VERBS_TESTS=(test_verbs_local test_verbs_rc)
+VERBS_TESTS=(test_verbs_local test_verbs_rc test_verbs_lanes)
 # Tests that change the guest's network (and put it back): run after everything else.
 FAULT_TESTS=(test_verbs_faults)
 # Cases (substrings, as the test binaries take them) of the binaries that run

@@ -166,6 +166,8 @@ void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
     ep->sq_done = ep->sq_posted;
     ep->hb_outstanding = false;
     ep->probe_outstanding = false;
+    if (ep->lanes > 1)
+        gs_verbs_lanes_fail(ep, status);
     fail_user_recvs(vt, ep);
 }
 
@@ -195,11 +197,14 @@ static bool blame_port(gs_verbs_tp *vt, gs_verbs_ep *ep, const char *what, const
     return true;
 }
 
-static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t seq)
+/* lane_ep: the queue pair the failed work request was on (seq its slot; UINT64_MAX: a receive). */
+static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *lane_ep, const struct ibv_wc *wc, uint64_t seq)
 {
     const char *hint;
     gs_status status = gs_verbs_wc_status_map(wc->status, &hint);
-    const char *what = seq == UINT64_MAX ? "receive" : slot_name(&ep->slots[seq & (vt->sq_depth - 1)]);
+    const char *what = seq == UINT64_MAX ? "receive" : slot_name(&lane_ep->slots[seq & (vt->sq_depth - 1)]);
+    gs_verbs_ep *ep = lane_ep->parent;
+    const gs_verbs_slot *slot = seq == UINT64_MAX ? NULL : &lane_ep->slots[seq & (vt->sq_depth - 1)];
 
     if (ep->state != GS_VERBS_EP_READY)
         return;      /* the flush that follows the first error */
@@ -213,13 +218,13 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     if (wc->status == IBV_WC_WR_FLUSH_ERR)
         hint = "the queue pair failed without an error of its own: the peer's side broke the connection "
                "(e.g. one of its requests was refused here) or the device reported a fatal error";
-    char id[40] = "";
-    if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
-        snprintf(id, sizeof(id), " (wr_id %llu)",
-                 (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
+    char id[64] = "";
+    if (slot && slot->kind == GS_VERBS_SLOT_USER)
+        snprintf(id, sizeof(id), lane_ep->lane ? " (wr_id %llu, lane %u)" : " (wr_id %llu)",
+                 (unsigned long long)slot->wr_id, lane_ep->lane);
     if (blame_port(vt, ep, what, id, wc)) {
         status = GS_ERR_IO;
-    } else if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_PROBE) {
+    } else if (slot && slot->kind == GS_VERBS_SLOT_PROBE) {
         snprintf(
             ep->why, sizeof(ep->why),
             "rank %d: the data-path probe (an 8-byte READ of peer rank %d's control slot) over %s port %u "
@@ -237,23 +242,29 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     }
     gs_fail(GS_SUBSYS_VERBS, status, "%s", ep->why);
     ep->err_logged = true;
-    gs_verbs_ep_fail(ep, status, seq);
+    gs_verbs_ep_fail(ep, status, lane_ep == ep ? seq : UINT64_MAX);
 }
 
-static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t now)
+/* lane_ep: the endpoint itself (lane 0) or one of its side lanes. */
+static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *lane_ep, const struct ibv_wc *wc, uint64_t now)
 {
-    uint64_t seq = ep->sq_done + (uint32_t)((uint32_t)wc->wr_id - (uint32_t)ep->sq_done);
+    uint64_t seq = lane_ep->sq_done + (uint32_t)((uint32_t)wc->wr_id - (uint32_t)lane_ep->sq_done);
+    gs_verbs_ep *ep = lane_ep->parent;
     gs_verbs_slot *slot;
 
-    if (seq >= ep->sq_posted)
+    if (seq >= lane_ep->sq_posted)
         return; /* already completed by a failure of the endpoint */
     if (wc->status != IBV_WC_SUCCESS) {
-        wc_error(vt, ep, wc, seq);
+        wc_error(vt, lane_ep, wc, seq);
         return;
     }
-    slot = &ep->slots[seq & (vt->sq_depth - 1)];
-    ep->sq_done = seq + 1;
+    slot = &lane_ep->slots[seq & (vt->sq_depth - 1)];
+    lane_ep->sq_done = seq + 1;
     ep->last_alive_ns = now;
+    if (ep->lanes > 1 && slot->kind == GS_VERBS_SLOT_USER) {
+        gs_verbs_lanes_done(ep, slot->op);
+        return;
+    }
     if (slot->kind == GS_VERBS_SLOT_HEARTBEAT)
         ep->hb_outstanding = false;
     if (slot->kind == GS_VERBS_SLOT_PROBE)
@@ -262,6 +273,31 @@ static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
         gs_wc out = {.wr_id = slot->wr_id, .status = GS_OK, .opcode = slot->opcode, .peer = ep->base.peer};
         gs_verbs_outq_push(vt, &out);
     }
+}
+
+/* The immediate's notice of a striped WRITE_IMM (verbs_stripe.c): its GS_WC_RECV_IMM, with the whole length.
+ */
+static void imm_notice(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint32_t buf)
+{
+    gs_verbs_imm_notice notice = {0};
+    gs_wc out = {
+        .status = GS_OK, .opcode = GS_WC_RECV_IMM, .imm = be32toh(wc->imm_data), .peer = ep->base.peer};
+
+    if (wc->byte_len == sizeof(notice))
+        memcpy(&notice, gs_verbs_rbuf_addr(vt, buf), sizeof(notice));
+    if (notice.magic != GS_VERBS_NOTICE_MAGIC || notice.reserved != 0 || notice.len > UINT32_MAX) {
+        snprintf(ep->why, sizeof(ep->why),
+                 "rank %d: rank %d sent a SEND with an immediate that is no striped WRITE_IMM's notice (%u "
+                 "bytes, magic %#x, length %llu): run the same gradsync build on every rank",
+                 vt->base.rank, ep->base.peer, wc->byte_len, notice.magic, (unsigned long long)notice.len);
+        gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL, "%s", ep->why);
+        ep->err_logged = true;
+        gs_verbs_ep_fail(ep, GS_ERR_PROTOCOL, UINT64_MAX);
+        return;
+    }
+    out.len = (uint32_t)notice.len;
+    gs_verbs_outq_push(vt, &out);
+    gs_verbs_queue_repost(vt, ep, buf);
 }
 
 static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t now)
@@ -273,6 +309,10 @@ static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
         return;
     }
     ep->last_alive_ns = now;
+    if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM)) {
+        imm_notice(vt, ep, wc, buf);
+        return;
+    }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         gs_wc out = {.wr_id = 0,
                      .status = GS_OK,
@@ -294,9 +334,12 @@ static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
 static void handle_wc(gs_verbs_tp *vt, const struct ibv_wc *wc, uint64_t now)
 {
     unsigned kind = (unsigned)(wc->wr_id >> 60);
-    int peer = (int)((wc->wr_id >> 32) & 0x0fffffff);
+    unsigned lane = (unsigned)((wc->wr_id >> 56) & 0xfu);
+    int peer = (int)((wc->wr_id >> 32) & 0xffffff);
     gs_verbs_ep *ep = peer < vt->base.size ? gs_verbs_ep_at(vt, peer) : NULL;
 
+    if (ep && lane > 0)
+        ep = lane < ep->lanes ? ep->side[lane - 1] : NULL;
     if (!ep) {
         gs_log_warn(VERBS, "rank %d: completion with unknown wr_id %#llx ignored", vt->base.rank,
                     (unsigned long long)wc->wr_id);
@@ -432,6 +475,7 @@ void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
         ep = ev->element.qp ? ev->element.qp->qp_context : NULL;
+        ep = ep ? ep->parent : NULL; /* a side lane's error fails its endpoint */
         if (ep && !ep->qp_event) {
             ep->qp_event = ev->event_type;
             vt->qp_events = true;
@@ -497,6 +541,11 @@ gs_status gs_verbs_progress(gs_verbs_tp *vt)
     } while (n == GS_VERBS_CQ_BATCH);
     if (vt->qp_events)
         apply_qp_events(vt); /* recorded before this pass's poll of the CQ */
+    for (int peer = 0; vt->lanes > 1 && peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (ep && ep->defer_count > 0)
+            gs_verbs_lanes_flush(ep);
+    }
     gs_verbs_flush_reposts(vt);
     heartbeat(vt, now);
     return GS_OK;

@@ -68,7 +68,9 @@ static void size_queues(gs_verbs_tp *vt)
 
     vt->sq_depth = pow2_floor(max_wr < GS_VERBS_SQ_DEPTH ? max_wr : GS_VERBS_SQ_DEPTH);
     vt->rq_depth = max_wr < GS_VERBS_RQ_DEPTH ? max_wr : GS_VERBS_RQ_DEPTH;
-    while ((uint64_t)peers * (vt->sq_depth + vt->rq_depth) + 16 > (uint64_t)a->max_cqe && vt->sq_depth > 8) {
+    while ((uint64_t)peers * (vt->lanes * vt->sq_depth + vt->rq_depth + vt->lanes) + 16 >
+               (uint64_t)a->max_cqe &&
+           vt->sq_depth > 8) {
         vt->sq_depth /= 2;
         vt->rq_depth = vt->rq_depth > 8 ? vt->rq_depth / 2 : vt->rq_depth;
     }
@@ -115,7 +117,7 @@ static gs_status create_cq(gs_verbs_tp *vt)
 {
     int rank = vt->base.rank;
     uint32_t peers = vt->base.size > 1 ? (uint32_t)vt->base.size - 1 : 1;
-    int cqe = (int)(peers * (vt->sq_depth + vt->rq_depth) + 16);
+    int cqe = (int)(peers * (vt->lanes * vt->sq_depth + vt->rq_depth + vt->lanes) + 16); /* + side receives */
     gs_status status;
 
     vt->chan = ibv_create_comp_channel(vt->dev.ctx);
@@ -404,6 +406,7 @@ static gs_status open_local(gs_ctx *ctx, const gs_config *cfg, gs_verbs_tp **vt_
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_NOMEM, "rank %d: no memory for the verbs transport",
                        ctx->rank);
     vt->base = (gs_tp){.ops = &gs_verbs_ops, .ctx = ctx, .cfg = cfg, .rank = ctx->rank, .size = ctx->size};
+    vt->lanes = (uint32_t)cfg->ib_qps_per_peer;
     *vt_p = vt;
     status = gs_verbs_dev_open(cfg, ctx->rank, &vt->dev);
     if (status != GS_OK)
@@ -435,11 +438,15 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         return status;
     }
     vt->up = true;
+    char stripes[96] = "no striping";
+    if (vt->lanes > 1)
+        snprintf(stripes, sizeof(stripes), "WRITE/READ of %llu bytes or more striped across them",
+                 (unsigned long long)cfg->ib_stripe_min);
     gs_log_info(VERBS,
-                "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes; "
-                "libibverbs calls: %s",
-                ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline,
-                gs_verbs_compat_summary());
+                "rank %d: verbs up on %s: %d peers, %u QP%s per peer (%s), %u send / %u receive WRs per QP, "
+                "inline %u bytes; libibverbs calls: %s",
+                ctx->rank, vt->dev.name, ctx->size - 1, vt->lanes, vt->lanes == 1 ? "" : "s", stripes,
+                vt->sq_depth, vt->rq_depth, vt->max_inline, gs_verbs_compat_summary());
     *tp_p = &vt->base;
     return GS_OK;
 }
@@ -471,11 +478,14 @@ static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
     snprintf(
         buf, cap,
         "verbs (device %s port %u, %s, LID %u, GID[%d] %s%s, active MTU %d, SL %lld, traffic class %lld, "
-        "pkey %#06x (index %u), GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld)",
+        "pkey %#06x (index %u), GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld, %lld QP%s per peer, stripes from "
+        "%llu bytes)",
         d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
         d->gid_index, gid, d->gid_type == GS_VERBS_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
         128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_sl, (long long)tp->cfg->ib_tc, d->pkey,
-        d->pkey_index, (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt);
+        d->pkey_index, (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt,
+        (long long)tp->cfg->ib_qps_per_peer, tp->cfg->ib_qps_per_peer == 1 ? "" : "s",
+        (unsigned long long)tp->cfg->ib_stripe_min);
 }
 
 const gs_tp_ops gs_verbs_ops = {
