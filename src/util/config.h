@@ -38,8 +38,8 @@
       "hosts)")                                                                                              \
     X(chunk_bytes, "GS_CHUNK_BYTES", SIZE, "256K", NULL, "pipeline chunk of the ring algorithms")            \
     X(ib_dev, "GS_IB_DEV", STR, "", NULL,                                                                    \
-      "verbs devices, a comma list of dev[:port]; of several, the one nearest the rank's NUMA node is used " \
-      "(default: every device with an active port, chosen the same way)")                                    \
+      "verbs devices, a comma list of dev[:port]; of several, the GS_IB_RAILS nearest the rank's NUMA node " \
+      "are used (default: every device with an active port, chosen the same way)")                           \
     X(ib_port, "GS_IB_PORT", INT, "1", NULL, "verbs port number")                                            \
     X(ib_gid_index, "GS_IB_GID_INDEX", INT, "-1", NULL,                                                      \
       "RoCE GID index (-1: automatic, prefers RoCE v2 routable)")                                            \
@@ -71,6 +71,10 @@
       "verbs RC queue pairs per peer, 1-16; with several, WRITEs and READs of GS_IB_STRIPE_MIN bytes or "    \
       "more "                                                                                                \
       "are striped across them (both sides must set the same)")                                              \
+    X(ib_rails, "GS_IB_RAILS", INT, "1", NULL,                                                               \
+      "verbs devices used at once, 1-2: the nearest of GS_IB_DEV's (or of the active ones); queue pair l "   \
+      "of "                                                                                                  \
+      "a peer is on rail l mod GS_IB_RAILS, so stripes spread over both (both sides must set the same)")     \
     X(ib_stripe_min, "GS_IB_STRIPE_MIN", SIZE, "256K", NULL,                                                 \
       "verbs: the smallest WRITE/WRITE_IMM/READ striped across the GS_IB_QPS_PER_PEER queue pairs (4K-1G)")  \
     X(tcp_ifname, "GS_TCP_IFNAME", STR, "", NULL,                                                            \

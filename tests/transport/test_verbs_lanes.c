@@ -77,7 +77,7 @@ static gs_wc wait_for(gs_tp *tp, gs_wc_opcode op)
     do {                                                                                                     \
         gs_status st_;                                                                                       \
         while ((st_ = (call)) == GS_ERR_AGAIN) {                                                             \
-            GS_ASSERT_OK(gs_verbs_progress((gs_verbs_tp *)(tp))); /* completions stay queued for later */  \
+            GS_ASSERT_OK(gs_verbs_progress((gs_verbs_tp *)(tp))); /* completions stay queued for later */    \
         }                                                                                                    \
         GS_ASSERT_STATUS(st_, GS_OK);                                                                        \
     } while (0)

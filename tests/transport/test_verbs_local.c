@@ -227,6 +227,14 @@ GS_TEST(config_ranges_are_checked_naming_the_variable)
     expect_range_error("GS_IB_QPS_PER_PEER", "0");
     expect_range_error("GS_IB_QPS_PER_PEER", "17");
     expect_range_error("GS_IB_STRIPE_MIN", "1K");
+    expect_range_error("GS_IB_RAILS", "3");
+    cfg.ib_timeout = -1;
+    cfg.ib_rails = 2; /* two devices need a queue pair on each */
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_RAILS=2 needs at least one queue pair per device");
+    cfg.ib_qps_per_peer = 2;
+    GS_ASSERT_OK(gs_verbs_config_check(&cfg));
+    cfg.ib_rails = 1;
     cfg.ib_timeout = -1;
     cfg.ib_qps_per_peer = 17;
     GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
@@ -385,7 +393,8 @@ GS_TEST(memlock_description_names_ulimit)
 
 GS_TEST(connection_blob_layout)
 {
-    GS_ASSERT_EQ(sizeof(gs_verbs_conn_blob), 128);
+    GS_ASSERT_EQ(sizeof(gs_verbs_conn_blob), 160);
+    GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, rail_gid), 128);
     GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, lane_qpn), 64);
     GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, version), 0);
     GS_ASSERT_EQ(sizeof(gs_verbs_ctrl), 64);
@@ -411,6 +420,7 @@ static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
     vt->base.rank = 1;
     vt->base.size = 2;
     vt->lanes = 1;
+    vt->rails = 1;
     vt->dev.link_layer = link_layer;
     vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
     vt->dev.gid_type =
@@ -440,6 +450,7 @@ static gs_verbs_conn_blob good_blob(uint8_t link_layer)
         .ctrl_rkey = 0x1234,
         .pkey = 0xffff,
         .lanes = 1,
+        .rails = 1,
     };
     GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.1", b.gid), 1);
     return b;
@@ -516,7 +527,7 @@ static void spoil_ctrl_odd(gs_verbs_conn_blob *b)
 }
 static void spoil_reserved(gs_verbs_conn_blob *b)
 {
-    b->reserved = 1;
+    b->reserved3 = 1;
 }
 static void spoil_pkey0(gs_verbs_conn_blob *b)
 {
@@ -567,6 +578,33 @@ static void spoil_reserved2(gs_verbs_conn_blob *b)
 {
     b->reserved2 = 1;
 }
+static void spoil_reserved4(gs_verbs_conn_blob *b)
+{
+    b->reserved4 = 1;
+}
+static void spoil_rails0(gs_verbs_conn_blob *b)
+{
+    b->rails = 0;
+}
+static void spoil_rails3(gs_verbs_conn_blob *b)
+{
+    b->rails = 3;
+}
+static void spoil_rail_addr(gs_verbs_conn_blob *b)
+{
+    b->rail_gid[15] = 1; /* one rail: no second address */
+}
+static void spoil_rail_mtu(gs_verbs_conn_blob *b)
+{
+    b->rails = 2;
+    memcpy(b->rail_gid, b->gid, sizeof(b->gid));
+    b->rail_mtu = 0;
+}
+static void spoil_rail_gid(gs_verbs_conn_blob *b)
+{
+    b->rails = 2;
+    b->rail_mtu = IBV_MTU_1024;
+}
 
 GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
 {
@@ -599,6 +637,12 @@ GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
         {"two side lanes with one QP number", spoil_lane_dup},
         {"equal to lane 0's", spoil_lane_lane0},
         {"reserved bytes", spoil_reserved2},
+        {"reserved bytes", spoil_reserved4},
+        {"devices (rails) outside 1-2", spoil_rails0},
+        {"devices (rails) outside 1-2", spoil_rails3},
+        {"a second rail's address with one rail", spoil_rail_addr},
+        {"rail 1's MTU code", spoil_rail_mtu},
+        {"rail 1's GID empty", spoil_rail_gid},
     };
     gs_verbs_tp vt;
     gs_verbs_conn_blob b;
@@ -688,6 +732,27 @@ GS_TEST(both_sides_must_open_the_same_queue_pairs_per_peer)
     b.lane_qpn[2] = 0; /* a lane without its queue pair */
     GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
     GS_ASSERT_CONTAINS(gs_last_error(), "side lane's QP number outside");
+    /* two devices against one */
+    b.lane_qpn[2] = 0x23;
+    b.rails = 2;
+    memcpy(b.rail_gid, b.gid, sizeof(b.gid));
+    b.rail_gid[15] ^= 1;
+    b.rail_mtu = IBV_MTU_1024;
+    b.rail_gid_type = GS_VERBS_GID_TYPE_ROCE_V2;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "peer rank 0 uses 2 devices (GS_IB_RAILS), this rank 1");
+    vt.rails = 2;
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    /* two devices number their queue pairs apart: lane 1 (rail 1) may share lane 0's number, lane 2 not */
+    b.lane_qpn[0] = b.qpn;
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    b.lane_qpn[1] = b.qpn;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "equal to lane 0's");
+    b.lane_qpn[1] = 0x22;
+    b.lane_qpn[2] = b.lane_qpn[0]; /* lanes 1 and 3, both on rail 1 */
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "two side lanes with one QP number");
 }
 
 /* Random corruption of a good blob: whatever is accepted is within every bound the connect relies on. */
@@ -711,10 +776,12 @@ GS_TEST(randomly_corrupted_blobs_never_pass_out_of_bounds_values)
         GS_ASSERT(b.qpn >= 2 && b.qpn <= 0xffffff && b.psn <= 0xffffff);
         GS_ASSERT(b.rd_atomic >= 1 && b.rd_atomic <= GS_VERBS_RD_ATOMIC_MAX);
         GS_ASSERT(b.rq_depth >= 1 && b.rq_depth <= GS_VERBS_RQ_DEPTH);
-        GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved == 0 && b.lid == 0);
+        GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved2 == 0 && b.lid == 0);
         GS_ASSERT_EQ(b.pkey & 0x7fff, 0x7fff);
         GS_ASSERT(b.ctrl_addr != 0 && (b.ctrl_addr & 7) == 0 && b.gid[0] != 0xff);
-        GS_ASSERT_EQ(b.lanes, 1); /* this receiver opened one queue pair per peer */
+        GS_ASSERT_EQ(b.lanes, 1); /* this receiver opened one queue pair per peer, on one device */
+        GS_ASSERT_EQ(b.rails, 1);
+        GS_ASSERT(b.rail_lid == 0 && b.rail_mtu == 0 && b.rail_gid_type == 0 && b.reserved3 == 0);
         for (int l = 0; l < GS_VERBS_QPS_MAX - 1; l++)
             GS_ASSERT_EQ(b.lane_qpn[l], 0);
     }

@@ -135,6 +135,7 @@ typedef struct gs_verbs_op {
     gs_mr *lmr;
     uint64_t raddr;
     uint32_t rkey;
+    uint32_t rail_rkey; /* rail 1's (the descriptor key's high half) */
     uint32_t imm;
     uint64_t compare_add, swap;
     uint64_t wr_id;
@@ -164,6 +165,7 @@ typedef struct gs_verbs_ep {
     gs_ep base;
     struct ibv_qp *qp;
     uint8_t lane;                     /* 0: the endpoint itself; else a side lane of parent */
+    uint8_t rail;                     /* the device it is on: lane mod GS_IB_RAILS */
     struct gs_verbs_ep *parent;       /* side lanes: the endpoint (lane 0); lane 0: itself */
     uint32_t lanes;                   /* lane 0: queue pairs to the peer (GS_IB_QPS_PER_PEER) */
     struct gs_verbs_ep **side;        /* lane 0: [lanes - 1] side lanes */
@@ -216,6 +218,7 @@ typedef struct gs_verbs_ep {
 typedef struct gs_verbs_reg {
     struct gs_verbs_reg *next;
     struct ibv_mr *mr;
+    struct ibv_mr *rail_mr[GS_VERBS_RAILS_MAX - 1]; /* the same memory on rails 1 .. */
     void *addr;
     size_t len;
     unsigned access; /* gs_access asked for */
@@ -231,9 +234,20 @@ typedef struct gs_verbs_mr {
     struct gs_verbs_mr *prev, *next; /* the tp's live handles */
 } gs_verbs_mr;
 
+/* A device beyond the first (GS_IB_RAILS = 2): its own context, protection domain and completion queue;
+ * it carries side lanes only (stripes), so no control or receive regions. */
+typedef struct gs_verbs_rail {
+    gs_verbs_dev dev;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    bool cq_armed;
+    unsigned cq_events_unacked;
+} gs_verbs_rail;
+
 typedef struct gs_verbs_tp {
     gs_tp base;
-    gs_verbs_dev dev;
+    gs_verbs_dev dev; /* rail 0 */
     struct ibv_pd *pd;
     struct ibv_comp_channel *chan;
     struct ibv_cq *cq;
@@ -241,7 +255,9 @@ typedef struct gs_verbs_tp {
     unsigned cq_events_unacked;
 
     uint32_t sq_depth, rq_depth, credit_batch;
-    uint32_t lanes; /* queue pairs per peer (GS_IB_QPS_PER_PEER) */
+    uint32_t lanes;                              /* queue pairs per peer (GS_IB_QPS_PER_PEER) */
+    uint32_t rails;                              /* devices (GS_IB_RAILS) */
+    gs_verbs_rail extra[GS_VERBS_RAILS_MAX - 1]; /* rails 1 .. */
     uint32_t max_inline;
     uint32_t max_msg;
     uint8_t rd_atomic;      /* READ/atomic requests we accept in flight (responder) */
@@ -293,6 +309,12 @@ static inline gs_verbs_ep *gs_verbs_ep_at(gs_verbs_tp *vt, int peer)
 static inline bool gs_verbs_peer_closed(const gs_verbs_ep *ep)
 {
     return __atomic_load_n(&ep->lctrl->closed, __ATOMIC_ACQUIRE) == GS_VERBS_CLOSED_MAGIC;
+}
+
+/* The device a lane is on. */
+static inline const gs_verbs_dev *gs_verbs_ep_dev(const gs_verbs_tp *vt, const gs_verbs_ep *ep)
+{
+    return ep->rail ? &vt->extra[ep->rail - 1].dev : &vt->dev;
 }
 
 static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
@@ -358,6 +380,12 @@ int gs_verbs_cpu_numa_node(const char *sysfs_cpu_root, int *cpu_p);
  * else one whose node is unknown (-1), else any; ties go to the first listed. */
 int gs_verbs_numa_pick(const int *nodes, int n, int cpu_node);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
+/* The n (1..GS_VERBS_RAILS_MAX) usable devices nearest this CPU's NUMA node, nearest first (the first as
+ * gs_verbs_dev_open gives it). */
+gs_status gs_verbs_devs_open(const gs_config *cfg, int rank, gs_verbs_dev *devs, int n);
+/* What the open would choose under cfg, for gsinfo: "rail 0 rxe0:1 (NUMA node -1); this process on CPU 1,
+ * NUMA node 0; usable: ...", or why none. */
+void gs_verbs_devices_text(const gs_config *cfg, char *buf, size_t cap);
 void gs_verbs_dev_close(gs_verbs_dev *dev);
 /* What the automatic GID choice may take: GS_IB_ADDR_FAMILY and GS_IB_ADDR_RANGE. */
 typedef struct gs_verbs_gid_filter {

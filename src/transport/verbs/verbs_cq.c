@@ -496,13 +496,25 @@ void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
     }
 }
 
-/* Reads the device's asynchronous events (the fd is non-blocking) and acts on each. */
+/* Reads the devices' asynchronous events (the fds are non-blocking) and acts on each. A second rail's
+ * port events are only logged: its queue pairs' own errors (retries exhausted) fail the endpoints. */
 static void drain_async(gs_verbs_tp *vt)
 {
     struct ibv_async_event ev;
     while (ibv_get_async_event(vt->dev.ctx, &ev) == 0) {
         gs_verbs_async_event(vt, &ev);
         ibv_ack_async_event(&ev);
+    }
+    for (uint32_t r = 1; r < vt->rails; r++) {
+        while (ibv_get_async_event(vt->extra[r - 1].dev.ctx, &ev) == 0) {
+            if (ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE)
+                gs_log_warn(VERBS, "rank %d: rail %u device %s: %s on port %d", vt->base.rank, r,
+                            vt->extra[r - 1].dev.name, ibv_event_type_str(ev.event_type),
+                            ev.element.port_num);
+            else
+                gs_verbs_async_event(vt, &ev);
+            ibv_ack_async_event(&ev);
+        }
     }
 }
 
@@ -525,20 +537,34 @@ static void heartbeat(gs_verbs_tp *vt, uint64_t now)
     }
 }
 
-gs_status gs_verbs_progress(gs_verbs_tp *vt)
+/* Drains one completion queue. */
+static gs_status drain_cq(gs_verbs_tp *vt, struct ibv_cq *cq, const char *dev_name, uint64_t now)
 {
     struct ibv_wc wcs[GS_VERBS_CQ_BATCH];
-    uint64_t now = gs_now_ns();
     int n;
-
     do {
-        n = ibv_poll_cq(vt->cq, GS_VERBS_CQ_BATCH, wcs);
+        n = ibv_poll_cq(cq, GS_VERBS_CQ_BATCH, wcs);
         if (n < 0)
             return gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "rank %d: ibv_poll_cq on %s failed (%d)",
-                           vt->base.rank, vt->dev.name, n);
+                           vt->base.rank, dev_name, n);
         for (int i = 0; i < n; i++)
             handle_wc(vt, &wcs[i], now);
     } while (n == GS_VERBS_CQ_BATCH);
+    return GS_OK;
+}
+
+gs_status gs_verbs_progress(gs_verbs_tp *vt)
+{
+    uint64_t now = gs_now_ns();
+    gs_status status = GS_OK;
+
+    for (uint32_t r = 1; r < vt->rails && status == GS_OK;
+         r++) /* side lanes first: held posts wait on them */
+        status = drain_cq(vt, vt->extra[r - 1].cq, vt->extra[r - 1].dev.name, now);
+    if (status == GS_OK)
+        status = drain_cq(vt, vt->cq, vt->dev.name, now);
+    if (status != GS_OK)
+        return status;
     if (vt->qp_events)
         apply_qp_events(vt); /* recorded before this pass's poll of the CQ */
     for (int peer = 0; vt->lanes > 1 && peer < vt->base.size; peer++) {
@@ -587,11 +613,30 @@ gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
 static gs_status arm_cq(gs_verbs_tp *vt)
 {
     int rc = ibv_req_notify_cq(vt->cq, 0);
+    for (uint32_t r = 1; rc == 0 && r < vt->rails; r++) {
+        rc = ibv_req_notify_cq(vt->extra[r - 1].cq, 0);
+        vt->extra[r - 1].cq_armed = rc == 0;
+    }
     if (rc != 0)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_req_notify_cq failed: %s", vt->base.rank,
                        strerror(rc));
     vt->cq_armed = true;
     return GS_OK;
+}
+
+/* A second rail's completion event: taken, acked in batches; any such event re-arms every queue. */
+static void take_rail_event(gs_verbs_tp *vt, gs_verbs_rail *rail)
+{
+    struct ibv_cq *cq;
+    void *cq_ctx;
+    if (ibv_get_cq_event(rail->chan, &cq, &cq_ctx) != 0)
+        return;
+    rail->cq_armed = false;
+    vt->cq_armed = false; /* arm_cq arms them all again */
+    if (++rail->cq_events_unacked >= 64) {
+        ibv_ack_cq_events(rail->cq, rail->cq_events_unacked);
+        rail->cq_events_unacked = 0;
+    }
 }
 
 static void take_cq_event(gs_verbs_tp *vt)
@@ -610,20 +655,32 @@ static void take_cq_event(gs_verbs_tp *vt)
 gs_status gs_verbs_block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
 {
     uint64_t wake = deadline_ns < vt->next_hb_ns ? deadline_ns : vt->next_hb_ns;
-    struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN},
-                            {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
+    struct pollfd fds[2 + 2 * (GS_VERBS_RAILS_MAX - 1)] = {{.fd = vt->chan->fd, .events = POLLIN},
+                                                           {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
+    nfds_t nfds = 2;
     int rc;
 
     if (!vt->cq_armed)
         return arm_cq(vt); /* the caller polls once more before sleeping */
-    rc = poll(fds, 2, gs_deadline_left_ms(wake));
+    for (uint32_t r = 1; r < vt->rails; r++) {
+        fds[nfds++] = (struct pollfd){.fd = vt->extra[r - 1].chan->fd, .events = POLLIN};
+        fds[nfds++] = (struct pollfd){.fd = vt->extra[r - 1].dev.ctx->async_fd, .events = POLLIN};
+    }
+    rc = poll(fds, nfds, gs_deadline_left_ms(wake));
     if (rc < 0 && errno != EINTR)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: poll on the completion channel failed: %s",
                        vt->base.rank, strerror(errno));
     if (rc > 0 && (fds[0].revents & POLLIN))
         take_cq_event(vt);
-    if (rc > 0 && (fds[1].revents & POLLIN))
-        drain_async(vt);
+    for (uint32_t r = 1; rc > 0 && r < vt->rails; r++)
+        if (fds[2 * r].revents & POLLIN)
+            take_rail_event(vt, &vt->extra[r - 1]);
+    if (rc > 0)
+        for (nfds_t i = 1; i < nfds; i += 2)
+            if (fds[i].revents & POLLIN) {
+                drain_async(vt);
+                break;
+            }
     return GS_OK;
 }
 

@@ -34,6 +34,7 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         {"GS_IB_QPS_PER_PEER", offsetof(gs_config, ib_qps_per_peer), 1, GS_VERBS_QPS_MAX,
          "1-16 queue pairs per peer"},
         {"GS_IB_STRIPE_MIN", offsetof(gs_config, ib_stripe_min), 4096, 1 << 30, "4K-1G bytes"},
+        {"GS_IB_RAILS", offsetof(gs_config, ib_rails), 1, GS_VERBS_RAILS_MAX, "1 or 2 devices"},
     };
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
         int64_t v = *(const int64_t *)(const void *)((const char *)cfg + ranges[i].offset);
@@ -52,6 +53,12 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         st = gs_verbs_gid_filter_parse(cfg, &filter);
     if (st != GS_OK)
         return st;
+    if (cfg->ib_rails > cfg->ib_qps_per_peer)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "GS_IB_RAILS=%lld needs at least one queue pair per device: set GS_IB_QPS_PER_PEER to %lld "
+            "or more (it is %lld)",
+            (long long)cfg->ib_rails, (long long)cfg->ib_rails, (long long)cfg->ib_qps_per_peer);
     if (cfg->ib_retry_cnt == 7)
         gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never "
                            "detected there");
@@ -564,10 +571,12 @@ static int find_device(struct ibv_device **list, int n, const char *name)
 
 typedef struct dev_search {
     const gs_config *cfg;
-    int rank, cpu, cpu_node, best_score, usable;
-    gs_verbs_dev *best;
-    char seen[768];  /* the devices looked at and why not taken, for the error */
-    char cands[384]; /* the usable ones and their nodes, for the log */
+    int rank, cpu, cpu_node, usable;
+    int want, kept;                /* devices wanted (rails), and kept so far */
+    int score[GS_VERBS_RAILS_MAX]; /* of the kept ones, best first */
+    gs_verbs_dev *best;            /* [want]: the kept ones, open */
+    char seen[768];                /* the devices looked at and why not taken, for the error */
+    char cands[384];               /* the usable ones and their nodes, for the log */
 } dev_search;
 
 /* Looks at device list[i] port `port`: usable ones compete on NUMA locality (the best stays open). */
@@ -602,27 +611,37 @@ static gs_status consider(dev_search *s, struct ibv_device *device, uint8_t port
              cand.port, cand.numa_node);
     s->usable++;
     score = numa_score(cand.numa_node, s->cpu_node);
-    if (score <= s->best_score) {
+    /* kept best first; among equals the first listed stays ahead */
+    int at = s->kept;
+    while (at > 0 && s->score[at - 1] < score)
+        at--;
+    if (at >= s->want) {
         gs_verbs_dev_close(&cand);
         return GS_OK;
     }
-    gs_verbs_dev_close(s->best);
-    *s->best = cand;
-    s->best_score = score;
+    if (s->kept == s->want)
+        gs_verbs_dev_close(&s->best[--s->kept]);
+    for (int k = s->kept; k > at; k--) {
+        s->best[k] = s->best[k - 1];
+        s->score[k] = s->score[k - 1];
+    }
+    s->best[at] = cand;
+    s->score[at] = score;
+    s->kept++;
     return GS_OK;
 }
 
 /* GS_IB_DEV's devices in its order, else every device of the InfiniBand transport type with port GS_IB_PORT
  * active and an InfiniBand or Ethernet link layer; of several, the nearest to this CPU's NUMA node. */
 static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device **list, int n,
-                               gs_verbs_dev *dev)
+                               gs_verbs_dev *dev, int rails, dev_search *out)
 {
     gs_verbs_dev_want want[GS_VERBS_DEVS_MAX];
-    dev_search s = {.cfg = cfg, .rank = rank, .best_score = -1, .best = dev};
+    dev_search s = {.cfg = cfg, .rank = rank, .want = rails, .best = dev};
     int nwant = 0;
     gs_status status = gs_verbs_dev_list_parse(cfg->ib_dev, want, GS_VERBS_DEVS_MAX, &nwant);
 
-    memset(dev, 0, sizeof(*dev));
+    memset(dev, 0, (size_t)rails * sizeof(*dev));
     s.cpu_node = gs_verbs_cpu_numa_node(GS_VERBS_SYSFS_CPU, &s.cpu);
     for (int w = 0; status == GS_OK && w < nwant; w++) {
         int i = find_device(list, n, want[w].name);
@@ -641,18 +660,28 @@ static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device
     }
     for (int i = 0; status == GS_OK && nwant == 0 && i < n; i++)
         status = consider(&s, list[i], (uint8_t)cfg->ib_port, false);
+    if (status == GS_OK && s.kept > 0 && s.kept < rails)
+        status = gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "rank %d: GS_IB_RAILS=%d but only %d usable device%s (%s%s%s): list more in GS_IB_DEV, "
+            "or lower GS_IB_RAILS",
+            rank, rails, s.kept, s.kept == 1 ? "" : "s", s.cands, s.seen[0] ? "; not usable: " : "", s.seen);
+    if (out)
+        *out = s;
     if (status != GS_OK) {
-        gs_verbs_dev_close(dev);
+        for (int k = 0; k < s.kept; k++)
+            gs_verbs_dev_close(&dev[k]);
         return status;
     }
-    if (dev->ctx) {
-        gs_log_info(VERBS,
-                    "rank %d: device %s port %u chosen (NUMA node %d; this rank runs on CPU %d, node %d) of "
-                    "%d usable: %s%s",
-                    rank, dev->name, dev->port, dev->numa_node, s.cpu, s.cpu_node, s.usable, s.cands,
-                    nwant ? " (GS_IB_DEV)" : "");
+    for (int k = 0; k < s.kept; k++)
+        gs_log_info(
+            VERBS,
+            "rank %d: rail %d: device %s port %u chosen (NUMA node %d; this rank runs on CPU %d, node "
+            "%d) of %d usable: %s%s",
+            rank, k, dev[k].name, dev[k].port, dev[k].numa_node, s.cpu, s.cpu_node, s.usable, s.cands,
+            nwant ? " (GS_IB_DEV)" : "");
+    if (s.kept > 0)
         return GS_OK;
-    }
     if (nwant)
         return gs_fail(
             GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
@@ -666,7 +695,28 @@ static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device
         rank, (long long)cfg->ib_port, s.seen);
 }
 
+/* Address and partition of one chosen device, and its summary in the log. */
+static gs_status dev_finish(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    gs_status status = choose_address(cfg, rank, dev);
+    if (status == GS_OK)
+        status = gs_verbs_pkey_index(cfg, rank, dev);
+    if (status != GS_OK)
+        return status;
+    gs_log_info(VERBS, "rank %d: device %s port %u %s, active MTU %d, atomics %s, max %d WRs per QP", rank,
+                dev->name, dev->port,
+                dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
+                gs_verbs_mtu_bytes(dev->port_attr.active_mtu),
+                dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes", dev->attr.max_qp_wr);
+    return GS_OK;
+}
+
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    return gs_verbs_devs_open(cfg, rank, dev, 1);
+}
+
+gs_status gs_verbs_devs_open(const gs_config *cfg, int rank, gs_verbs_dev *devs, int rails)
 {
     int n = 0;
     gs_status status;
@@ -686,21 +736,18 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
                          rank);
         goto out_free;
     }
-    status = select_device(cfg, rank, list, n, dev);
+    status = select_device(cfg, rank, list, n, devs, rails, NULL);
+    for (int k = 0; status == GS_OK && k < rails; k++)
+        status = dev_finish(cfg, rank, &devs[k]);
+    for (int k = 1; status == GS_OK && k < rails; k++)
+        if (devs[k].link_layer != devs[0].link_layer)
+            status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                             "rank %d: rails %s and %s have different link layers (InfiniBand and Ethernet): "
+                             "list devices of one fabric in GS_IB_DEV",
+                             rank, devs[0].name, devs[k].name);
     if (status != GS_OK)
-        goto out_free;
-    status = choose_address(cfg, rank, dev);
-    if (status == GS_OK)
-        status = gs_verbs_pkey_index(cfg, rank, dev);
-    if (status != GS_OK) {
-        gs_verbs_dev_close(dev);
-        goto out_free;
-    }
-    gs_log_info(VERBS, "rank %d: device %s port %u %s, active MTU %d, atomics %s, max %d WRs per QP", rank,
-                dev->name, dev->port,
-                dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
-                gs_verbs_mtu_bytes(dev->port_attr.active_mtu),
-                dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes", dev->attr.max_qp_wr);
+        for (int k = 0; k < rails; k++)
+            gs_verbs_dev_close(&devs[k]);
 out_free:
     ibv_free_device_list(list);
     return status;
@@ -742,4 +789,33 @@ bool gs_verbs_available(const gs_config *cfg)
     if (list)
         ibv_free_device_list(list);
     return found;
+}
+
+void gs_verbs_devices_text(const gs_config *cfg, char *buf, size_t cap)
+{
+    int n = 0, rails = cfg->ib_rails >= 1 && cfg->ib_rails <= GS_VERBS_RAILS_MAX ? (int)cfg->ib_rails : 1;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    gs_verbs_dev devs[GS_VERBS_RAILS_MAX] = {{0}};
+    dev_search s = {0};
+    size_t used = 0;
+
+    if (!list || n == 0) {
+        snprintf(buf, cap, "no verbs device (%s)", list ? "ibv_devices lists none" : strerror(errno));
+        if (list)
+            ibv_free_device_list(list);
+        return;
+    }
+    if (select_device(cfg, -1, list, n, devs, rails, &s) != GS_OK) {
+        snprintf(buf, cap, "none chosen: %s", gs_last_error());
+    } else {
+        for (int k = 0; k < s.kept; k++) {
+            used +=
+                (size_t)snprintf(buf + used, cap > used ? cap - used : 0, "%srail %d %s:%u (NUMA node %d)",
+                                 k ? ", " : "", k, devs[k].name, devs[k].port, devs[k].numa_node);
+            gs_verbs_dev_close(&devs[k]);
+        }
+        snprintf(buf + used, cap > used ? cap - used : 0,
+                 "; this process on CPU %d, NUMA node %d; usable: %s", s.cpu, s.cpu_node, s.cands);
+    }
+    ibv_free_device_list(list);
 }

@@ -33,8 +33,8 @@ static gs_status create_qp(gs_verbs_tp *vt, gs_verbs_ep *ep)
     for (size_t i = 0; i < sizeof(inline_tries) / sizeof(inline_tries[0]); i++) {
         struct ibv_qp_init_attr init = {
             .qp_context = ep,
-            .send_cq = vt->cq,
-            .recv_cq = vt->cq,
+            .send_cq = ep->rail ? vt->extra[ep->rail - 1].cq : vt->cq,
+            .recv_cq = ep->rail ? vt->extra[ep->rail - 1].cq : vt->cq,
             .cap = {.max_send_wr = vt->sq_depth,
                     .max_recv_wr = ep->lane ? 1 : vt->rq_depth, /* side lanes take no SEND/WRITE_IMM */
                     .max_send_sge = 1,
@@ -43,7 +43,7 @@ static gs_status create_qp(gs_verbs_tp *vt, gs_verbs_ep *ep)
             .qp_type = IBV_QPT_RC,
             .sq_sig_all = 0,
         };
-        ep->qp = ibv_create_qp(vt->pd, &init);
+        ep->qp = ibv_create_qp(ep->rail ? vt->extra[ep->rail - 1].pd : vt->pd, &init);
         if (ep->qp) {
             if (vt->max_inline == UINT32_MAX || init.cap.max_inline_data < vt->max_inline)
                 vt->max_inline = init.cap.max_inline_data;
@@ -54,7 +54,8 @@ static gs_status create_qp(gs_verbs_tp *vt, gs_verbs_ep *ep)
     return gs_fail(
         GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
         "rank %d: ibv_create_qp (lane %u) for peer rank %d on %s failed: %s (asked %u send / %u receive WRs)",
-        vt->base.rank, ep->lane, ep->base.peer, vt->dev.name, strerror(err), vt->sq_depth, vt->rq_depth);
+        vt->base.rank, ep->lane, ep->base.peer, gs_verbs_ep_dev(vt, ep)->name, strerror(err), vt->sq_depth,
+        vt->rq_depth);
 }
 
 static gs_status modify(gs_verbs_ep *ep, struct ibv_qp_attr *attr, int mask, const char *state)
@@ -71,8 +72,8 @@ static gs_status to_init(gs_verbs_tp *vt, gs_verbs_ep *ep)
 {
     struct ibv_qp_attr attr = {
         .qp_state = IBV_QPS_INIT,
-        .pkey_index = vt->dev.pkey_index,
-        .port_num = vt->dev.port,
+        .pkey_index = gs_verbs_ep_dev(vt, ep)->pkey_index,
+        .port_num = gs_verbs_ep_dev(vt, ep)->port,
         .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
     };
     /* one attribute bit per line, as in rc_pingpong */
@@ -96,6 +97,7 @@ static gs_status side_create(gs_verbs_tp *vt, gs_verbs_ep *ep, uint8_t lane)
         return GS_ERR_NOMEM;
     side->base = ep->base;
     side->lane = lane;
+    side->rail = (uint8_t)(lane % (vt->rails ? vt->rails : 1));
     side->parent = ep;
     side->psn = ep->psn;
     side->lctrl = ep->lctrl;
@@ -205,7 +207,15 @@ void gs_verbs_ep_fill_blob(const gs_verbs_tp *vt, const gs_verbs_ep *ep, gs_verb
         .ctrl_rkey = vt->ctrl_peer_mr[ep->base.peer]->rkey,
         .pkey = vt->dev.pkey,
         .lanes = (uint8_t)ep->lanes,
+        .rails = (uint8_t)(vt->rails ? vt->rails : 1),
     };
+    if (vt->rails > 1) {
+        const gs_verbs_dev *d = &vt->extra[0].dev;
+        memcpy(blob->rail_gid, d->gid.raw, sizeof(blob->rail_gid));
+        blob->rail_lid = d->lid;
+        blob->rail_mtu = (uint8_t)d->port_attr.active_mtu;
+        blob->rail_gid_type = (uint8_t)d->gid_type;
+    }
     memcpy(blob->gid, vt->dev.gid.raw, sizeof(blob->gid));
     for (uint32_t lane = 1; lane < ep->lanes; lane++)
         blob->lane_qpn[lane - 1] = ep->side[lane - 1]->qp->qp_num;
@@ -224,9 +234,11 @@ static bool valid_qpn(uint32_t qpn)
     return qpn >= 2 && qpn <= 0xffffff;
 }
 
-/* The lanes and their queue pairs: 1-16, each side lane's QP valid and distinct, none past the count. */
+/* The lanes and their queue pairs: 1-16, each side lane's QP valid, distinct from the others on its device
+ * (lane l is on rail l mod rails; two devices number their QPs apart), none past the count. */
 static const char *lanes_field_error(const gs_verbs_conn_blob *b)
 {
+    uint32_t rails = b->rails ? b->rails : 1;
     if (b->lanes == 0 || b->lanes > GS_VERBS_QPS_MAX)
         return "queue pairs per peer outside 1-16";
     for (uint32_t i = 0; i < GS_VERBS_QPS_MAX - 1; i++) {
@@ -237,12 +249,36 @@ static const char *lanes_field_error(const gs_verbs_conn_blob *b)
         }
         if (!valid_qpn(b->lane_qpn[i]))
             return "a side lane's QP number outside 2-0xffffff";
-        if (b->lane_qpn[i] == b->qpn)
+        if ((i + 1) % rails == 0 && b->lane_qpn[i] == b->qpn)
             return "a side lane's QP number equal to lane 0's";
         for (uint32_t j = 0; j < i; j++)
-            if (b->lane_qpn[j] == b->lane_qpn[i])
+            if ((j + 1) % rails == (i + 1) % rails && b->lane_qpn[j] == b->lane_qpn[i])
                 return "two side lanes with one QP number";
     }
+    return NULL;
+}
+
+/* Rail 1's address: all zero with one rail, else as valid as rail 0's (same link layer). */
+static const char *rail_field_error(const gs_verbs_conn_blob *b, bool grh)
+{
+    bool ib = b->link_layer == IBV_LINK_LAYER_INFINIBAND;
+    if (b->rails == 0 || b->rails > GS_VERBS_RAILS_MAX)
+        return "devices (rails) outside 1-2";
+    if (b->rails == 1)
+        return raw_is_zero(b->rail_gid, sizeof(b->rail_gid)) && b->rail_lid == 0 && b->rail_mtu == 0 &&
+                       b->rail_gid_type == 0
+                   ? NULL
+                   : "a second rail's address with one rail";
+    if (gs_verbs_mtu_bytes((enum ibv_mtu)b->rail_mtu) == 0)
+        return "rail 1's MTU code outside 1-5 (256-4096 bytes)";
+    if (b->rail_gid_type > GS_VERBS_GID_TYPE_ROCE_V2)
+        return "rail 1's GID type unknown";
+    if (ib && (b->rail_lid == 0 || b->rail_lid >= 0xc000))
+        return "rail 1's LID outside the unicast range 0x0001-0xbfff";
+    if (!ib && b->rail_lid != 0)
+        return "rail 1 with a LID on an Ethernet (RoCE) port";
+    if (grh && (raw_is_zero(b->rail_gid, sizeof(b->rail_gid)) || b->rail_gid[0] == 0xff))
+        return "rail 1's GID empty or multicast";
     return NULL;
 }
 
@@ -251,6 +287,7 @@ static const char *lanes_field_error(const gs_verbs_conn_blob *b)
 static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
 {
     bool ib = b->link_layer == IBV_LINK_LAYER_INFINIBAND;
+    const char *wrong;
     if (!ib && b->link_layer != IBV_LINK_LAYER_ETHERNET)
         return "link layer neither InfiniBand nor Ethernet";
     if (gs_verbs_mtu_bytes((enum ibv_mtu)b->mtu) == 0)
@@ -277,9 +314,10 @@ static const char *blob_field_error(const gs_verbs_conn_blob *b, bool grh)
         return "control slot address zero or not 8-byte aligned";
     if ((b->pkey & 0x7fff) == 0)
         return "partition key with base 0 (the invalid partition)";
-    if (b->reserved != 0 || b->reserved2 != 0)
+    if (b->reserved2 != 0 || b->reserved3 != 0 || b->reserved4 != 0)
         return "reserved bytes not zero";
-    return lanes_field_error(b);
+    wrong = lanes_field_error(b);
+    return wrong ? wrong : rail_field_error(b, grh);
 }
 
 /* Addressed by GID, both sides must have chosen the same GID type and address family: a RoCE v1 frame or
@@ -326,10 +364,10 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
             GS_SUBSYS_VERBS, GS_ERR_PROTOCOL,
             "rank %d: peer rank %d's verbs connection blob is malformed: %s (link layer %u, MTU code "
             "%u, GID type %u, QP %#x, PSN %#x, LID %#x, READ depth %u, %u receives, GID %s, control "
-            "slot %#llx, partition key %#06x, %u lanes, reserved %#x/%#x)",
+            "slot %#llx, partition key %#06x, %u lanes, %u rails)",
             rank, peer, wrong, blob->link_layer, blob->mtu, blob->gid_type, blob->qpn, blob->psn, blob->lid,
             blob->rd_atomic, blob->rq_depth, gid, (unsigned long long)blob->ctrl_addr, blob->pkey,
-            blob->lanes, blob->reserved, blob->reserved2);
+            blob->lanes, blob->rails);
     }
     if ((blob->link_layer == IBV_LINK_LAYER_ETHERNET) != (vt->dev.link_layer == IBV_LINK_LAYER_ETHERNET))
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
@@ -342,6 +380,11 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
             "rank %d: peer rank %d opened %u queue pairs per peer (GS_IB_QPS_PER_PEER), this rank %u: "
             "set the same GS_IB_QPS_PER_PEER on every rank",
             rank, peer, blob->lanes, vt->lanes ? vt->lanes : 1);
+    if (blob->rails != (vt->rails ? vt->rails : 1))
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "rank %d: peer rank %d uses %u devices (GS_IB_RAILS), this rank %u: set the same "
+                       "GS_IB_RAILS on every rank",
+                       rank, peer, blob->rails, vt->rails ? vt->rails : 1);
     if ((blob->pkey & 0x7fff) != (vt->dev.pkey & 0x7fff))
         return gs_fail(
             GS_SUBSYS_VERBS, GS_ERR_CONFIG,
@@ -353,7 +396,8 @@ gs_status gs_verbs_ep_check_blob(const gs_verbs_tp *vt, int peer, const gs_verbs
 
 static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_blob *remote, enum ibv_mtu mtu)
 {
-    bool grh = vt->dev.gid_index >= 0;
+    const gs_verbs_dev *dev = gs_verbs_ep_dev(vt, ep);
+    bool grh = dev->gid_index >= 0;
     struct ibv_qp_attr attr = {
         .qp_state = IBV_QPS_RTR,
         .path_mtu = mtu,
@@ -367,7 +411,7 @@ static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
                 .sl = (uint8_t)vt->base.cfg->ib_sl,
                 .src_path_bits = 0,
                 .is_global = grh,
-                .port_num = vt->dev.port,
+                .port_num = dev->port,
             },
     };
     /* one attribute bit per line, as in rc_pingpong */
@@ -382,7 +426,7 @@ static gs_status to_rtr(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_conn_bl
     /* clang-format on */
     if (grh) {
         memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, sizeof(remote->gid));
-        attr.ah_attr.grh.sgid_index = (uint8_t)vt->dev.gid_index;
+        attr.ah_attr.grh.sgid_index = (uint8_t)dev->gid_index;
         attr.ah_attr.grh.hop_limit = 64;
         attr.ah_attr.grh.traffic_class = (uint8_t)vt->base.cfg->ib_tc;
         attr.ah_attr.grh.flow_label = 0;
@@ -421,6 +465,11 @@ static gs_status lane_connect(gs_verbs_tp *vt, gs_verbs_ep *lane_ep, const gs_ve
     gs_status status;
     if (lane_ep->lane)
         peer_lane.qpn = remote->lane_qpn[lane_ep->lane - 1];
+    if (lane_ep->rail) { /* the peer's queue pair of this lane is on its rail 1 too */
+        memcpy(peer_lane.gid, remote->rail_gid, sizeof(peer_lane.gid));
+        peer_lane.lid = remote->rail_lid;
+        mtu = gs_verbs_mtu_min(vt->extra[0].dev.port_attr.active_mtu, (enum ibv_mtu)remote->rail_mtu);
+    }
     status = to_rtr(vt, lane_ep, &peer_lane, mtu);
     return status == GS_OK ? to_rts(vt, lane_ep, &peer_lane) : status;
 }

@@ -10,9 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GS_VERBS_PROTO_VERSION 3           /* 2: the partition key; 3: several queue pairs per peer */
+#define GS_VERBS_PROTO_VERSION 3           /* 2: the partition key; 3: several queue pairs and devices */
 #define GS_VERBS_CONN_MAGIC    0x53565347u /* "GSVS" */
 #define GS_VERBS_QPS_MAX       16          /* queue pairs per peer (GS_IB_QPS_PER_PEER), the lanes */
+#define GS_VERBS_RAILS_MAX     2 /* devices (GS_IB_RAILS): rail 1's rkey rides in the key's high half */
 
 /*
  * The connection blob rank src publishes for rank dst (store key
@@ -36,11 +37,18 @@ typedef struct gs_verbs_conn_blob {
     uint8_t gid[16];    /* RoCE: the address; InfiniBand: the port GID */
     uint64_t ctrl_addr; /* src's control slot for dst (struct gs_verbs_ctrl) */
     uint32_t ctrl_rkey;
-    uint16_t pkey;    /* the partition key src's queue pair uses (membership bit included) */
-    uint8_t lanes;    /* queue pairs src dedicated to dst, 1-GS_VERBS_QPS_MAX: both sides must agree */
-    uint8_t reserved; /* zero */
+    uint16_t pkey; /* the partition key src's queue pair uses (membership bit included) */
+    uint8_t lanes; /* queue pairs src dedicated to dst, 1-GS_VERBS_QPS_MAX: both sides must agree */
+    uint8_t rails; /* devices src uses, 1-GS_VERBS_RAILS_MAX (lane l on rail l mod rails): the same */
     uint32_t lane_qpn[GS_VERBS_QPS_MAX - 1]; /* the side lanes' queue pairs (1 ..); zero past lanes - 1 */
     uint32_t reserved2;                      /* zero */
+    /* rail 1 (the second device), all zero with one rail: its address, as lid/gid/mtu/gid_type above */
+    uint8_t rail_gid[16];
+    uint16_t rail_lid;
+    uint8_t rail_mtu;
+    uint8_t rail_gid_type;
+    uint32_t reserved3; /* zero */
+    uint64_t reserved4; /* zero */
 } gs_verbs_conn_blob;
 
 _Static_assert(offsetof(gs_verbs_conn_blob, version) == 0, "version byte first");
@@ -49,7 +57,8 @@ _Static_assert(offsetof(gs_verbs_conn_blob, gid) == 32, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, ctrl_addr) == 48, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, pkey) == 60, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, lane_qpn) == 64, "blob layout");
-_Static_assert(sizeof(gs_verbs_conn_blob) == 128, "blob size");
+_Static_assert(offsetof(gs_verbs_conn_blob, rail_gid) == 128, "blob layout");
+_Static_assert(sizeof(gs_verbs_conn_blob) == 160, "blob size");
 
 /*
  * The immediate's notice of a striped WRITE_IMM: its stripes go as plain

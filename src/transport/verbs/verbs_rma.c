@@ -438,6 +438,7 @@ gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, con
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .wr_id = wr_id,
                       .flags = flags};
     return post_op((gs_verbs_ep *)ep, &op);
@@ -454,6 +455,7 @@ gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .imm = imm,
                       .wr_id = wr_id,
                       .flags = flags};
@@ -471,6 +473,7 @@ gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_r
                       .lmr = lmr,
                       .raddr = raddr_of(src, off),
                       .rkey = (uint32_t)src->key,
+                      .rail_rkey = (uint32_t)(src->key >> 32),
                       .wr_id = wr_id,
                       .flags = flags};
     gs_status status = check_local_write(ep, lmr, op.name);
@@ -497,6 +500,7 @@ gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_r
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .compare_add = add,
                       .wr_id = wr_id,
                       .flags = flags};
@@ -514,6 +518,7 @@ gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rm
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .compare_add = compare,
                       .swap = swap,
                       .wr_id = wr_id,

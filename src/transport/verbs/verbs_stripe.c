@@ -88,16 +88,19 @@ static uint32_t stripe_len(const gs_verbs_tp *vt, const gs_verbs_ep *ep, const g
     return per > vt->max_msg ? vt->max_msg : (uint32_t)per;
 }
 
-static gs_verbs_piece piece_of(const gs_verbs_op *op, uint64_t off, uint64_t len, uint32_t op_index)
+/* The piece [off, off + len) of op for a lane on rail `rail` (its keys are that device's). */
+static gs_verbs_piece piece_of(const gs_verbs_op *op, uint64_t off, uint64_t len, uint32_t op_index,
+                               uint8_t rail)
 {
     gs_verbs_mr *lmr = (gs_verbs_mr *)op->lmr;
+    struct ibv_mr *mr = !lmr ? NULL : rail ? lmr->reg->rail_mr[rail - 1] : lmr->reg->mr;
     return (gs_verbs_piece){.laddr = op->laddr + off,
                             .raddr = op->raddr + off,
                             .compare_add = op->compare_add,
                             .swap = op->swap,
                             .len = (uint32_t)len,
-                            .lkey = lmr ? lmr->reg->mr->lkey : 0,
-                            .rkey = op->rkey,
+                            .lkey = mr ? mr->lkey : 0,
+                            .rkey = rail ? op->rail_rkey : op->rkey,
                             .imm = op->imm,
                             .op = op_index,
                             .opcode = (uint8_t)op->opcode,
@@ -129,8 +132,8 @@ static bool room_for(gs_verbs_tp *vt, gs_verbs_ep *ep, const gs_verbs_op *op, ui
         return false;
     for (uint32_t l = 0; l < n; l++) {
         uint64_t off = (uint64_t)l * per, len = per ? (op->len - off < per ? op->len - off : per) : op->len;
-        gs_verbs_piece p = piece_of(op, off, len, 0);
         gs_verbs_ep *lane_ep = l ? ep->side[l - 1] : ep;
+        gs_verbs_piece p = piece_of(op, off, len, 0, lane_ep->rail);
         if (!lane_room(lane_ep, gs_verbs_piece_wrs(vt, &p) + (l == 0 ? 1 : 0)))
             return false;
     }
@@ -156,7 +159,7 @@ gs_status gs_verbs_lanes_post(gs_verbs_ep *ep, const gs_verbs_op *op)
     }
     for (uint32_t l = 0; l < n; l++) {
         uint64_t off = (uint64_t)l * per, len = per ? (op->len - off < per ? op->len - off : per) : op->len;
-        pieces[l] = piece_of(op, off, len, index);
+        pieces[l] = piece_of(op, off, len, index, l ? ep->side[l - 1]->rail : 0);
         if (per && imm)
             pieces[l].opcode = IBV_WR_RDMA_WRITE; /* the immediate follows in the notice */
         pieces[l].inline_ok = !per && op->len <= vt->max_inline && op->opcode != IBV_WR_RDMA_READ &&
