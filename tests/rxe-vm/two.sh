@@ -240,7 +240,7 @@ step_rails() {
     for v in 1:1 4:1 4:2; do
         env="GS_IB_QPS_PER_PEER=${v%:*} GS_IB_RAILS=${v#*:}"
         job "rails-bw-${v%:*}-${v#*:}" 120 1 GS_TRANSPORT=verbs GS_IB_DEV=rxe0,rxe1 $env GS_TIMEOUT_MS=60000 -- \
-            "$build/tools/gsperf" --transport verbs --op write --bw --min 1048576 --max 1048576 --iters 16
+            "$build/tools/gsperf" --transport verbs --op write --bw --min 1048576 --max 1048576 --iters 16 --no-floor --no-pin
         all_zero "${job_rcs[@]}" || { ok=1; logs_tail "rails-bw-${v%:*}-${v#*:}"; }
         line=$(grep -E '^(\[0\] )? *1048576 ' "$GS_RXE_OUT/rails-bw-${v%:*}-${v#*:}.r$me.log" | tail -n 1 || true)
         [ $me = 1 ] || say "rails: WRITE 1 MiB, $env: ${line:-no figure}"
