@@ -380,6 +380,10 @@ GS_API const char *gs_tp_builtin_name(int i);
  * (verbs: a device with an active port, GS_IB_DEV's if set), else 0 (also
  * for a name not built). */
 GS_API int gs_tp_usable(const gs_config *cfg, const char *name);
+/* 1 with buf set to one line on the devices transport name would use here under cfg and why (verbs: the
+ * rails chosen by NUMA locality, the CPU's node, every usable device:port and its node); 0 for a name not
+ * built or a transport without devices. Opens the devices briefly; no peer is involved. */
+GS_API int gs_tp_devices(const gs_config *cfg, const char *name, char *buf, size_t cap);
 
 GS_API const char *gs_tp_name(const gs_tp *tp);
 /* The endpoint to peer (NULL for the caller's own rank). Non-blocking. */

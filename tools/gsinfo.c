@@ -110,6 +110,11 @@ static void print_summary(const gs_config *cfg)
         printf(" %s%s", name, gs_tp_usable(cfg, name) ? "" : " (unusable here: no device)");
     }
     printf("\n");
+    for (int i = 0; gs_tp_builtin_name(i); i++) {
+        char devices[1024];
+        if (gs_tp_devices(cfg, gs_tp_builtin_name(i), devices, sizeof(devices)))
+            printf("%s devices: %s\n", gs_tp_builtin_name(i), devices);
+    }
     print_choice(cfg);
     if (value_of(cfg, "GS_HOST_ID", configured, sizeof(configured))[0])
         printf("host id: %s (GS_HOST_ID; the machine's own: %s)\n", configured, host_id);

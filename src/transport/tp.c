@@ -66,6 +66,15 @@ int gs_tp_usable(const gs_config *cfg, const char *name)
     return ops && (!ops->available || ops->available(cfg));
 }
 
+int gs_tp_devices(const gs_config *cfg, const char *name, char *buf, size_t cap)
+{
+    const gs_tp_ops *ops = cfg && name ? builtin_named(name) : NULL;
+    if (!buf || cap == 0 || !ops || !ops->devices)
+        return 0;
+    ops->devices(cfg, buf, cap);
+    return 1;
+}
+
 static void builtin_list(char *buf, size_t cap)
 {
     size_t n = 0;

@@ -178,6 +178,8 @@ struct gs_tp_ops {
     /* Optional (NULL: yes): whether GS_TRANSPORT=auto may pick this backend
      * on this host (e.g. verbs: an active port). Non-blocking, no side effects. */
     bool (*available)(const gs_config *cfg);
+    /* The devices open would use here under cfg and why, one line (gsinfo); NULL: the transport has none. */
+    void (*devices)(const gs_config *cfg, char *buf, size_t cap);
     /* Capabilities of this instance (after open). Non-blocking. */
     unsigned (*caps)(const gs_tp *tp);
     /* How far every peer of this backend is (latency and bandwidth class). */

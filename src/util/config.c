@@ -209,6 +209,9 @@ static int check_verbs_ranges(gs_config *cfg, gs_config_report_fn report, void *
         {offsetof(gs_config, ib_rnr_timer), 0, 31, "a timer code 0-31"},
         {offsetof(gs_config, ib_sl), 0, 15, "a service level 0-15"},
         {offsetof(gs_config, ib_tc), 0, 255, "a traffic class 0-255 (RoCE v2: DSCP << 2)"},
+        {offsetof(gs_config, ib_qps_per_peer), 1, 16, "1-16 queue pairs per peer"},
+        {offsetof(gs_config, ib_stripe_min), 4096, 1 << 30, "4K-1G bytes"},
+        {offsetof(gs_config, ib_rails), 1, 2, "1 or 2 devices"},
     };
     int problems = 0;
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {

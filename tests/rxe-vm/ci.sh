@@ -7,7 +7,9 @@
 #      -DGS_IB_COMPAT=ON (the fallbacks of newer libibverbs calls: sysfs
 #      gid_attrs instead of ibv_query_gid_ex), made here on the host first,
 #   3. gsperf over verbs (2 ranks, up to 64 KiB: a smoke run, not a benchmark),
-#   4. every test binary that registers verbs cases ("verbs.<case>", as
+#   4. the conformance suite over 4 queue pairs per peer (GS_IB_QPS_PER_PEER=4,
+#      GS_IB_STRIPE_MIN=4K: every op over 4 KiB striped), then
+#      every test binary that registers verbs cases ("verbs.<case>", as
 #      `GS_TEST_TRANSPORT=verbs BIN --list` shows them on the host), with
 #      GS_TEST_TRANSPORT=verbs: the conformance suite, the collectives, the
 #      parameter server's tests, and whatever test joins them later. Where a
@@ -28,7 +30,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The verbs transport's own tests, run whole (their cases are not per transport).
-VERBS_TESTS=(test_verbs_local test_verbs_rc)
+VERBS_TESTS=(test_verbs_local test_verbs_rc test_verbs_lanes)
 # Tests that change the guest's network (and put it back): run after everything else.
 FAULT_TESTS=(test_verbs_faults)
 # Cases (substrings, as the test binaries take them) of the binaries that run
@@ -62,6 +64,9 @@ guest_main() { # BUILD_DIR TEST...: the binaries with verbs cases
     step verbs_local_compat 300 ib-compat/tests/test_verbs_local || failed=1
     step gsperf 300 tools/gsrun -n 2 --transport verbs -- \
         tools/gsperf --transport verbs --max 65536 --iters 100 || failed=1
+    # the conformance suite once more over 4 queue pairs per peer, every op over 4 KiB striped
+    step conformance_qps4 600 env GS_TEST_TRANSPORT=verbs GS_IB_QPS_PER_PEER=4 GS_IB_STRIPE_MIN=4K \
+        tests/test_conformance || failed=1
     for t in "$@"; do
         # shellcheck disable=SC2086 # GUEST_CASES holds words
         step "${t#test_}" 600 env GS_TEST_TRANSPORT=verbs "tests/$t" ${GUEST_CASES[$t]:-} || failed=1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI step: two hosts on a real (virtual) wire. Boots two Soft-RoCE guests
-# joined by one virtual network (run.sh --guests 2: NIC eth0 of each guest,
-# rxe0 on it, 10.77.0.1 and 10.77.0.2) and runs across them, every step in
+# joined by two virtual networks (run.sh --guests 2 --nics 2: NIC eth0 of
+# each guest, rxe0 on it, 10.77.0.1 and 10.77.0.2; eth1 and rxe1 on
+# 10.77.1.x, used by the rails step only) and runs across them, every step in
 # both guests at once, meeting through a store served in guest 0:
 #   1. meet       a first job with a long deadline (the guests boot apart),
 #   2. conformance, collectives, ps: the verbs cases of test_conformance,
@@ -19,7 +20,12 @@
 #                 run rides it out (the QPs' retries) and stays exact,
 #   7. cut        100% loss for longer than the retry budget: every rank ends
 #                 with a lost peer or an I/O error within the deadline (not
-#                 killed by the step's time limit).
+#                 killed by the step's time limit),
+#   8. rails      the guests' second NIC (eth1, rxe1): GS_IB_DEV=rxe0,rxe1
+#                 GS_IB_RAILS=2 GS_IB_QPS_PER_PEER=4, gsbench exact at 1 MiB
+#                 (striped WRITE_IMMs) with the stripes seen on both NICs'
+#                 counters, then gsperf WRITE bandwidth at 1 MiB with 1 QP,
+#                 4 QPs and 4 QPs on two rails (printed, not judged: TCG).
 # The rest of the logs: BUILD_DIR/rxe-two/guest<i>/<step>.log.
 #
 # usage: tests/rxe-vm/two.sh BUILD_DIR   (tests/rxe-vm/ci.sh runs it after the one-guest steps)
@@ -206,6 +212,41 @@ step_cut() {
     wait
 }
 
+# Bytes this guest sent on a NIC.
+tx_bytes() { cat "/sys/class/net/$1/statistics/tx_bytes"; }
+
+# Two rails: both NICs carry stripes, results exact; then the bandwidth of 1 QP, 4 QPs, 4 QPs on 2 rails.
+step_rails() {
+    local v e0 e1 env line
+    if [ "${GS_RXE_NICS:-1}" -lt 2 ]; then
+        echo "rxe-two: rails: needs two NICs (run.sh --nics 2)" >&2
+        ok=1
+        return
+    fi
+    e0=$(tx_bytes eth0) e1=$(tx_bytes eth1)
+    job rails 120 1 GS_TRANSPORT=verbs GS_IB_DEV=rxe0,rxe1 GS_IB_RAILS=2 GS_IB_QPS_PER_PEER=4 \
+        GS_LOG_LEVEL=info GS_TIMEOUT_MS=60000 -- "$gsbench" --sizes 8,1M --iters 3 --no-pin
+    all_zero "${job_rcs[@]}" || { ok=1; logs_tail rails; }
+    e0=$(($(tx_bytes eth0) - e0)) e1=$(($(tx_bytes eth1) - e1))
+    if ! grep -q 'rail 1: device rxe1' "$GS_RXE_OUT/rails.r$me.log"; then
+        echo "rxe-two: rails: rank $me did not open rxe1 as its second rail" >&2
+        ok=1
+    elif [ "$e0" -lt 1000000 ] || [ "$e1" -lt 1000000 ]; then
+        echo "rxe-two: rails: the stripes did not use both NICs (sent $e0 bytes on eth0, $e1 on eth1)" >&2
+        ok=1
+    else
+        say "rails: gsbench exact over rxe0+rxe1, sent $e0 bytes on eth0 and $e1 on eth1"
+    fi
+    for v in 1:1 4:1 4:2; do
+        env="GS_IB_QPS_PER_PEER=${v%:*} GS_IB_RAILS=${v#*:}"
+        job "rails-bw-${v%:*}-${v#*:}" 120 1 GS_TRANSPORT=verbs GS_IB_DEV=rxe0,rxe1 $env GS_TIMEOUT_MS=60000 -- \
+            "$build/tools/gsperf" --transport verbs --op write --bw --min 1048576 --max 1048576 --iters 16 --no-floor --no-pin
+        all_zero "${job_rcs[@]}" || { ok=1; logs_tail "rails-bw-${v%:*}-${v#*:}"; }
+        line=$(grep -E '^(\[0\] )? *1048576 ' "$GS_RXE_OUT/rails-bw-${v%:*}-${v#*:}.r$me.log" | tail -n 1 || true)
+        [ $me = 1 ] || say "rails: WRITE 1 MiB, $env: ${line:-no figure}"
+    done
+}
+
 guest_main() { # BUILD_DIR
     local build=$1 t0 ok
     failed=0
@@ -237,7 +278,7 @@ guest_main() { # BUILD_DIR
     done
 
     local s
-    for s in mixed dscp loss outage cut; do # each step sets ok=1 when it fails
+    for s in mixed dscp loss outage cut rails; do # each step sets ok=1 when it fails
         want $s || continue
         t0=$(date +%s) ok=0
         meet $s || ok=1
@@ -265,7 +306,7 @@ GS_TEST_SPAN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export GS_TEST_SPAN_TOKEN
 t0=$(date +%s)
 rc=0
-"$HERE/run.sh" --guests 2 --timeout "${GS_RXE_TWO_TIMEOUT:-1200}" --out "$build/rxe-two" -- \
+"$HERE/run.sh" --guests 2 --nics 2 --timeout "${GS_RXE_TWO_TIMEOUT:-1200}" --out "$build/rxe-two" -- \
     "$HERE/two.sh" "$build" || rc=$?
 echo "== rxe-two: $([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)") in $(($(date +%s) - t0)) s"
 exit $rc

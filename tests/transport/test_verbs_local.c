@@ -12,6 +12,8 @@
 #include "util/log.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct fake_env {
     const char *const *pairs; /* name, value, ..., NULL */
@@ -222,6 +224,122 @@ GS_TEST(config_ranges_are_checked_naming_the_variable)
     expect_range_error("GS_IB_PKEY", "0x10000");
     expect_range_error("GS_IB_PKEY", "0x8000"); /* base 0: the invalid partition */
     expect_range_error("GS_IB_PKEY", "full");
+    expect_range_error("GS_IB_QPS_PER_PEER", "0");
+    expect_range_error("GS_IB_QPS_PER_PEER", "17");
+    expect_range_error("GS_IB_STRIPE_MIN", "1K");
+    expect_range_error("GS_IB_RAILS", "3");
+    cfg.ib_timeout = -1;
+    cfg.ib_rails = 2; /* two devices need a queue pair on each */
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_RAILS=2 needs at least one queue pair per device");
+    cfg.ib_qps_per_peer = 2;
+    GS_ASSERT_OK(gs_verbs_config_check(&cfg));
+    cfg.ib_rails = 1;
+    cfg.ib_timeout = -1;
+    cfg.ib_qps_per_peer = 17;
+    GS_ASSERT_STATUS(gs_verbs_config_check(&cfg), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_QPS_PER_PEER=17");
+}
+
+GS_TEST(device_lists_parse_as_comma_separated_dev_and_port)
+{
+    gs_verbs_dev_want w[GS_VERBS_DEVS_MAX];
+    int n = -1;
+    GS_ASSERT_OK(gs_verbs_dev_list_parse("", w, GS_VERBS_DEVS_MAX, &n));
+    GS_ASSERT_EQ(n, 0);
+    GS_ASSERT_OK(gs_verbs_dev_list_parse("rxe0", w, GS_VERBS_DEVS_MAX, &n));
+    GS_ASSERT_EQ(n, 1);
+    GS_ASSERT_STR_EQ(w[0].name, "rxe0");
+    GS_ASSERT_EQ(w[0].port, 0); /* GS_IB_PORT */
+    GS_ASSERT_OK(gs_verbs_dev_list_parse("mlx5_0:1,mlx5_1,mlx5_2:2", w, GS_VERBS_DEVS_MAX, &n));
+    GS_ASSERT_EQ(n, 3);
+    GS_ASSERT_STR_EQ(w[0].name, "mlx5_0");
+    GS_ASSERT_EQ(w[0].port, 1);
+    GS_ASSERT_STR_EQ(w[1].name, "mlx5_1");
+    GS_ASSERT_EQ(w[1].port, 0);
+    GS_ASSERT_STR_EQ(w[2].name, "mlx5_2");
+    GS_ASSERT_EQ(w[2].port, 2);
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {",rxe0", "an empty device name"},
+        {"rxe0,", "an empty device name"},
+        {"rxe0,,rxe1", "an empty device name"},
+        {":1", "an empty device name"},
+        {"rxe0:0", "a port outside 1-255"},
+        {"rxe0:256", "a port outside 1-255"},
+        {"rxe0:", "a port outside 1-255"},
+        {"rxe0:1x", "a port outside 1-255"},
+        {"rxe0,rxe0:2", "listed twice"},
+        {"a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q", "too many devices"},
+        {"a234567890123456789012345678901234567890123456789012345678901234", "longer than 63"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        GS_ASSERT_STATUS(gs_verbs_dev_list_parse(bad[i].text, w, GS_VERBS_DEVS_MAX, &n), GS_ERR_CONFIG);
+        GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_DEV=");
+        GS_ASSERT_CONTAINS(gs_last_error(), bad[i].why);
+    }
+}
+
+GS_TEST(the_device_nearest_the_cpus_numa_node_is_chosen)
+{
+    static const int two[] = {0, 1}, unknown[] = {-1, 1}, far[] = {1, 1}, none_known[] = {-1, -1};
+    GS_ASSERT_EQ(gs_verbs_numa_pick(two, 2, 0), 0);
+    GS_ASSERT_EQ(gs_verbs_numa_pick(two, 2, 1), 1);
+    GS_ASSERT_EQ(gs_verbs_numa_pick(two, 2, -1), 0);    /* the CPU's node unknown: the first listed */
+    GS_ASSERT_EQ(gs_verbs_numa_pick(unknown, 2, 0), 0); /* unknown beats a known other node */
+    GS_ASSERT_EQ(gs_verbs_numa_pick(unknown, 2, 1), 1);
+    GS_ASSERT_EQ(gs_verbs_numa_pick(far, 2, 0), 0); /* all far: the first listed */
+    GS_ASSERT_EQ(gs_verbs_numa_pick(none_known, 2, 3), 0);
+    GS_ASSERT_EQ(gs_verbs_numa_pick(two, 0, 0), -1);
+}
+
+/* A made-up sysfs: /class/infiniband/<dev>/device/numa_node and /devices/system/cpu/cpuN/nodeM. */
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    GS_ASSERT(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+GS_TEST(numa_nodes_come_from_sysfs_and_are_unknown_when_absent)
+{
+    char root[] = "/tmp/gs-numa-XXXXXX", path[256];
+    int cpu = -2;
+    GS_ASSERT(mkdtemp(root) != NULL);
+    snprintf(path, sizeof(path), "%s/rxe0", root);
+    GS_ASSERT_EQ(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/rxe0/device", root);
+    GS_ASSERT_EQ(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/rxe0/device/numa_node", root);
+    write_file(path, "1\n");
+    GS_ASSERT_EQ(gs_verbs_dev_numa_node(root, "rxe0"), 1);
+    write_file(path, "-1\n"); /* what a device without locality says */
+    GS_ASSERT_EQ(gs_verbs_dev_numa_node(root, "rxe0"), -1);
+    write_file(path, "junk\n");
+    GS_ASSERT_EQ(gs_verbs_dev_numa_node(root, "rxe0"), -1);
+    GS_ASSERT_EQ(gs_verbs_dev_numa_node(root, "mlx5_9"), -1); /* no such file */
+    unlink(path);
+    /* the CPU's node: cpuN/nodeM for the CPU this thread runs on */
+    GS_ASSERT_EQ(gs_verbs_cpu_numa_node(root, &cpu), -1);
+    GS_ASSERT(cpu >= 0);
+    snprintf(path, sizeof(path), "%s/cpu%d", root, cpu);
+    GS_ASSERT_EQ(mkdir(path, 0700), 0);
+    snprintf(path, sizeof(path), "%s/cpu%d/node3", root, cpu);
+    GS_ASSERT_EQ(mkdir(path, 0700), 0);
+    int node = gs_verbs_cpu_numa_node(root, &cpu);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/cpu%d", root, cpu);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/rxe0/device", root);
+    rmdir(path);
+    snprintf(path, sizeof(path), "%s/rxe0", root);
+    rmdir(path);
+    rmdir(root);
+    if (node == -1) /* moved to another CPU between the two reads: not the function's fault */
+        GS_SKIP("the thread moved to another CPU during the check");
+    GS_ASSERT_EQ(node, 3);
 }
 
 GS_TEST(partition_keys_parse_as_hex_or_decimal)
@@ -275,7 +393,9 @@ GS_TEST(memlock_description_names_ulimit)
 
 GS_TEST(connection_blob_layout)
 {
-    GS_ASSERT_EQ(sizeof(gs_verbs_conn_blob), 64);
+    GS_ASSERT_EQ(sizeof(gs_verbs_conn_blob), 160);
+    GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, rail_gid), 128);
+    GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, lane_qpn), 64);
     GS_ASSERT_EQ(offsetof(gs_verbs_conn_blob, version), 0);
     GS_ASSERT_EQ(sizeof(gs_verbs_ctrl), 64);
 }
@@ -299,6 +419,8 @@ static void blob_receiver(gs_verbs_tp *vt, uint8_t link_layer)
     memset(vt, 0, sizeof(*vt));
     vt->base.rank = 1;
     vt->base.size = 2;
+    vt->lanes = 1;
+    vt->rails = 1;
     vt->dev.link_layer = link_layer;
     vt->dev.gid_index = link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : -1;
     vt->dev.gid_type =
@@ -327,6 +449,8 @@ static gs_verbs_conn_blob good_blob(uint8_t link_layer)
         .ctrl_addr = 0x7f0000001040ull,
         .ctrl_rkey = 0x1234,
         .pkey = 0xffff,
+        .lanes = 1,
+        .rails = 1,
     };
     GS_ASSERT_EQ(inet_pton(AF_INET6, "::ffff:10.77.0.1", b.gid), 1);
     return b;
@@ -403,7 +527,7 @@ static void spoil_ctrl_odd(gs_verbs_conn_blob *b)
 }
 static void spoil_reserved(gs_verbs_conn_blob *b)
 {
-    b->reserved = 1;
+    b->reserved3 = 1;
 }
 static void spoil_pkey0(gs_verbs_conn_blob *b)
 {
@@ -421,21 +545,104 @@ static void spoil_dst(gs_verbs_conn_blob *b)
 {
     b->dst_rank = 2;
 }
+static void spoil_lanes0(gs_verbs_conn_blob *b)
+{
+    b->lanes = 0;
+}
+static void spoil_lanes_big(gs_verbs_conn_blob *b)
+{
+    b->lanes = GS_VERBS_QPS_MAX + 1;
+}
+static void spoil_lane_past(gs_verbs_conn_blob *b)
+{
+    b->lane_qpn[3] = 0x22; /* one lane: no side lane's QP may be given */
+}
+static void spoil_lane_qpn(gs_verbs_conn_blob *b)
+{
+    b->lanes = 3;
+    b->lane_qpn[0] = 0x21;
+    b->lane_qpn[1] = 1; /* a management QP */
+}
+static void spoil_lane_dup(gs_verbs_conn_blob *b)
+{
+    b->lanes = 3;
+    b->lane_qpn[0] = 0x21;
+    b->lane_qpn[1] = 0x21;
+}
+static void spoil_lane_lane0(gs_verbs_conn_blob *b)
+{
+    b->lanes = 2;
+    b->lane_qpn[0] = b->qpn;
+}
+static void spoil_reserved2(gs_verbs_conn_blob *b)
+{
+    b->reserved2 = 1;
+}
+static void spoil_reserved4(gs_verbs_conn_blob *b)
+{
+    b->reserved4 = 1;
+}
+static void spoil_rails0(gs_verbs_conn_blob *b)
+{
+    b->rails = 0;
+}
+static void spoil_rails3(gs_verbs_conn_blob *b)
+{
+    b->rails = 3;
+}
+static void spoil_rail_addr(gs_verbs_conn_blob *b)
+{
+    b->rail_gid[15] = 1; /* one rail: no second address */
+}
+static void spoil_rail_mtu(gs_verbs_conn_blob *b)
+{
+    b->rails = 2;
+    memcpy(b->rail_gid, b->gid, sizeof(b->gid));
+    b->rail_mtu = 0;
+}
+static void spoil_rail_gid(gs_verbs_conn_blob *b)
+{
+    b->rails = 2;
+    b->rail_mtu = IBV_MTU_1024;
+}
 
 GS_TEST(malformed_connection_blobs_are_refused_naming_the_field)
 {
     static const blob_case cases[] = {
-        {"link layer neither", spoil_ll},   {"MTU code", spoil_mtu},
-        {"MTU code", spoil_mtu0},           {"unknown GID type", spoil_gid_type},
-        {"24 bits", spoil_qpn_wide},        {"management QPs", spoil_qpn_gsi},
-        {"PSN wider", spoil_psn},           {"a LID on an Ethernet", spoil_roce_lid},
-        {"READ/atomic depth", spoil_rd0},   {"READ/atomic depth", spoil_rd_big},
-        {"receive depth", spoil_rq0},       {"receive depth", spoil_rq_big},
-        {"empty GID", spoil_gid_empty},     {"multicast GID", spoil_gid_mcast},
-        {"control slot", spoil_ctrl0},      {"control slot", spoil_ctrl_odd},
-        {"reserved bytes", spoil_reserved}, {"partition key with base 0", spoil_pkey0},
-        {"version 1", spoil_version},       {"magic", spoil_magic},
+        {"link layer neither", spoil_ll},
+        {"MTU code", spoil_mtu},
+        {"MTU code", spoil_mtu0},
+        {"unknown GID type", spoil_gid_type},
+        {"24 bits", spoil_qpn_wide},
+        {"management QPs", spoil_qpn_gsi},
+        {"PSN wider", spoil_psn},
+        {"a LID on an Ethernet", spoil_roce_lid},
+        {"READ/atomic depth", spoil_rd0},
+        {"READ/atomic depth", spoil_rd_big},
+        {"receive depth", spoil_rq0},
+        {"receive depth", spoil_rq_big},
+        {"empty GID", spoil_gid_empty},
+        {"multicast GID", spoil_gid_mcast},
+        {"control slot", spoil_ctrl0},
+        {"control slot", spoil_ctrl_odd},
+        {"reserved bytes", spoil_reserved},
+        {"partition key with base 0", spoil_pkey0},
+        {"version 1", spoil_version},
+        {"magic", spoil_magic},
         {"names 0 -> 2", spoil_dst},
+        {"queue pairs per peer outside 1-16", spoil_lanes0},
+        {"queue pairs per peer outside 1-16", spoil_lanes_big},
+        {"past the lane count", spoil_lane_past},
+        {"side lane's QP number outside", spoil_lane_qpn},
+        {"two side lanes with one QP number", spoil_lane_dup},
+        {"equal to lane 0's", spoil_lane_lane0},
+        {"reserved bytes", spoil_reserved2},
+        {"reserved bytes", spoil_reserved4},
+        {"devices (rails) outside 1-2", spoil_rails0},
+        {"devices (rails) outside 1-2", spoil_rails3},
+        {"a second rail's address with one rail", spoil_rail_addr},
+        {"rail 1's MTU code", spoil_rail_mtu},
+        {"rail 1's GID empty", spoil_rail_gid},
     };
     gs_verbs_tp vt;
     gs_verbs_conn_blob b;
@@ -506,6 +713,48 @@ GS_TEST(infiniband_blobs_need_a_unicast_lid_and_may_lack_a_gid)
     GS_ASSERT_CONTAINS(gs_last_error(), "empty GID");
 }
 
+GS_TEST(both_sides_must_open_the_same_queue_pairs_per_peer)
+{
+    gs_verbs_tp vt;
+    gs_verbs_conn_blob b;
+    blob_receiver(&vt, IBV_LINK_LAYER_ETHERNET);
+    vt.lanes = 4;
+    b = good_blob(IBV_LINK_LAYER_ETHERNET);
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "peer rank 0 opened 1 queue pairs per peer");
+    GS_ASSERT_CONTAINS(gs_last_error(), "this rank 4");
+    GS_ASSERT_CONTAINS(gs_last_error(), "GS_IB_QPS_PER_PEER");
+    b.lanes = 4;
+    b.lane_qpn[0] = 0x21;
+    b.lane_qpn[1] = 0x22;
+    b.lane_qpn[2] = 0x23;
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    b.lane_qpn[2] = 0; /* a lane without its queue pair */
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "side lane's QP number outside");
+    /* two devices against one */
+    b.lane_qpn[2] = 0x23;
+    b.rails = 2;
+    memcpy(b.rail_gid, b.gid, sizeof(b.gid));
+    b.rail_gid[15] ^= 1;
+    b.rail_mtu = IBV_MTU_1024;
+    b.rail_gid_type = GS_VERBS_GID_TYPE_ROCE_V2;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_CONFIG);
+    GS_ASSERT_CONTAINS(gs_last_error(), "peer rank 0 uses 2 devices (GS_IB_RAILS), this rank 1");
+    vt.rails = 2;
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    /* two devices number their queue pairs apart: lane 1 (rail 1) may share lane 0's number, lane 2 not */
+    b.lane_qpn[0] = b.qpn;
+    GS_ASSERT_OK(gs_verbs_ep_check_blob(&vt, 0, &b));
+    b.lane_qpn[1] = b.qpn;
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "equal to lane 0's");
+    b.lane_qpn[1] = 0x22;
+    b.lane_qpn[2] = b.lane_qpn[0]; /* lanes 1 and 3, both on rail 1 */
+    GS_ASSERT_STATUS(gs_verbs_ep_check_blob(&vt, 0, &b), GS_ERR_PROTOCOL);
+    GS_ASSERT_CONTAINS(gs_last_error(), "two side lanes with one QP number");
+}
+
 /* Random corruption of a good blob: whatever is accepted is within every bound the connect relies on. */
 GS_TEST(randomly_corrupted_blobs_never_pass_out_of_bounds_values)
 {
@@ -527,9 +776,14 @@ GS_TEST(randomly_corrupted_blobs_never_pass_out_of_bounds_values)
         GS_ASSERT(b.qpn >= 2 && b.qpn <= 0xffffff && b.psn <= 0xffffff);
         GS_ASSERT(b.rd_atomic >= 1 && b.rd_atomic <= GS_VERBS_RD_ATOMIC_MAX);
         GS_ASSERT(b.rq_depth >= 1 && b.rq_depth <= GS_VERBS_RQ_DEPTH);
-        GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved == 0 && b.lid == 0);
+        GS_ASSERT(gs_verbs_mtu_bytes((enum ibv_mtu)b.mtu) > 0 && b.reserved2 == 0 && b.lid == 0);
         GS_ASSERT_EQ(b.pkey & 0x7fff, 0x7fff);
         GS_ASSERT(b.ctrl_addr != 0 && (b.ctrl_addr & 7) == 0 && b.gid[0] != 0xff);
+        GS_ASSERT_EQ(b.lanes, 1); /* this receiver opened one queue pair per peer, on one device */
+        GS_ASSERT_EQ(b.rails, 1);
+        GS_ASSERT(b.rail_lid == 0 && b.rail_mtu == 0 && b.rail_gid_type == 0 && b.reserved3 == 0);
+        for (int l = 0; l < GS_VERBS_QPS_MAX - 1; l++)
+            GS_ASSERT_EQ(b.lane_qpn[l], 0);
     }
     gs_log_level_now = level;
     GS_ASSERT_GT(accepted, 0); /* flips of the free fields (rkey, GID bytes, gid_index) pass */

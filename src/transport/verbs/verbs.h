@@ -3,12 +3,15 @@
  *
  * One gs_verbs_tp per open: a device context, protection domain, one
  * completion queue (with a completion channel for event mode) shared by
- * every queue pair, one RC queue pair per peer (gs_verbs_ep), a control
- * region (credits, heartbeat, close notice) and a pool of receive buffers.
+ * every queue pair, GS_IB_QPS_PER_PEER RC queue pairs per peer (gs_verbs_ep:
+ * lane 0, which carries everything, and its side lanes, which carry only
+ * stripes of large WRITEs and READs), a control region (credits, heartbeat,
+ * close notice) and a pool of receive buffers.
  *
  * Work request ids carry where a completion belongs:
  *   bits 63..60 kind (GS_VERBS_WR_SQ or GS_VERBS_WR_RQ),
- *   bits 59..32 the peer,
+ *   bits 59..56 the lane (queue pair of the peer),
+ *   bits 55..32 the peer,
  *   bits 31..0  the send-queue sequence number (low bits) or receive buffer.
  */
 #ifndef GS_TRANSPORT_VERBS_VERBS_H
@@ -28,12 +31,15 @@
 #define GS_VERBS_URECV_MAX     256 /* user receives queued per endpoint */
 #define GS_VERBS_RD_ATOMIC_MAX 16
 #define GS_VERBS_CQ_BATCH      16
+#define GS_VERBS_OPS_MAX       512 /* user operations tracked per endpoint with several lanes */
+#define GS_VERBS_DEFER_MAX     64  /* lane-0 posts waiting per endpoint (see verbs_stripe.c) */
 
 enum { GS_VERBS_WR_SQ = 1, GS_VERBS_WR_RQ = 2 };
 
-static inline uint64_t gs_verbs_wr_id(unsigned kind, int peer, uint32_t low)
+static inline uint64_t gs_verbs_wr_id(unsigned kind, unsigned lane, int peer, uint32_t low)
 {
-    return ((uint64_t)kind << 60) | ((uint64_t)(uint32_t)peer << 32) | low;
+    return ((uint64_t)kind << 60) | ((uint64_t)(lane & 0xfu) << 56) |
+           ((uint64_t)((uint32_t)peer & 0xffffffu) << 32) | low;
 }
 
 /* A GID table entry, as rdma-core >= 32 gives it (struct ibv_gid_entry), kept in our own type so that
@@ -66,6 +72,7 @@ typedef struct gs_verbs_dev {
     uint32_t gid_type;   /* GS_VERBS_GID_TYPE_* */
     uint16_t pkey_index; /* GS_IB_PKEY's entry in the port's table (0 when unset) */
     uint16_t pkey;       /* the key at that entry (both sides of a QP must be in one partition) */
+    int numa_node;       /* the device's NUMA node (sysfs), -1 unknown */
     /* Soft-RoCE (rxe): its responder runs every request to the end, in order, so a fence
      * adds nothing; and a fenced work request there can stall its queue pair for good
      * (seen on Linux 6.1: READ, READ/FENCE, READ/FENCE never completed nor failed). */
@@ -91,7 +98,49 @@ typedef struct gs_verbs_slot {
     uint8_t deliver; /* the user asked for a completion of this slot */
     uint8_t opcode;  /* gs_wc_opcode */
     uint8_t flags;   /* GS_VERBS_SLOT_SIGNALED | GS_VERBS_SLOT_FENCED, as posted (timeout report) */
+    uint32_t op;     /* several lanes: the user operation (index into the endpoint's op ring) */
 } gs_verbs_slot;
+
+/* Several lanes: one user operation, complete when all of its work requests are (stripes, chunks, the
+ * immediate's notice); completions reach the user in the order the operations were posted. */
+typedef struct gs_verbs_track {
+    uint64_t wr_id;
+    uint32_t remaining; /* work requests not completed yet */
+    uint8_t opcode;     /* gs_wc_opcode */
+    uint8_t deliver;    /* signaled by the user */
+} gs_verbs_track;
+
+/* Several lanes: one piece of a user operation for one lane (a stripe, the whole operation, or the
+ * immediate's notice), posted at once or, on lane 0, held back until the side lanes completed what was
+ * posted on them before it (mark[l]: side lane l's sq_posted then) and every earlier held piece went. */
+typedef struct gs_verbs_piece {
+    uint64_t mark[GS_VERBS_QPS_MAX];
+    uint64_t laddr, raddr, compare_add, swap;
+    uint64_t total; /* notice: the WRITE_IMM's whole length */
+    uint32_t len, lkey, rkey, imm;
+    uint32_t op;       /* its user operation (index into the op ring) */
+    uint8_t opcode;    /* enum ibv_wr_opcode as it will be posted */
+    uint8_t wc_opcode; /* gs_wc_opcode of its operation */
+    uint8_t fence;     /* IBV_SEND_FENCE on its first work request */
+    uint8_t inline_ok;
+} gs_verbs_piece;
+
+/* One operation as the caller asked for it. */
+typedef struct gs_verbs_op {
+    const char *name;
+    enum ibv_wr_opcode opcode;
+    gs_wc_opcode wc_opcode;
+    uint64_t laddr;
+    size_t len;
+    gs_mr *lmr;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint32_t rail_rkey; /* rail 1's (the descriptor key's high half) */
+    uint32_t imm;
+    uint64_t compare_add, swap;
+    uint64_t wr_id;
+    unsigned flags;
+} gs_verbs_op;
 
 typedef enum gs_verbs_ep_state {
     GS_VERBS_EP_INIT = 0, /* queue pair created, not connected */
@@ -115,6 +164,15 @@ typedef struct gs_verbs_held {
 typedef struct gs_verbs_ep {
     gs_ep base;
     struct ibv_qp *qp;
+    uint8_t lane;                     /* 0: the endpoint itself; else a side lane of parent */
+    uint8_t rail;                     /* the device it is on: lane mod GS_IB_RAILS */
+    struct gs_verbs_ep *parent;       /* side lanes: the endpoint (lane 0); lane 0: itself */
+    uint32_t lanes;                   /* lane 0: queue pairs to the peer (GS_IB_QPS_PER_PEER) */
+    struct gs_verbs_ep **side;        /* lane 0: [lanes - 1] side lanes */
+    gs_verbs_track *ops;              /* lane 0 with side lanes: ring [GS_VERBS_OPS_MAX] */
+    uint64_t op_head, op_tail;        /* ops [op_head, op_tail) not yet delivered */
+    gs_verbs_piece *defer;            /* lane 0 with side lanes: ring [GS_VERBS_DEFER_MAX] */
+    uint32_t defer_head, defer_count; /* held lane-0 posts, oldest first */
     gs_verbs_ep_state state;
     gs_status err;     /* the first error, once FAILED or CLOSED */
     bool err_reported; /* err reached the user (a completion or a return) */
@@ -160,6 +218,7 @@ typedef struct gs_verbs_ep {
 typedef struct gs_verbs_reg {
     struct gs_verbs_reg *next;
     struct ibv_mr *mr;
+    struct ibv_mr *rail_mr[GS_VERBS_RAILS_MAX - 1]; /* the same memory on rails 1 .. */
     void *addr;
     size_t len;
     unsigned access; /* gs_access asked for */
@@ -175,9 +234,20 @@ typedef struct gs_verbs_mr {
     struct gs_verbs_mr *prev, *next; /* the tp's live handles */
 } gs_verbs_mr;
 
+/* A device beyond the first (GS_IB_RAILS = 2): its own context, protection domain and completion queue;
+ * it carries side lanes only (stripes), so no control or receive regions. */
+typedef struct gs_verbs_rail {
+    gs_verbs_dev dev;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    bool cq_armed;
+    unsigned cq_events_unacked;
+} gs_verbs_rail;
+
 typedef struct gs_verbs_tp {
     gs_tp base;
-    gs_verbs_dev dev;
+    gs_verbs_dev dev; /* rail 0 */
     struct ibv_pd *pd;
     struct ibv_comp_channel *chan;
     struct ibv_cq *cq;
@@ -185,6 +255,9 @@ typedef struct gs_verbs_tp {
     unsigned cq_events_unacked;
 
     uint32_t sq_depth, rq_depth, credit_batch;
+    uint32_t lanes;                              /* queue pairs per peer (GS_IB_QPS_PER_PEER) */
+    uint32_t rails;                              /* devices (GS_IB_RAILS) */
+    gs_verbs_rail extra[GS_VERBS_RAILS_MAX - 1]; /* rails 1 .. */
     uint32_t max_inline;
     uint32_t max_msg;
     uint8_t rd_atomic;      /* READ/atomic requests we accept in flight (responder) */
@@ -238,6 +311,12 @@ static inline bool gs_verbs_peer_closed(const gs_verbs_ep *ep)
     return __atomic_load_n(&ep->lctrl->closed, __ATOMIC_ACQUIRE) == GS_VERBS_CLOSED_MAGIC;
 }
 
+/* The device a lane is on. */
+static inline const gs_verbs_dev *gs_verbs_ep_dev(const gs_verbs_tp *vt, const gs_verbs_ep *ep)
+{
+    return ep->rail ? &vt->extra[ep->rail - 1].dev : &vt->dev;
+}
+
 static inline uint8_t *gs_verbs_rbuf_addr(const gs_verbs_tp *vt, uint32_t buf)
 {
     return vt->rbuf + (size_t)buf * GS_SEND_MAX;
@@ -282,7 +361,31 @@ gs_status gs_verbs_pkey_index(const gs_config *cfg, int rank, gs_verbs_dev *dev)
  * Ethernet (RoCE) link layer. */
 const char *gs_verbs_kind_refusal(int transport_type, uint8_t link_layer);
 bool gs_verbs_available(const gs_config *cfg);
+/* One entry of GS_IB_DEV's list. */
+#define GS_VERBS_DEVS_MAX 16
+typedef struct gs_verbs_dev_want {
+    char name[64];
+    uint8_t port; /* 0: GS_IB_PORT */
+} gs_verbs_dev_want;
+/* GS_IB_DEV's comma list of dev[:port] into out[cap] (*n_p entries; "" gives 0), or GS_ERR_CONFIG naming
+ * the variable and the bad entry (empty, port outside 1-255, name too long, listed twice, too many). */
+gs_status gs_verbs_dev_list_parse(const char *text, gs_verbs_dev_want *out, int cap, int *n_p);
+/* The NUMA node sysfs gives device name under sysfs_root ("/sys/class/infiniband" but for tests): its
+ * device/numa_node, or -1 where unknown. */
+int gs_verbs_dev_numa_node(const char *sysfs_root, const char *name);
+/* The NUMA node of the CPU this thread runs on (sysfs /sys/devices/system/cpu/cpuN/nodeM), or -1; cpu_p
+ * (may be NULL) gets the CPU. sysfs_cpu_root is "/sys/devices/system/cpu" but for tests. */
+int gs_verbs_cpu_numa_node(const char *sysfs_cpu_root, int *cpu_p);
+/* Of n devices on NUMA nodes nodes[], the index to use from a CPU on node cpu_node: one on the same node,
+ * else one whose node is unknown (-1), else any; ties go to the first listed. */
+int gs_verbs_numa_pick(const int *nodes, int n, int cpu_node);
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev);
+/* The n (1..GS_VERBS_RAILS_MAX) usable devices nearest this CPU's NUMA node, nearest first (the first as
+ * gs_verbs_dev_open gives it). */
+gs_status gs_verbs_devs_open(const gs_config *cfg, int rank, gs_verbs_dev *devs, int n);
+/* What the open would choose under cfg, for gsinfo: "rail 0 rxe0:1 (NUMA node -1); this process on CPU 1,
+ * NUMA node 0; usable: ...", or why none. */
+void gs_verbs_devices_text(const gs_config *cfg, char *buf, size_t cap);
 void gs_verbs_dev_close(gs_verbs_dev *dev);
 /* What the automatic GID choice may take: GS_IB_ADDR_FAMILY and GS_IB_ADDR_RANGE. */
 typedef struct gs_verbs_gid_filter {
@@ -336,6 +439,24 @@ void gs_verbs_match_recvs(gs_verbs_tp *vt, gs_verbs_ep *ep);
 /* Posts the receives queued for re-posting and returns credits. */
 void gs_verbs_flush_reposts(gs_verbs_tp *vt);
 gs_status gs_verbs_post_recv_bufs(gs_verbs_ep *ep, const uint32_t *bufs, uint32_t count);
+
+/* verbs_rma.c: posts one piece on one lane (every work request signaled, counted on its op); GS_ERR_AGAIN
+ * when that lane's send queue lacks room (nothing posted). */
+gs_status gs_verbs_piece_post(gs_verbs_ep *lane_ep, const gs_verbs_piece *piece);
+/* Work requests a piece takes (chunks of the port's message size). */
+uint32_t gs_verbs_piece_wrs(const gs_verbs_tp *vt, const gs_verbs_piece *piece);
+
+/* verbs_stripe.c: several queue pairs per peer (GS_IB_QPS_PER_PEER > 1). */
+/* Posts op (checked and credited by the caller) as pieces on the lanes of ep. */
+gs_status gs_verbs_lanes_post(gs_verbs_ep *ep, const gs_verbs_op *op);
+/* Posts the held lane-0 pieces whose side-lane work completed, in order. */
+void gs_verbs_lanes_flush(gs_verbs_ep *ep);
+/* A work request of op completed (ok) or will never (the endpoint failed); delivers, in post order, the
+ * operations now complete. */
+void gs_verbs_lanes_done(gs_verbs_ep *ep, uint32_t op);
+/* The endpoint failed with status: side lanes to ERR, held pieces dropped, every undelivered operation
+ * completed (those fully done with GS_OK, the first other with status, the rest flushed). */
+void gs_verbs_lanes_fail(gs_verbs_ep *ep, gs_status status);
 
 /* verbs_cq.c: completions. */
 gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);

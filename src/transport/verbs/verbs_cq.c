@@ -166,6 +166,8 @@ void gs_verbs_ep_fail(gs_verbs_ep *ep, gs_status status, uint64_t failed_seq)
     ep->sq_done = ep->sq_posted;
     ep->hb_outstanding = false;
     ep->probe_outstanding = false;
+    if (ep->lanes > 1)
+        gs_verbs_lanes_fail(ep, status);
     fail_user_recvs(vt, ep);
 }
 
@@ -195,11 +197,14 @@ static bool blame_port(gs_verbs_tp *vt, gs_verbs_ep *ep, const char *what, const
     return true;
 }
 
-static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t seq)
+/* lane_ep: the queue pair the failed work request was on (seq its slot; UINT64_MAX: a receive). */
+static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *lane_ep, const struct ibv_wc *wc, uint64_t seq)
 {
     const char *hint;
     gs_status status = gs_verbs_wc_status_map(wc->status, &hint);
-    const char *what = seq == UINT64_MAX ? "receive" : slot_name(&ep->slots[seq & (vt->sq_depth - 1)]);
+    const char *what = seq == UINT64_MAX ? "receive" : slot_name(&lane_ep->slots[seq & (vt->sq_depth - 1)]);
+    gs_verbs_ep *ep = lane_ep->parent;
+    const gs_verbs_slot *slot = seq == UINT64_MAX ? NULL : &lane_ep->slots[seq & (vt->sq_depth - 1)];
 
     if (ep->state != GS_VERBS_EP_READY)
         return;      /* the flush that follows the first error */
@@ -213,13 +218,13 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     if (wc->status == IBV_WC_WR_FLUSH_ERR)
         hint = "the queue pair failed without an error of its own: the peer's side broke the connection "
                "(e.g. one of its requests was refused here) or the device reported a fatal error";
-    char id[40] = "";
-    if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_USER)
-        snprintf(id, sizeof(id), " (wr_id %llu)",
-                 (unsigned long long)ep->slots[seq & (vt->sq_depth - 1)].wr_id);
+    char id[64] = "";
+    if (slot && slot->kind == GS_VERBS_SLOT_USER)
+        snprintf(id, sizeof(id), lane_ep->lane ? " (wr_id %llu, lane %u)" : " (wr_id %llu)",
+                 (unsigned long long)slot->wr_id, lane_ep->lane);
     if (blame_port(vt, ep, what, id, wc)) {
         status = GS_ERR_IO;
-    } else if (seq != UINT64_MAX && ep->slots[seq & (vt->sq_depth - 1)].kind == GS_VERBS_SLOT_PROBE) {
+    } else if (slot && slot->kind == GS_VERBS_SLOT_PROBE) {
         snprintf(
             ep->why, sizeof(ep->why),
             "rank %d: the data-path probe (an 8-byte READ of peer rank %d's control slot) over %s port %u "
@@ -237,23 +242,29 @@ static void wc_error(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, 
     }
     gs_fail(GS_SUBSYS_VERBS, status, "%s", ep->why);
     ep->err_logged = true;
-    gs_verbs_ep_fail(ep, status, seq);
+    gs_verbs_ep_fail(ep, status, lane_ep == ep ? seq : UINT64_MAX);
 }
 
-static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t now)
+/* lane_ep: the endpoint itself (lane 0) or one of its side lanes. */
+static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *lane_ep, const struct ibv_wc *wc, uint64_t now)
 {
-    uint64_t seq = ep->sq_done + (uint32_t)((uint32_t)wc->wr_id - (uint32_t)ep->sq_done);
+    uint64_t seq = lane_ep->sq_done + (uint32_t)((uint32_t)wc->wr_id - (uint32_t)lane_ep->sq_done);
+    gs_verbs_ep *ep = lane_ep->parent;
     gs_verbs_slot *slot;
 
-    if (seq >= ep->sq_posted)
+    if (seq >= lane_ep->sq_posted)
         return; /* already completed by a failure of the endpoint */
     if (wc->status != IBV_WC_SUCCESS) {
-        wc_error(vt, ep, wc, seq);
+        wc_error(vt, lane_ep, wc, seq);
         return;
     }
-    slot = &ep->slots[seq & (vt->sq_depth - 1)];
-    ep->sq_done = seq + 1;
+    slot = &lane_ep->slots[seq & (vt->sq_depth - 1)];
+    lane_ep->sq_done = seq + 1;
     ep->last_alive_ns = now;
+    if (ep->lanes > 1 && slot->kind == GS_VERBS_SLOT_USER) {
+        gs_verbs_lanes_done(ep, slot->op);
+        return;
+    }
     if (slot->kind == GS_VERBS_SLOT_HEARTBEAT)
         ep->hb_outstanding = false;
     if (slot->kind == GS_VERBS_SLOT_PROBE)
@@ -262,6 +273,31 @@ static void sq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
         gs_wc out = {.wr_id = slot->wr_id, .status = GS_OK, .opcode = slot->opcode, .peer = ep->base.peer};
         gs_verbs_outq_push(vt, &out);
     }
+}
+
+/* The immediate's notice of a striped WRITE_IMM (verbs_stripe.c): its GS_WC_RECV_IMM, with the whole length.
+ */
+static void imm_notice(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint32_t buf)
+{
+    gs_verbs_imm_notice notice = {0};
+    gs_wc out = {
+        .status = GS_OK, .opcode = GS_WC_RECV_IMM, .imm = be32toh(wc->imm_data), .peer = ep->base.peer};
+
+    if (wc->byte_len == sizeof(notice))
+        memcpy(&notice, gs_verbs_rbuf_addr(vt, buf), sizeof(notice));
+    if (notice.magic != GS_VERBS_NOTICE_MAGIC || notice.reserved != 0 || notice.len > UINT32_MAX) {
+        snprintf(ep->why, sizeof(ep->why),
+                 "rank %d: rank %d sent a SEND with an immediate that is no striped WRITE_IMM's notice (%u "
+                 "bytes, magic %#x, length %llu): run the same gradsync build on every rank",
+                 vt->base.rank, ep->base.peer, wc->byte_len, notice.magic, (unsigned long long)notice.len);
+        gs_fail(GS_SUBSYS_VERBS, GS_ERR_PROTOCOL, "%s", ep->why);
+        ep->err_logged = true;
+        gs_verbs_ep_fail(ep, GS_ERR_PROTOCOL, UINT64_MAX);
+        return;
+    }
+    out.len = (uint32_t)notice.len;
+    gs_verbs_outq_push(vt, &out);
+    gs_verbs_queue_repost(vt, ep, buf);
 }
 
 static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc *wc, uint64_t now)
@@ -273,6 +309,10 @@ static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
         return;
     }
     ep->last_alive_ns = now;
+    if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM)) {
+        imm_notice(vt, ep, wc, buf);
+        return;
+    }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         gs_wc out = {.wr_id = 0,
                      .status = GS_OK,
@@ -294,9 +334,12 @@ static void rq_completion(gs_verbs_tp *vt, gs_verbs_ep *ep, const struct ibv_wc 
 static void handle_wc(gs_verbs_tp *vt, const struct ibv_wc *wc, uint64_t now)
 {
     unsigned kind = (unsigned)(wc->wr_id >> 60);
-    int peer = (int)((wc->wr_id >> 32) & 0x0fffffff);
+    unsigned lane = (unsigned)((wc->wr_id >> 56) & 0xfu);
+    int peer = (int)((wc->wr_id >> 32) & 0xffffff);
     gs_verbs_ep *ep = peer < vt->base.size ? gs_verbs_ep_at(vt, peer) : NULL;
 
+    if (ep && lane > 0)
+        ep = lane < ep->lanes ? ep->side[lane - 1] : NULL;
     if (!ep) {
         gs_log_warn(VERBS, "rank %d: completion with unknown wr_id %#llx ignored", vt->base.rank,
                     (unsigned long long)wc->wr_id);
@@ -432,6 +475,7 @@ void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
         ep = ev->element.qp ? ev->element.qp->qp_context : NULL;
+        ep = ep ? ep->parent : NULL; /* a side lane's error fails its endpoint */
         if (ep && !ep->qp_event) {
             ep->qp_event = ev->event_type;
             vt->qp_events = true;
@@ -452,13 +496,25 @@ void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
     }
 }
 
-/* Reads the device's asynchronous events (the fd is non-blocking) and acts on each. */
+/* Reads the devices' asynchronous events (the fds are non-blocking) and acts on each. A second rail's
+ * port events are only logged: its queue pairs' own errors (retries exhausted) fail the endpoints. */
 static void drain_async(gs_verbs_tp *vt)
 {
     struct ibv_async_event ev;
     while (ibv_get_async_event(vt->dev.ctx, &ev) == 0) {
         gs_verbs_async_event(vt, &ev);
         ibv_ack_async_event(&ev);
+    }
+    for (uint32_t r = 1; r < vt->rails; r++) {
+        while (ibv_get_async_event(vt->extra[r - 1].dev.ctx, &ev) == 0) {
+            if (ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE)
+                gs_log_warn(VERBS, "rank %d: rail %u device %s: %s on port %d", vt->base.rank, r,
+                            vt->extra[r - 1].dev.name, ibv_event_type_str(ev.event_type),
+                            ev.element.port_num);
+            else
+                gs_verbs_async_event(vt, &ev);
+            ibv_ack_async_event(&ev);
+        }
     }
 }
 
@@ -481,22 +537,41 @@ static void heartbeat(gs_verbs_tp *vt, uint64_t now)
     }
 }
 
-gs_status gs_verbs_progress(gs_verbs_tp *vt)
+/* Drains one completion queue. */
+static gs_status drain_cq(gs_verbs_tp *vt, struct ibv_cq *cq, const char *dev_name, uint64_t now)
 {
     struct ibv_wc wcs[GS_VERBS_CQ_BATCH];
-    uint64_t now = gs_now_ns();
     int n;
-
     do {
-        n = ibv_poll_cq(vt->cq, GS_VERBS_CQ_BATCH, wcs);
+        n = ibv_poll_cq(cq, GS_VERBS_CQ_BATCH, wcs);
         if (n < 0)
             return gs_fail(GS_SUBSYS_VERBS, GS_ERR_IO, "rank %d: ibv_poll_cq on %s failed (%d)",
-                           vt->base.rank, vt->dev.name, n);
+                           vt->base.rank, dev_name, n);
         for (int i = 0; i < n; i++)
             handle_wc(vt, &wcs[i], now);
     } while (n == GS_VERBS_CQ_BATCH);
+    return GS_OK;
+}
+
+gs_status gs_verbs_progress(gs_verbs_tp *vt)
+{
+    uint64_t now = gs_now_ns();
+    gs_status status = GS_OK;
+
+    for (uint32_t r = 1; r < vt->rails && status == GS_OK;
+         r++) /* side lanes first: held posts wait on them */
+        status = drain_cq(vt, vt->extra[r - 1].cq, vt->extra[r - 1].dev.name, now);
+    if (status == GS_OK)
+        status = drain_cq(vt, vt->cq, vt->dev.name, now);
+    if (status != GS_OK)
+        return status;
     if (vt->qp_events)
         apply_qp_events(vt); /* recorded before this pass's poll of the CQ */
+    for (int peer = 0; vt->lanes > 1 && peer < vt->base.size; peer++) {
+        gs_verbs_ep *ep = gs_verbs_ep_at(vt, peer);
+        if (ep && ep->defer_count > 0)
+            gs_verbs_lanes_flush(ep);
+    }
     gs_verbs_flush_reposts(vt);
     heartbeat(vt, now);
     return GS_OK;
@@ -538,11 +613,30 @@ gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
 static gs_status arm_cq(gs_verbs_tp *vt)
 {
     int rc = ibv_req_notify_cq(vt->cq, 0);
+    for (uint32_t r = 1; rc == 0 && r < vt->rails; r++) {
+        rc = ibv_req_notify_cq(vt->extra[r - 1].cq, 0);
+        vt->extra[r - 1].cq_armed = rc == 0;
+    }
     if (rc != 0)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_req_notify_cq failed: %s", vt->base.rank,
                        strerror(rc));
     vt->cq_armed = true;
     return GS_OK;
+}
+
+/* A second rail's completion event: taken, acked in batches; any such event re-arms every queue. */
+static void take_rail_event(gs_verbs_tp *vt, gs_verbs_rail *rail)
+{
+    struct ibv_cq *cq;
+    void *cq_ctx;
+    if (ibv_get_cq_event(rail->chan, &cq, &cq_ctx) != 0)
+        return;
+    rail->cq_armed = false;
+    vt->cq_armed = false; /* arm_cq arms them all again */
+    if (++rail->cq_events_unacked >= 64) {
+        ibv_ack_cq_events(rail->cq, rail->cq_events_unacked);
+        rail->cq_events_unacked = 0;
+    }
 }
 
 static void take_cq_event(gs_verbs_tp *vt)
@@ -561,20 +655,32 @@ static void take_cq_event(gs_verbs_tp *vt)
 gs_status gs_verbs_block_once(gs_verbs_tp *vt, uint64_t deadline_ns)
 {
     uint64_t wake = deadline_ns < vt->next_hb_ns ? deadline_ns : vt->next_hb_ns;
-    struct pollfd fds[2] = {{.fd = vt->chan->fd, .events = POLLIN},
-                            {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
+    struct pollfd fds[2 + 2 * (GS_VERBS_RAILS_MAX - 1)] = {{.fd = vt->chan->fd, .events = POLLIN},
+                                                           {.fd = vt->dev.ctx->async_fd, .events = POLLIN}};
+    nfds_t nfds = 2;
     int rc;
 
     if (!vt->cq_armed)
         return arm_cq(vt); /* the caller polls once more before sleeping */
-    rc = poll(fds, 2, gs_deadline_left_ms(wake));
+    for (uint32_t r = 1; r < vt->rails; r++) {
+        fds[nfds++] = (struct pollfd){.fd = vt->extra[r - 1].chan->fd, .events = POLLIN};
+        fds[nfds++] = (struct pollfd){.fd = vt->extra[r - 1].dev.ctx->async_fd, .events = POLLIN};
+    }
+    rc = poll(fds, nfds, gs_deadline_left_ms(wake));
     if (rc < 0 && errno != EINTR)
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: poll on the completion channel failed: %s",
                        vt->base.rank, strerror(errno));
     if (rc > 0 && (fds[0].revents & POLLIN))
         take_cq_event(vt);
-    if (rc > 0 && (fds[1].revents & POLLIN))
-        drain_async(vt);
+    for (uint32_t r = 1; rc > 0 && r < vt->rails; r++)
+        if (fds[2 * r].revents & POLLIN)
+            take_rail_event(vt, &vt->extra[r - 1]);
+    if (rc > 0)
+        for (nfds_t i = 1; i < nfds; i += 2)
+            if (fds[i].revents & POLLIN) {
+                drain_async(vt);
+                break;
+            }
     return GS_OK;
 }
 

@@ -4,7 +4,9 @@
 #include "util/log.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,10 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         {"GS_IB_RETRY_CNT", offsetof(gs_config, ib_retry_cnt), 0, 7, "a retry count 0-7"},
         {"GS_IB_RNR_RETRY", offsetof(gs_config, ib_rnr_retry), 0, 7, "a retry count 0-7"},
         {"GS_IB_RNR_TIMER", offsetof(gs_config, ib_rnr_timer), 0, 31, "a timer code 0-31"},
+        {"GS_IB_QPS_PER_PEER", offsetof(gs_config, ib_qps_per_peer), 1, GS_VERBS_QPS_MAX,
+         "1-16 queue pairs per peer"},
+        {"GS_IB_STRIPE_MIN", offsetof(gs_config, ib_stripe_min), 4096, 1 << 30, "4K-1G bytes"},
+        {"GS_IB_RAILS", offsetof(gs_config, ib_rails), 1, GS_VERBS_RAILS_MAX, "1 or 2 devices"},
     };
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
         int64_t v = *(const int64_t *)(const void *)((const char *)cfg + ranges[i].offset);
@@ -47,6 +53,12 @@ gs_status gs_verbs_config_check(const gs_config *cfg)
         st = gs_verbs_gid_filter_parse(cfg, &filter);
     if (st != GS_OK)
         return st;
+    if (cfg->ib_rails > cfg->ib_qps_per_peer)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "GS_IB_RAILS=%lld needs at least one queue pair per device: set GS_IB_QPS_PER_PEER to %lld "
+            "or more (it is %lld)",
+            (long long)cfg->ib_rails, (long long)cfg->ib_rails, (long long)cfg->ib_qps_per_peer);
     if (cfg->ib_retry_cnt == 7)
         gs_log_warn(VERBS, "GS_IB_RETRY_CNT=7: Soft-RoCE (rxe) retries forever at 7, so a dead peer is never "
                            "detected there");
@@ -424,53 +436,287 @@ static void note_device(char *seen, size_t cap, const gs_verbs_dev *dev, bool qu
         snprintf(seen + used, cap - used, "%s", refusal);
 }
 
-/* GS_IB_DEV, else the first device of the InfiniBand transport type whose port GS_IB_PORT is active
- * with an InfiniBand or Ethernet link layer. */
-static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device **list, int n,
-                               gs_verbs_dev *dev)
+/* What is wrong with GS_IB_DEV's list (one phrase), or NULL with out[*n_p] filled. */
+static const char *list_parse(const char *text, gs_verbs_dev_want *out, int cap, int *n_p)
 {
-    char seen[768] = "";
-    bool named = cfg->ib_dev[0] != '\0';
+    const char *p = text, *why = NULL;
+    int n = 0;
+    while (*p && !why) {
+        size_t len = strcspn(p, ","), name_len;
+        const char *colon = memchr(p, ':', len);
+        name_len = colon ? (size_t)(colon - p) : len;
+        if (n == cap)
+            why = "too many devices (at most 16)";
+        else if (name_len == 0)
+            why = "an empty device name";
+        else if (name_len >= sizeof(out[n].name))
+            why = "a device name longer than 63 characters";
+        if (!why) {
+            memcpy(out[n].name, p, name_len);
+            out[n].name[name_len] = '\0';
+            out[n].port = 0;
+        }
+        if (!why && colon) {
+            char digits[8] = "", *end;
+            size_t dl = len - name_len - 1;
+            long port = -1;
+            if (dl > 0 && dl < sizeof(digits)) {
+                memcpy(digits, colon + 1, dl);
+                port = strtol(digits, &end, 10);
+                if (*end)
+                    port = -1;
+            }
+            if (port < 1 || port > 255)
+                why = "a port outside 1-255";
+            else
+                out[n].port = (uint8_t)port;
+        }
+        for (int i = 0; !why && i < n; i++)
+            if (strcmp(out[i].name, out[n].name) == 0)
+                why = "a device listed twice";
+        if (why)
+            break;
+        n++;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            why = "an empty device name";
+    }
+    *n_p = why ? 0 : n;
+    return why;
+}
 
-    for (int i = 0; i < n; i++) {
-        bool active = false;
-        const char *refusal = NULL;
-        if (named && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
+gs_status gs_verbs_dev_list_parse(const char *text, gs_verbs_dev_want *out, int cap, int *n_p)
+{
+    const char *why = list_parse(text, out, cap, n_p);
+    if (why)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                       "GS_IB_DEV=%s: %s; expected a comma list of dev[:port], e.g. mlx5_0:1,mlx5_1", text,
+                       why);
+    return GS_OK;
+}
+
+int gs_verbs_dev_numa_node(const char *sysfs_root, const char *name)
+{
+    char path[512];
+    int node = -1;
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/%s/device/numa_node", sysfs_root, name);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    if (fscanf(f, "%d", &node) != 1 || node < -1)
+        node = -1;
+    fclose(f);
+    return node;
+}
+
+int gs_verbs_cpu_numa_node(const char *sysfs_cpu_root, int *cpu_p)
+{
+    int cpu = sched_getcpu(), node = -1;
+    char path[512];
+    DIR *d;
+    struct dirent *e;
+    if (cpu_p)
+        *cpu_p = cpu;
+    if (cpu < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/cpu%d", sysfs_cpu_root, cpu);
+    d = opendir(path);
+    while (d && (e = readdir(d)) != NULL && node < 0) {
+        char *end;
+        long v;
+        if (strncmp(e->d_name, "node", 4) != 0 || !e->d_name[4])
             continue;
-        memset(dev, 0, sizeof(*dev));
-        gs_status status = open_one(list[i], (uint8_t)cfg->ib_port, rank, dev, &active);
-        if (status != GS_OK)
-            return status;
-        if (active)
-            refusal = gs_verbs_kind_refusal(list[i]->transport_type, dev->link_layer);
-        if (active && !refusal)
-            return GS_OK;
-        if (refusal && named) {
-            gs_verbs_dev_close(dev);
-            return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
-                           "rank %d: GS_IB_DEV=%s: the verbs transport cannot use %s port %u: %s; use "
-                           "GS_TRANSPORT=tcp",
-                           rank, cfg->ib_dev, dev->name, dev->port, refusal);
-        }
-        note_device(seen, sizeof(seen), dev, dev->port_attr.state != 0, refusal);
-        gs_verbs_dev_close(dev);
+        v = strtol(e->d_name + 4, &end, 10);
+        if (!*end && v >= 0 && v < 4096)
+            node = (int)v;
     }
-    if (named && !seen[0]) {
-        for (int i = 0; i < n; i++) {
-            size_t used = strlen(seen);
-            snprintf(seen + used, sizeof(seen) - used, "%s%s", i ? ", " : "", ibv_get_device_name(list[i]));
+    if (d)
+        closedir(d);
+    return node;
+}
+
+/* Same node as the CPU 2, unknown 1, another node 0; with the CPU's node unknown, all alike. */
+static int numa_score(int node, int cpu_node)
+{
+    if (cpu_node < 0)
+        return 1;
+    return node == cpu_node ? 2 : node < 0 ? 1 : 0;
+}
+
+int gs_verbs_numa_pick(const int *nodes, int n, int cpu_node)
+{
+    int best = -1, best_score = -1;
+    for (int i = 0; i < n; i++) {
+        int score = numa_score(nodes[i], cpu_node);
+        if (score > best_score) {
+            best = i;
+            best_score = score;
         }
-        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG, "rank %d: GS_IB_DEV=%s: no such device (devices: %s)",
-                       rank, cfg->ib_dev, seen);
     }
+    return best;
+}
+
+#define GS_VERBS_SYSFS     "/sys/class/infiniband"
+#define GS_VERBS_SYSFS_CPU "/sys/devices/system/cpu"
+
+/* The device list index named name, or -1. */
+static int find_device(struct ibv_device **list, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ibv_get_device_name(list[i]), name) == 0)
+            return i;
+    return -1;
+}
+
+typedef struct dev_search {
+    const gs_config *cfg;
+    int rank, cpu, cpu_node, usable;
+    int want, kept;                /* devices wanted (rails), and kept so far */
+    int score[GS_VERBS_RAILS_MAX]; /* of the kept ones, best first */
+    gs_verbs_dev *best;            /* [want]: the kept ones, open */
+    char seen[768];                /* the devices looked at and why not taken, for the error */
+    char cands[384];               /* the usable ones and their nodes, for the log */
+} dev_search;
+
+/* Looks at device list[i] port `port`: usable ones compete on NUMA locality (the best stays open). */
+static gs_status consider(dev_search *s, struct ibv_device *device, uint8_t port, bool named)
+{
+    gs_verbs_dev cand = {0};
+    bool active = false;
+    const char *refusal = NULL;
+    gs_status status = open_one(device, port, s->rank, &cand, &active);
+    size_t used;
+    int score;
+
+    if (status != GS_OK)
+        return status;
+    if (active)
+        refusal = gs_verbs_kind_refusal(device->transport_type, cand.link_layer);
+    if (refusal && named) {
+        gs_verbs_dev_close(&cand);
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+                       "rank %d: GS_IB_DEV=%s: the verbs transport cannot use %s port %u: %s; use "
+                       "GS_TRANSPORT=tcp",
+                       s->rank, s->cfg->ib_dev, cand.name, cand.port, refusal);
+    }
+    if (!active || refusal) {
+        note_device(s->seen, sizeof(s->seen), &cand, cand.port_attr.state != 0, refusal);
+        gs_verbs_dev_close(&cand);
+        return GS_OK;
+    }
+    cand.numa_node = gs_verbs_dev_numa_node(GS_VERBS_SYSFS, cand.name);
+    used = strlen(s->cands);
+    snprintf(s->cands + used, sizeof(s->cands) - used, "%s%s:%u on node %d", used ? ", " : "", cand.name,
+             cand.port, cand.numa_node);
+    s->usable++;
+    score = numa_score(cand.numa_node, s->cpu_node);
+    /* kept best first; among equals the first listed stays ahead */
+    int at = s->kept;
+    while (at > 0 && s->score[at - 1] < score)
+        at--;
+    if (at >= s->want) {
+        gs_verbs_dev_close(&cand);
+        return GS_OK;
+    }
+    if (s->kept == s->want)
+        gs_verbs_dev_close(&s->best[--s->kept]);
+    for (int k = s->kept; k > at; k--) {
+        s->best[k] = s->best[k - 1];
+        s->score[k] = s->score[k - 1];
+    }
+    s->best[at] = cand;
+    s->score[at] = score;
+    s->kept++;
+    return GS_OK;
+}
+
+/* GS_IB_DEV's devices in its order, else every device of the InfiniBand transport type with port GS_IB_PORT
+ * active and an InfiniBand or Ethernet link layer; of several, the nearest to this CPU's NUMA node. */
+static gs_status select_device(const gs_config *cfg, int rank, struct ibv_device **list, int n,
+                               gs_verbs_dev *dev, int rails, dev_search *out)
+{
+    gs_verbs_dev_want want[GS_VERBS_DEVS_MAX];
+    dev_search s = {.cfg = cfg, .rank = rank, .want = rails, .best = dev};
+    int nwant = 0;
+    gs_status status = gs_verbs_dev_list_parse(cfg->ib_dev, want, GS_VERBS_DEVS_MAX, &nwant);
+
+    memset(dev, 0, (size_t)rails * sizeof(*dev));
+    s.cpu_node = gs_verbs_cpu_numa_node(GS_VERBS_SYSFS_CPU, &s.cpu);
+    for (int w = 0; status == GS_OK && w < nwant; w++) {
+        int i = find_device(list, n, want[w].name);
+        if (i < 0) {
+            for (int j = 0; j < n; j++) {
+                size_t used = strlen(s.seen);
+                snprintf(s.seen + used, sizeof(s.seen) - used, "%s%s", j ? ", " : "",
+                         ibv_get_device_name(list[j]));
+            }
+            status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                             "rank %d: GS_IB_DEV=%s: no such device %s (devices: %s)", rank, cfg->ib_dev,
+                             want[w].name, s.seen);
+        } else {
+            status = consider(&s, list[i], want[w].port ? want[w].port : (uint8_t)cfg->ib_port, true);
+        }
+    }
+    for (int i = 0; status == GS_OK && nwant == 0 && i < n; i++)
+        status = consider(&s, list[i], (uint8_t)cfg->ib_port, false);
+    if (status == GS_OK && s.kept > 0 && s.kept < rails)
+        status = gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+            "rank %d: GS_IB_RAILS=%d but only %d usable device%s (%s%s%s): list more in GS_IB_DEV, "
+            "or lower GS_IB_RAILS",
+            rank, rails, s.kept, s.kept == 1 ? "" : "s", s.cands, s.seen[0] ? "; not usable: " : "", s.seen);
+    if (out)
+        *out = s;
+    if (status != GS_OK) {
+        for (int k = 0; k < s.kept; k++)
+            gs_verbs_dev_close(&dev[k]);
+        return status;
+    }
+    for (int k = 0; k < s.kept; k++)
+        gs_log_info(
+            VERBS,
+            "rank %d: rail %d: device %s port %u chosen (NUMA node %d; this rank runs on CPU %d, node "
+            "%d) of %d usable: %s%s",
+            rank, k, dev[k].name, dev[k].port, dev[k].numa_node, s.cpu, s.cpu_node, s.usable, s.cands,
+            nwant ? " (GS_IB_DEV)" : "");
+    if (s.kept > 0)
+        return GS_OK;
+    if (nwant)
+        return gs_fail(
+            GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
+            "rank %d: GS_IB_DEV=%s: none of its devices has its port ACTIVE (%s); check the link with "
+            "ibv_devinfo",
+            rank, cfg->ib_dev, s.seen);
     return gs_fail(
         GS_SUBSYS_VERBS, GS_ERR_UNSUPPORTED,
         "rank %d: no usable verbs device with port %lld ACTIVE (%s); check the link with ibv_devinfo, "
         "or pick another port with GS_IB_PORT",
-        rank, (long long)cfg->ib_port, seen);
+        rank, (long long)cfg->ib_port, s.seen);
+}
+
+/* Address and partition of one chosen device, and its summary in the log. */
+static gs_status dev_finish(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    gs_status status = choose_address(cfg, rank, dev);
+    if (status == GS_OK)
+        status = gs_verbs_pkey_index(cfg, rank, dev);
+    if (status != GS_OK)
+        return status;
+    gs_log_info(VERBS, "rank %d: device %s port %u %s, active MTU %d, atomics %s, max %d WRs per QP", rank,
+                dev->name, dev->port,
+                dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
+                gs_verbs_mtu_bytes(dev->port_attr.active_mtu),
+                dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes", dev->attr.max_qp_wr);
+    return GS_OK;
 }
 
 gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
+{
+    return gs_verbs_devs_open(cfg, rank, dev, 1);
+}
+
+gs_status gs_verbs_devs_open(const gs_config *cfg, int rank, gs_verbs_dev *devs, int rails)
 {
     int n = 0;
     gs_status status;
@@ -490,21 +736,18 @@ gs_status gs_verbs_dev_open(const gs_config *cfg, int rank, gs_verbs_dev *dev)
                          rank);
         goto out_free;
     }
-    status = select_device(cfg, rank, list, n, dev);
+    status = select_device(cfg, rank, list, n, devs, rails, NULL);
+    for (int k = 0; status == GS_OK && k < rails; k++)
+        status = dev_finish(cfg, rank, &devs[k]);
+    for (int k = 1; status == GS_OK && k < rails; k++)
+        if (devs[k].link_layer != devs[0].link_layer)
+            status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_CONFIG,
+                             "rank %d: rails %s and %s have different link layers (InfiniBand and Ethernet): "
+                             "list devices of one fabric in GS_IB_DEV",
+                             rank, devs[0].name, devs[k].name);
     if (status != GS_OK)
-        goto out_free;
-    status = choose_address(cfg, rank, dev);
-    if (status == GS_OK)
-        status = gs_verbs_pkey_index(cfg, rank, dev);
-    if (status != GS_OK) {
-        gs_verbs_dev_close(dev);
-        goto out_free;
-    }
-    gs_log_info(VERBS, "rank %d: device %s port %u %s, active MTU %d, atomics %s, max %d WRs per QP", rank,
-                dev->name, dev->port,
-                dev->link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand",
-                gs_verbs_mtu_bytes(dev->port_attr.active_mtu),
-                dev->attr.atomic_cap == IBV_ATOMIC_NONE ? "none" : "yes", dev->attr.max_qp_wr);
+        for (int k = 0; k < rails; k++)
+            gs_verbs_dev_close(&devs[k]);
 out_free:
     ibv_free_device_list(list);
     return status;
@@ -518,22 +761,61 @@ bool gs_verbs_available(const gs_config *cfg)
     bool found = false;
     struct ibv_device **list = ibv_get_device_list(&n);
 
+    gs_verbs_dev_want want[GS_VERBS_DEVS_MAX];
+    int nwant = 0;
+
+    if (list_parse(cfg->ib_dev, want, GS_VERBS_DEVS_MAX, &nwant))
+        n = 0; /* the open says why */
     for (int i = 0; list && i < n && !found; i++) {
         struct ibv_context *ctx;
         struct ibv_port_attr attr;
-        if (cfg->ib_dev[0] && strcmp(ibv_get_device_name(list[i]), cfg->ib_dev) != 0)
+        uint8_t port = (uint8_t)cfg->ib_port;
+        int w = 0;
+        while (w < nwant && strcmp(want[w].name, ibv_get_device_name(list[i])) != 0)
+            w++;
+        if (nwant && w == nwant)
             continue;
+        if (nwant && want[w].port)
+            port = want[w].port;
         if (list[i]->transport_type != IBV_TRANSPORT_IB)
             continue;
         ctx = ibv_open_device(list[i]);
         if (!ctx)
             continue;
-        found = cfg->ib_port >= 1 && cfg->ib_port <= 255 &&
-                ibv_query_port(ctx, (uint8_t)cfg->ib_port, &attr) == 0 && attr.state == IBV_PORT_ACTIVE &&
+        found = port >= 1 && ibv_query_port(ctx, port, &attr) == 0 && attr.state == IBV_PORT_ACTIVE &&
                 !gs_verbs_kind_refusal(list[i]->transport_type, attr.link_layer);
         ibv_close_device(ctx);
     }
     if (list)
         ibv_free_device_list(list);
     return found;
+}
+
+void gs_verbs_devices_text(const gs_config *cfg, char *buf, size_t cap)
+{
+    int n = 0, rails = cfg->ib_rails >= 1 && cfg->ib_rails <= GS_VERBS_RAILS_MAX ? (int)cfg->ib_rails : 1;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    gs_verbs_dev devs[GS_VERBS_RAILS_MAX] = {{0}};
+    dev_search s = {0};
+    size_t used = 0;
+
+    if (!list || n == 0) {
+        snprintf(buf, cap, "no verbs device (%s)", list ? "ibv_devices lists none" : strerror(errno));
+        if (list)
+            ibv_free_device_list(list);
+        return;
+    }
+    if (select_device(cfg, -1, list, n, devs, rails, &s) != GS_OK) {
+        snprintf(buf, cap, "none chosen: %s", gs_last_error());
+    } else {
+        for (int k = 0; k < s.kept; k++) {
+            used +=
+                (size_t)snprintf(buf + used, cap > used ? cap - used : 0, "%srail %d %s:%u (NUMA node %d)",
+                                 k ? ", " : "", k, devs[k].name, devs[k].port, devs[k].numa_node);
+            gs_verbs_dev_close(&devs[k]);
+        }
+        snprintf(buf + used, cap > used ? cap - used : 0,
+                 "; this process on CPU %d, NUMA node %d; usable: %s", s.cpu, s.cpu_node, s.cands);
+    }
+    ibv_free_device_list(list);
 }

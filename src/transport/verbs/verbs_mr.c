@@ -54,11 +54,12 @@ void gs_verbs_memlock_describe(const struct rlimit *lim, char *buf, size_t cap)
     snprintf(buf, cap, "RLIMIT_MEMLOCK (ulimit -l) is %s (hard %s)", soft, hard);
 }
 
-gs_status gs_verbs_reg_raw(gs_verbs_tp *vt, void *addr, size_t len, int ibv_access, const char *what,
-                           struct ibv_mr **mr_p)
+/* Registers with protection domain pd (of device dev_name). */
+static gs_status reg_on(gs_verbs_tp *vt, struct ibv_pd *pd, const char *dev_name, void *addr, size_t len,
+                        int ibv_access, const char *what, struct ibv_mr **mr_p)
 {
     char limit[128];
-    struct ibv_mr *mr = ibv_reg_mr(vt->pd, addr, len, ibv_access);
+    struct ibv_mr *mr = ibv_reg_mr(pd, addr, len, ibv_access);
     int err = errno;
 
     if (mr) {
@@ -71,10 +72,31 @@ gs_status gs_verbs_reg_raw(gs_verbs_tp *vt, void *addr, size_t len, int ibv_acce
                        "rank %d: registering %zu bytes at %p (%s) with %s failed: %s; %s: pinned memory "
                        "counts against it, raise it (ulimit -l unlimited, or memlock in "
                        "/etc/security/limits.conf; in containers --ulimit memlock=-1)",
-                       vt->base.rank, len, addr, what, vt->dev.name, strerror(err), limit);
+                       vt->base.rank, len, addr, what, dev_name, strerror(err), limit);
     return gs_fail(GS_SUBSYS_VERBS, err == EFAULT ? GS_ERR_INVALID : GS_ERR_SYSTEM,
                    "rank %d: registering %zu bytes at %p (%s, access %#x) with %s failed: %s", vt->base.rank,
-                   len, addr, what, (unsigned)ibv_access, vt->dev.name, strerror(err));
+                   len, addr, what, (unsigned)ibv_access, dev_name, strerror(err));
+}
+
+gs_status gs_verbs_reg_raw(gs_verbs_tp *vt, void *addr, size_t len, int ibv_access, const char *what,
+                           struct ibv_mr **mr_p)
+{
+    return reg_on(vt, vt->pd, vt->dev.name, addr, len, ibv_access, what, mr_p);
+}
+
+/* Deregisters a registration from every rail; the first failure is returned. */
+static gs_status reg_dereg(gs_verbs_tp *vt, gs_verbs_reg *reg)
+{
+    gs_status status = GS_OK;
+    for (uint32_t r = 0; r < GS_VERBS_RAILS_MAX; r++) {
+        struct ibv_mr *mr = r ? reg->rail_mr[r - 1] : reg->mr;
+        int rc = mr ? ibv_dereg_mr(mr) : 0;
+        if (rc != 0 && status == GS_OK)
+            status = gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+                             "rank %d: ibv_dereg_mr of %zu bytes at %p (rail %u) failed: %s", vt->base.rank,
+                             reg->len, reg->addr, r, strerror(rc));
+    }
+    return status;
 }
 
 static gs_status reg_create(gs_verbs_tp *vt, void *addr, size_t len, unsigned access, const char *what,
@@ -91,7 +113,11 @@ static gs_status reg_create(gs_verbs_tp *vt, void *addr, size_t len, unsigned ac
     reg->ibv_access = gs_verbs_access_flags(access);
     reg->refs = 1;
     status = gs_verbs_reg_raw(vt, addr, len, reg->ibv_access, what, &reg->mr);
+    for (uint32_t r = 1; status == GS_OK && r < vt->rails; r++) /* the same memory on every rail */
+        status = reg_on(vt, vt->extra[r - 1].pd, vt->extra[r - 1].dev.name, addr, len, reg->ibv_access, what,
+                        &reg->rail_mr[r - 1]);
     if (status != GS_OK) {
+        reg_dereg(vt, reg);
         free(reg);
         return status;
     }
@@ -130,18 +156,13 @@ static void cache_remove(gs_verbs_tp *vt, gs_verbs_reg *reg)
 /* Drops one reference; the last one deregisters. */
 static gs_status reg_release(gs_verbs_tp *vt, gs_verbs_reg *reg)
 {
-    gs_status status = GS_OK;
-    int rc;
+    gs_status status;
 
     if (--reg->refs > 0)
         return GS_OK;
     if (reg->cached)
         cache_remove(vt, reg);
-    rc = ibv_dereg_mr(reg->mr);
-    if (rc != 0)
-        status =
-            gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_dereg_mr of %zu bytes at %p failed: %s",
-                    vt->base.rank, reg->len, reg->addr, strerror(rc));
+    status = reg_dereg(vt, reg);
     free(reg);
     return status;
 }
@@ -260,5 +281,8 @@ void gs_verbs_mr_release_all(gs_verbs_tp *vt)
 
 void gs_verbs_mr_pack(const gs_mr *mr, gs_rmr_head *head)
 {
-    head->key = ((const gs_verbs_mr *)mr)->reg->mr->rkey; /* covers exactly [addr, addr + len) */
+    const gs_verbs_reg *reg = ((const gs_verbs_mr *)mr)->reg;
+    head->key = reg->mr->rkey; /* covers exactly [addr, addr + len) */
+    if (reg->rail_mr[0])       /* rail 1's, for the stripes on it */
+        head->key |= (uint64_t)reg->rail_mr[0]->rkey << 32;
 }

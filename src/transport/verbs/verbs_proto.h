@@ -10,8 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GS_VERBS_PROTO_VERSION 2           /* 2: the partition key */
+#define GS_VERBS_PROTO_VERSION 3           /* 2: the partition key; 3: several queue pairs and devices */
 #define GS_VERBS_CONN_MAGIC    0x53565347u /* "GSVS" */
+#define GS_VERBS_QPS_MAX       16          /* queue pairs per peer (GS_IB_QPS_PER_PEER), the lanes */
+#define GS_VERBS_RAILS_MAX     2 /* devices (GS_IB_RAILS): rail 1's rkey rides in the key's high half */
 
 /*
  * The connection blob rank src publishes for rank dst (store key
@@ -35,8 +37,18 @@ typedef struct gs_verbs_conn_blob {
     uint8_t gid[16];    /* RoCE: the address; InfiniBand: the port GID */
     uint64_t ctrl_addr; /* src's control slot for dst (struct gs_verbs_ctrl) */
     uint32_t ctrl_rkey;
-    uint16_t pkey;     /* the partition key src's queue pair uses (membership bit included) */
-    uint16_t reserved; /* zero */
+    uint16_t pkey; /* the partition key src's queue pair uses (membership bit included) */
+    uint8_t lanes; /* queue pairs src dedicated to dst, 1-GS_VERBS_QPS_MAX: both sides must agree */
+    uint8_t rails; /* devices src uses, 1-GS_VERBS_RAILS_MAX (lane l on rail l mod rails): the same */
+    uint32_t lane_qpn[GS_VERBS_QPS_MAX - 1]; /* the side lanes' queue pairs (1 ..); zero past lanes - 1 */
+    uint32_t reserved2;                      /* zero */
+    /* rail 1 (the second device), all zero with one rail: its address, as lid/gid/mtu/gid_type above */
+    uint8_t rail_gid[16];
+    uint16_t rail_lid;
+    uint8_t rail_mtu;
+    uint8_t rail_gid_type;
+    uint32_t reserved3; /* zero */
+    uint64_t reserved4; /* zero */
 } gs_verbs_conn_blob;
 
 _Static_assert(offsetof(gs_verbs_conn_blob, version) == 0, "version byte first");
@@ -44,7 +56,26 @@ _Static_assert(offsetof(gs_verbs_conn_blob, qpn) == 16, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, gid) == 32, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, ctrl_addr) == 48, "blob layout");
 _Static_assert(offsetof(gs_verbs_conn_blob, pkey) == 60, "blob layout");
-_Static_assert(sizeof(gs_verbs_conn_blob) == 64, "blob size");
+_Static_assert(offsetof(gs_verbs_conn_blob, lane_qpn) == 64, "blob layout");
+_Static_assert(offsetof(gs_verbs_conn_blob, rail_gid) == 128, "blob layout");
+_Static_assert(sizeof(gs_verbs_conn_blob) == 160, "blob size");
+
+/*
+ * The immediate's notice of a striped WRITE_IMM: its stripes go as plain
+ * WRITEs on every lane, and once all of them completed at the initiator
+ * (acknowledged, so in the target's memory) lane 0 carries this as a
+ * SEND_WITH_IMM (the user's immediate) into one of the target's receives.
+ * The target reports it as the WRITE_IMM's one GS_WC_RECV_IMM with len
+ * (a WRITE_IMM's own byte count would be its last stripe's only). User
+ * SENDs never carry an immediate, so the two cannot be confused.
+ */
+#define GS_VERBS_NOTICE_MAGIC 0x4d4d4947u /* "GIMM" */
+typedef struct gs_verbs_imm_notice {
+    uint32_t magic; /* GS_VERBS_NOTICE_MAGIC */
+    uint32_t reserved;
+    uint64_t len; /* bytes the WRITE_IMM wrote */
+} gs_verbs_imm_notice;
+_Static_assert(sizeof(gs_verbs_imm_notice) == 16, "notice size");
 
 /*
  * What every rank tells the others after each collective step of the open

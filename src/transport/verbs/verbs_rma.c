@@ -24,28 +24,14 @@
 
 #define GS_VERBS_CHAIN_MAX 16 /* work requests one call may post */
 
-/* One operation as the caller asked for it. */
-typedef struct gs_verbs_op {
-    const char *name;
-    enum ibv_wr_opcode opcode;
-    gs_wc_opcode wc_opcode;
-    uint64_t laddr;
-    size_t len;
-    gs_mr *lmr;
-    uint64_t raddr;
-    uint32_t rkey;
-    uint32_t imm;
-    uint64_t compare_add, swap;
-    uint64_t wr_id;
-    unsigned flags;
-} gs_verbs_op;
-
 /* Work requests built for one ibv_post_send. */
 typedef struct gs_verbs_chain {
     struct ibv_send_wr wr[GS_VERBS_CHAIN_MAX];
     struct ibv_sge sge[GS_VERBS_CHAIN_MAX];
     uint32_t n;
     uint32_t run[GS_VERBS_CHAIN_MAX]; /* unsignaled run after wr[i] */
+    bool track;                       /* several lanes: user work requests signaled, counted on op */
+    uint32_t op;
 } gs_verbs_chain;
 
 static uint64_t credits_available(const gs_verbs_ep *ep)
@@ -92,14 +78,21 @@ static struct ibv_send_wr *chain_add(gs_verbs_ep *ep, gs_verbs_chain *ch, gs_ver
     uint32_t run = i ? ch->run[i - 1] : ep->unsignaled_run;
     struct ibv_send_wr *wr = &ch->wr[i];
 
-    ep->slots[seq & (vt->sq_depth - 1)] = (gs_verbs_slot){
-        .wr_id = user_wr_id, .kind = (uint8_t)kind, .deliver = deliver, .opcode = (uint8_t)opcode};
+    if (ch->track && kind == GS_VERBS_SLOT_USER) {
+        signal = true; /* every one counted on its operation, delivered from the op ring */
+        deliver = false;
+    }
+    ep->slots[seq & (vt->sq_depth - 1)] = (gs_verbs_slot){.wr_id = user_wr_id,
+                                                          .kind = (uint8_t)kind,
+                                                          .deliver = deliver,
+                                                          .opcode = (uint8_t)opcode,
+                                                          .op = ch->op};
     if (!signal && run + 1 >= vt->sq_depth / 2)
         signal = true; /* retire the unsignaled run before the queue fills */
     ch->run[i] = signal ? 0 : run + 1;
     ep->slots[seq & (vt->sq_depth - 1)].flags = signal ? GS_VERBS_SLOT_SIGNALED : 0;
     memset(wr, 0, sizeof(*wr));
-    wr->wr_id = gs_verbs_wr_id(GS_VERBS_WR_SQ, ep->base.peer, (uint32_t)seq);
+    wr->wr_id = gs_verbs_wr_id(GS_VERBS_WR_SQ, ep->lane, ep->base.peer, (uint32_t)seq);
     wr->send_flags = signal ? IBV_SEND_SIGNALED : 0;
     wr->sg_list = &ch->sge[i];
     if (i > 0)
@@ -136,11 +129,12 @@ static gs_status chain_post(gs_verbs_ep *ep, gs_verbs_chain *ch, uint32_t user_f
     ep->sq_posted += posted;
     gs_status status =
         gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
-                "rank %d: %s to peer rank %d: ibv_post_send failed: %s (%u of %u work requests posted)",
-                ep->base.tp->rank, what, ep->base.peer, strerror(rc), posted, ch->n);
-    if (posted > user_first) { /* half an operation is on the wire */
-        snprintf(ep->why, sizeof(ep->why), "%s", gs_last_error());
-        gs_verbs_ep_fail(ep, GS_ERR_SYSTEM, UINT64_MAX);
+                "rank %d: %s to peer rank %d: ibv_post_send (lane %u) failed: %s (%u of %u work requests "
+                "posted)",
+                ep->base.tp->rank, what, ep->base.peer, ep->lane, strerror(rc), posted, ch->n);
+    if (posted > user_first || ch->track) { /* half an operation is on the wire */
+        snprintf(ep->parent->why, sizeof(ep->parent->why), "%s", gs_last_error());
+        gs_verbs_ep_fail(ep->parent, GS_ERR_SYSTEM, UINT64_MAX);
     }
     return status;
 }
@@ -292,6 +286,76 @@ static void chain_add_op(gs_verbs_ep *ep, gs_verbs_chain *ch, const gs_verbs_op 
     }
 }
 
+/* Several lanes: the same checks of credits, then verbs_stripe.c places the pieces. */
+static gs_status post_on_lanes(gs_verbs_ep *ep, const gs_verbs_op *op)
+{
+    gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
+    gs_status status;
+    if (consumes_receive(op->opcode) && credits_forged(ep))
+        return gs_verbs_ep_usable(ep, op->name);
+    if (consumes_receive(op->opcode) && credits_available(ep) == 0) {
+        gs_verbs_progress(vt);
+        if (credits_available(ep) == 0)
+            return GS_ERR_AGAIN;
+    }
+    status = gs_verbs_lanes_post(ep, op);
+    if (status == GS_OK && consumes_receive(op->opcode))
+        ep->imm_sent++;
+    return status;
+}
+
+uint32_t gs_verbs_piece_wrs(const gs_verbs_tp *vt, const gs_verbs_piece *piece)
+{
+    if (!is_rdma((enum ibv_wr_opcode)piece->opcode) || piece->len <= vt->max_msg)
+        return 1;
+    return (piece->len + vt->max_msg - 1) / vt->max_msg;
+}
+
+gs_status gs_verbs_piece_post(gs_verbs_ep *lane_ep, const gs_verbs_piece *piece)
+{
+    gs_verbs_tp *vt = (gs_verbs_tp *)lane_ep->base.tp;
+    gs_verbs_chain ch = {.n = 0, .track = true, .op = piece->op};
+    enum ibv_wr_opcode opcode = (enum ibv_wr_opcode)piece->opcode;
+    uint32_t chunks = gs_verbs_piece_wrs(vt, piece);
+    gs_verbs_imm_notice notice = {.magic = GS_VERBS_NOTICE_MAGIC, .len = piece->total};
+    uint64_t done = 0;
+
+    if (!sq_has_room(lane_ep, chunks))
+        return GS_ERR_AGAIN;
+    for (uint32_t c = 0; c < chunks; c++) {
+        bool last = c + 1 == chunks;
+        uint32_t len = last ? piece->len - (uint32_t)done : vt->max_msg;
+        struct ibv_send_wr *wr =
+            chain_add(lane_ep, &ch, GS_VERBS_SLOT_USER, false, (gs_wc_opcode)piece->wc_opcode,
+                      lane_ep->parent->ops[piece->op % GS_VERBS_OPS_MAX].wr_id, true);
+        wr->opcode = opcode == IBV_WR_RDMA_WRITE_WITH_IMM && !last ? IBV_WR_RDMA_WRITE : opcode;
+        if (c == 0 && piece->fence && !vt->dev.fence_unneeded)
+            wr->send_flags |= IBV_SEND_FENCE;
+        if (piece->inline_ok)
+            wr->send_flags |= IBV_SEND_INLINE;
+        if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM)
+            wr->imm_data = htobe32(piece->imm);
+        if (opcode == IBV_WR_SEND_WITH_IMM) { /* the notice: inline, so the stack copy may go */
+            wr_set_local(wr, (uint64_t)(uintptr_t)&notice, sizeof(notice), 0);
+            wr->send_flags |= IBV_SEND_INLINE;
+        } else if (is_rdma(opcode)) {
+            wr->wr.rdma.remote_addr = piece->raddr + done;
+            wr->wr.rdma.rkey = piece->rkey;
+            wr_set_local(wr, piece->laddr + done, len, piece->lkey);
+        } else {
+            if (opcode != IBV_WR_SEND) {
+                wr->wr.atomic.remote_addr = piece->raddr;
+                wr->wr.atomic.rkey = piece->rkey;
+                wr->wr.atomic.compare_add = piece->compare_add;
+                wr->wr.atomic.swap = piece->swap;
+            }
+            wr_set_local(wr, piece->laddr, len, piece->lkey);
+        }
+        done += len;
+    }
+    return chain_post(lane_ep, &ch, 0, "striped operation");
+}
+
 static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
 {
     gs_verbs_tp *vt = (gs_verbs_tp *)ep->base.tp;
@@ -303,6 +367,8 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
 
     if (status != GS_OK)
         return status;
+    if (ep->lanes > 1)
+        return post_on_lanes(ep, op);
     if (is_rdma(op->opcode) && op->len > vt->max_msg)
         chunks = (uint32_t)((op->len + vt->max_msg - 1) / vt->max_msg);
     if (chunks >= GS_VERBS_CHAIN_MAX)
@@ -372,6 +438,7 @@ gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, con
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .wr_id = wr_id,
                       .flags = flags};
     return post_op((gs_verbs_ep *)ep, &op);
@@ -388,6 +455,7 @@ gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len,
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .imm = imm,
                       .wr_id = wr_id,
                       .flags = flags};
@@ -405,6 +473,7 @@ gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_r
                       .lmr = lmr,
                       .raddr = raddr_of(src, off),
                       .rkey = (uint32_t)src->key,
+                      .rail_rkey = (uint32_t)(src->key >> 32),
                       .wr_id = wr_id,
                       .flags = flags};
     gs_status status = check_local_write(ep, lmr, op.name);
@@ -431,6 +500,7 @@ gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_r
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .compare_add = add,
                       .wr_id = wr_id,
                       .flags = flags};
@@ -448,6 +518,7 @@ gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rm
                       .lmr = lmr,
                       .raddr = raddr_of(dst, off),
                       .rkey = (uint32_t)dst->key,
+                      .rail_rkey = (uint32_t)(dst->key >> 32),
                       .compare_add = compare,
                       .swap = swap,
                       .wr_id = wr_id,
@@ -486,7 +557,7 @@ gs_status gs_verbs_post_recv_bufs(gs_verbs_ep *ep, const uint32_t *bufs, uint32_
             sge[i] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)gs_verbs_rbuf_addr(vt, buf),
                                       .length = GS_SEND_MAX,
                                       .lkey = vt->rbuf_mr->lkey};
-            wr[i] = (struct ibv_recv_wr){.wr_id = gs_verbs_wr_id(GS_VERBS_WR_RQ, ep->base.peer, buf),
+            wr[i] = (struct ibv_recv_wr){.wr_id = gs_verbs_wr_id(GS_VERBS_WR_RQ, 0, ep->base.peer, buf),
                                          .next = i + 1 < n ? &wr[i + 1] : NULL,
                                          .sg_list = &sge[i],
                                          .num_sge = 1};

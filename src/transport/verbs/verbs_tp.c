@@ -68,7 +68,9 @@ static void size_queues(gs_verbs_tp *vt)
 
     vt->sq_depth = pow2_floor(max_wr < GS_VERBS_SQ_DEPTH ? max_wr : GS_VERBS_SQ_DEPTH);
     vt->rq_depth = max_wr < GS_VERBS_RQ_DEPTH ? max_wr : GS_VERBS_RQ_DEPTH;
-    while ((uint64_t)peers * (vt->sq_depth + vt->rq_depth) + 16 > (uint64_t)a->max_cqe && vt->sq_depth > 8) {
+    while ((uint64_t)peers * (vt->lanes * vt->sq_depth + vt->rq_depth + vt->lanes) + 16 >
+               (uint64_t)a->max_cqe &&
+           vt->sq_depth > 8) {
         vt->sq_depth /= 2;
         vt->rq_depth = vt->rq_depth > 8 ? vt->rq_depth / 2 : vt->rq_depth;
     }
@@ -115,7 +117,7 @@ static gs_status create_cq(gs_verbs_tp *vt)
 {
     int rank = vt->base.rank;
     uint32_t peers = vt->base.size > 1 ? (uint32_t)vt->base.size - 1 : 1;
-    int cqe = (int)(peers * (vt->sq_depth + vt->rq_depth) + 16);
+    int cqe = (int)(peers * (vt->lanes * vt->sq_depth + vt->rq_depth + vt->lanes) + 16); /* + side receives */
     gs_status status;
 
     vt->chan = ibv_create_comp_channel(vt->dev.ctx);
@@ -168,10 +170,63 @@ static gs_status create_regions(gs_verbs_tp *vt)
                             &vt->rbuf_mr);
 }
 
+/* Rail r >= 1: its protection domain and completion queue (side lanes only: no receives beyond one each). */
+static gs_status create_rail(gs_verbs_tp *vt, gs_verbs_rail *rail)
+{
+    int rank = vt->base.rank;
+    uint32_t peers = vt->base.size > 1 ? (uint32_t)vt->base.size - 1 : 1;
+    int cqe = (int)(peers * (vt->lanes * (vt->sq_depth + 1)) + 16);
+    gs_status status;
+
+    rail->pd = ibv_alloc_pd(rail->dev.ctx);
+    if (!rail->pd)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_alloc_pd on %s failed: %s", rank,
+                       rail->dev.name, strerror(errno));
+    rail->chan = ibv_create_comp_channel(rail->dev.ctx);
+    if (!rail->chan)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM, "rank %d: ibv_create_comp_channel on %s failed: %s",
+                       rank, rail->dev.name, strerror(errno));
+    status = set_nonblocking(rail->chan->fd, rank, "completion channel");
+    if (status == GS_OK)
+        status = set_nonblocking(rail->dev.ctx->async_fd, rank, "async event");
+    if (status != GS_OK)
+        return status;
+    rail->cq = ibv_create_cq(rail->dev.ctx, cqe, vt, rail->chan, 0);
+    if (!rail->cq)
+        return gs_fail(GS_SUBSYS_VERBS, GS_ERR_SYSTEM,
+                       "rank %d: ibv_create_cq of %d entries on %s failed: %s", rank, cqe, rail->dev.name,
+                       strerror(errno));
+    return GS_OK;
+}
+
+static void close_rail(gs_verbs_tp *vt, gs_verbs_rail *rail)
+{
+    int rc;
+    if (rail->cq) {
+        if (rail->cq_events_unacked)
+            ibv_ack_cq_events(rail->cq, rail->cq_events_unacked);
+        if ((rc = ibv_destroy_cq(rail->cq)) != 0)
+            gs_log_warn(VERBS, "rank %d: ibv_destroy_cq on %s failed: %s", vt->base.rank, rail->dev.name,
+                        strerror(rc));
+    }
+    if (rail->chan && (rc = ibv_destroy_comp_channel(rail->chan)) != 0)
+        gs_log_warn(VERBS, "rank %d: ibv_destroy_comp_channel on %s failed: %s", vt->base.rank,
+                    rail->dev.name, strerror(rc));
+    if (rail->pd && (rc = ibv_dealloc_pd(rail->pd)) != 0)
+        gs_log_warn(VERBS, "rank %d: ibv_dealloc_pd on %s failed: %s", vt->base.rank, rail->dev.name,
+                    strerror(rc));
+    gs_verbs_dev_close(&rail->dev);
+}
+
 static gs_status create_resources(gs_verbs_tp *vt)
 {
     int rank = vt->base.rank;
-    gs_status status;
+    gs_status status = GS_OK;
+
+    for (uint32_t r = 1; r < vt->rails && status == GS_OK; r++)
+        status = create_rail(vt, &vt->extra[r - 1]);
+    if (status != GS_OK)
+        return status;
 
     vt->pd = ibv_alloc_pd(vt->dev.ctx);
     if (!vt->pd)
@@ -357,7 +412,7 @@ static gs_status verbs_close(gs_tp *tp)
         notify_close(vt);
     for (int peer = 0; vt->base.eps && peer < vt->base.size; peer++)
         gs_verbs_ep_destroy(gs_verbs_ep_at(vt, peer));
-    gs_verbs_mr_release_all(vt);
+    gs_verbs_mr_release_all(vt); /* before the rails' protection domains go */
     for (int peer = 0; vt->ctrl_peer_mr && peer < vt->base.size; peer++)
         if (vt->ctrl_peer_mr[peer] && (rc = ibv_dereg_mr(vt->ctrl_peer_mr[peer])) != 0)
             gs_log_warn(VERBS, "rank %d: deregistering the control slot of rank %d failed: %s", vt->base.rank,
@@ -382,6 +437,8 @@ static gs_status verbs_close(gs_tp *tp)
     if (vt->pd && (rc = ibv_dealloc_pd(vt->pd)) != 0)
         gs_log_warn(VERBS, "rank %d: ibv_dealloc_pd failed: %s", vt->base.rank, strerror(rc));
     gs_verbs_dev_close(&vt->dev);
+    for (uint32_t r = 1; r < vt->rails; r++)
+        close_rail(vt, &vt->extra[r - 1]);
     free(vt->outq);
     free(vt->dirty);
     free(vt->base.eps);
@@ -404,10 +461,20 @@ static gs_status open_local(gs_ctx *ctx, const gs_config *cfg, gs_verbs_tp **vt_
         return gs_fail(GS_SUBSYS_VERBS, GS_ERR_NOMEM, "rank %d: no memory for the verbs transport",
                        ctx->rank);
     vt->base = (gs_tp){.ops = &gs_verbs_ops, .ctx = ctx, .cfg = cfg, .rank = ctx->rank, .size = ctx->size};
+    vt->lanes = (uint32_t)cfg->ib_qps_per_peer;
+    vt->rails = (uint32_t)cfg->ib_rails;
     *vt_p = vt;
-    status = gs_verbs_dev_open(cfg, ctx->rank, &vt->dev);
-    if (status != GS_OK)
-        return status;
+    {
+        gs_verbs_dev devs[GS_VERBS_RAILS_MAX] = {{0}};
+        status = gs_verbs_devs_open(cfg, ctx->rank, devs, (int)vt->rails);
+        if (status != GS_OK) {
+            vt->rails = 1; /* nothing of the others to close */
+            return status;
+        }
+        vt->dev = devs[0];
+        for (uint32_t r = 1; r < vt->rails; r++)
+            vt->extra[r - 1].dev = devs[r];
+    }
     check_memlock(vt);
     size_queues(vt);
     plan_heartbeat(vt);
@@ -435,11 +502,18 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
         return status;
     }
     vt->up = true;
+    char stripes[160] = "no striping";
+    if (vt->lanes > 1)
+        snprintf(stripes, sizeof(stripes), "WRITE/READ of %llu bytes or more striped across them%s%s%s",
+                 (unsigned long long)cfg->ib_stripe_min, vt->rails > 1 ? ", over rails " : "",
+                 vt->rails > 1 ? vt->dev.name : "", vt->rails > 1 ? " and " : "");
+    if (vt->rails > 1)
+        snprintf(stripes + strlen(stripes), sizeof(stripes) - strlen(stripes), "%s", vt->extra[0].dev.name);
     gs_log_info(VERBS,
-                "rank %d: verbs up on %s: %d peers, %u send / %u receive WRs per QP, inline %u bytes; "
-                "libibverbs calls: %s",
-                ctx->rank, vt->dev.name, ctx->size - 1, vt->sq_depth, vt->rq_depth, vt->max_inline,
-                gs_verbs_compat_summary());
+                "rank %d: verbs up on %s: %d peers, %u QP%s per peer (%s), %u send / %u receive WRs per QP, "
+                "inline %u bytes; libibverbs calls: %s",
+                ctx->rank, vt->dev.name, ctx->size - 1, vt->lanes, vt->lanes == 1 ? "" : "s", stripes,
+                vt->sq_depth, vt->rq_depth, vt->max_inline, gs_verbs_compat_summary());
     *tp_p = &vt->base;
     return GS_OK;
 }
@@ -471,11 +545,20 @@ static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
     snprintf(
         buf, cap,
         "verbs (device %s port %u, %s, LID %u, GID[%d] %s%s, active MTU %d, SL %lld, traffic class %lld, "
-        "pkey %#06x (index %u), GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld)",
+        "pkey %#06x (index %u), GS_IB_TIMEOUT=%lld, GS_IB_RETRY_CNT=%lld, %lld QP%s per peer, stripes from "
+        "%llu bytes)",
         d->name, d->port, d->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", d->lid,
         d->gid_index, gid, d->gid_type == GS_VERBS_GID_TYPE_ROCE_V2 ? " (RoCE v2)" : "",
         128 << d->port_attr.active_mtu, (long long)tp->cfg->ib_sl, (long long)tp->cfg->ib_tc, d->pkey,
-        d->pkey_index, (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt);
+        d->pkey_index, (long long)gs_verbs_ack_timeout(tp->cfg), (long long)tp->cfg->ib_retry_cnt,
+        (long long)tp->cfg->ib_qps_per_peer, tp->cfg->ib_qps_per_peer == 1 ? "" : "s",
+        (unsigned long long)tp->cfg->ib_stripe_min);
+    if (((const gs_verbs_tp *)tp)->rails > 1) {
+        const gs_verbs_dev *r = &((const gs_verbs_tp *)tp)->extra[0].dev;
+        size_t used = strlen(buf);
+        snprintf(buf + used, cap > used ? cap - used : 0, "; rail 1: device %s port %u (NUMA node %d)",
+                 r->name, r->port, r->numa_node);
+    }
 }
 
 const gs_tp_ops gs_verbs_ops = {
@@ -483,6 +566,7 @@ const gs_tp_ops gs_verbs_ops = {
     .id = GS_TRANSPORT_VERBS,
     .open_agrees = true,
     .available = gs_verbs_available,
+    .devices = gs_verbs_devices_text,
     .caps = verbs_caps,
     .reach = {GS_TP_LAT_RDMA, GS_TP_BW_NETWORK},
     .open = verbs_open,
