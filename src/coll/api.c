@@ -384,6 +384,21 @@ static gs_status tiny_resume(gs_comm *comm, gs_call *c, uint64_t t0_ns)
 }
 
 static gs_status run_nonblocking(gs_comm *comm, gs_call *c, gs_req **req_p);
+static gs_status run_blocking(gs_comm *comm, gs_call *c);
+
+/* What became of call c on the tiny path (st; begun at t0_ns for GS_TRACE):
+ * done, posted for the engine to finish, or not taken (GS_ERR_AGAIN: the
+ * usual path runs it). */
+static gs_status tiny_then(gs_comm *comm, gs_call *c, uint64_t t0_ns, gs_status st)
+{
+    if (st == GS_INPROGRESS)
+        return tiny_resume(comm, c, t0_ns);
+    if (st == GS_ERR_AGAIN)
+        return run_blocking(comm, c);
+    if (t0_ns)
+        tiny_traced(comm, c, t0_ns, st);
+    return st;
+}
 
 static gs_status run_blocking(gs_comm *comm, gs_call *c)
 {
@@ -431,17 +446,10 @@ gs_status gs_allreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t
                        gs_redop op)
 {
     gs_call c = ALLREDUCE_CALL("gs_allreduce");
-    if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes, <= 8 bytes */
-        uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
-        gs_status st = gs_tiny_allreduce(comm, sendbuf, recvbuf, count, dtype, op);
-        if (st == GS_INPROGRESS)
-            return tiny_resume(comm, &c, t0);
-        if (st != GS_ERR_AGAIN && t0)
-            tiny_traced(comm, &c, t0, st);
-        if (st != GS_ERR_AGAIN)
-            return st;
-    }
-    return run_blocking(comm, &c);
+    if (!comm || !gs_tiny_ready(comm)) /* the tiny path: 2 ranks over the boxes, <= 256 bytes */
+        return run_blocking(comm, &c);
+    uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
+    return tiny_then(comm, &c, t0, gs_tiny_allreduce(comm, sendbuf, recvbuf, count, dtype, op));
 }
 
 gs_status gs_iallreduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
@@ -513,15 +521,10 @@ gs_status gs_ibroadcast(gs_comm *comm, const void *sendbuf, void *recvbuf, size_
 gs_status gs_barrier(gs_comm *comm)
 {
     gs_call c = {.fn = "gs_barrier", .kind = GS_COLL_BARRIER, .root = -1};
-    if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes */
-        uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
-        if (gs_tiny_barrier(comm) != GS_OK)
-            return tiny_resume(comm, &c, t0);
-        if (t0)
-            tiny_traced(comm, &c, t0, GS_OK);
-        return GS_OK;
-    }
-    return run_blocking(comm, &c);
+    if (!comm || !gs_tiny_ready(comm))
+        return run_blocking(comm, &c);
+    uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
+    return tiny_then(comm, &c, t0, gs_tiny_barrier(comm));
 }
 
 gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p)
@@ -565,17 +568,10 @@ gs_status gs_reduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t co
                     gs_redop op, int root)
 {
     gs_call c = ROOTED_CALL("gs_reduce", GS_COLL_REDUCE, count, op);
-    if (comm && gs_tiny_ready(comm)) { /* 2 ranks over the boxes, <= 256 bytes */
-        uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
-        gs_status st = gs_tiny_reduce(comm, sendbuf, recvbuf, count, dtype, op, root);
-        if (st == GS_INPROGRESS)
-            return tiny_resume(comm, &c, t0);
-        if (st != GS_ERR_AGAIN && t0)
-            tiny_traced(comm, &c, t0, st);
-        if (st != GS_ERR_AGAIN)
-            return st;
-    }
-    return run_blocking(comm, &c);
+    if (!comm || !gs_tiny_ready(comm))
+        return run_blocking(comm, &c);
+    uint64_t t0 = gs_trace_enabled() ? gs_now_ns() : 0;
+    return tiny_then(comm, &c, t0, gs_tiny_reduce(comm, sendbuf, recvbuf, count, dtype, op, root));
 }
 
 gs_status gs_ireduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
