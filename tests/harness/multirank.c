@@ -267,17 +267,22 @@ int gs_test_run_ranks_opts(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, v
     return ok;
 }
 
-void gs_test_run_ranks(int n, gs_test_rank_fn fn, void *arg, int timeout_ms)
+void gs_test_run_ranks_ok(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, void *arg)
 {
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = timeout_ms};
-    int status[GS_TEST_RANKS_MAX];
+    int status[GS_TEST_RANKS_MAX], n = opts->n;
     char text[64];
 
     if (n < 1 || n > GS_TEST_RANKS_MAX)
         gs_test_fail_here(__FILE__, __LINE__, "multirank: %d ranks; expected 1 to %d", n, GS_TEST_RANKS_MAX);
-    if (gs_test_run_ranks_opts(&opts, fn, arg, status) == n)
+    if (gs_test_run_ranks_opts(opts, fn, arg, status) == n)
         return;
     for (int r = 0; r < n; r++)
         fprintf(stderr, "  multirank: rank %d: %s\n", r, gs_test_status_text(status[r], text, sizeof(text)));
     gs_test_fail_here(__FILE__, __LINE__, "multirank: not every one of %d ranks exited 0", n);
+}
+
+void gs_test_run_ranks(int n, gs_test_rank_fn fn, void *arg, int timeout_ms)
+{
+    gs_test_ranks_opts opts = {.n = n, .timeout_ms = timeout_ms};
+    gs_test_run_ranks_ok(&opts, fn, arg);
 }

@@ -57,6 +57,8 @@ typedef struct gs_test_ranks_opts {
 /* Runs fn on n ranks and fails the test (naming each rank and how it
  * ended) unless every rank exited 0. */
 void gs_test_run_ranks(int n, gs_test_rank_fn fn, void *arg, int timeout_ms);
+/* The same with every option of gs_test_run_ranks_opts. */
+void gs_test_run_ranks_ok(const gs_test_ranks_opts *opts, gs_test_rank_fn fn, void *arg);
 
 /* Runs fn on opts->n ranks and stores each rank's waitpid() status in
  * status_p[0..n-1] (a rank killed at the timeout shows SIGKILL) without

@@ -8,6 +8,7 @@
  */
 #include "gs_test.h"
 #include "multirank.h"
+#include "tp_check.h"
 
 #include "bootstrap/boot.h"
 #include "transport/shm/shm.h"
@@ -25,23 +26,7 @@
 
 static void run(int n, gs_test_rank_fn fn, void *arg, const char *const *env)
 {
-    gs_test_ranks_opts opts = {.n = n, .timeout_ms = 60000, .rank_timeout_ms = 20000, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    char text[64];
-    if (gs_test_run_ranks_opts(&opts, fn, arg, status) == n)
-        return;
-    for (int r = 0; r < n; r++)
-        fprintf(stderr, "  rank %d: %s\n", r, gs_test_status_text(status[r], text, sizeof(text)));
-    gs_test_fail_here(__FILE__, __LINE__, "not every one of %d ranks exited 0", n);
-}
-
-static gs_rmr *exchange(gs_ctx *ctx, const char *tag, const gs_mr *mr)
-{
-    gs_rmr mine, *all = calloc((size_t)gs_ctx_size(ctx), sizeof(*all));
-    GS_ASSERT(all);
-    gs_mr_pack(mr, &mine);
-    GS_ASSERT_OK(gs_store_allgather(ctx, tag, &mine, sizeof(mine), all));
-    return all;
+    tpc_run(n, fn, arg, env, 20000, 60000);
 }
 
 static gs_wc wait_one(gs_tp *tp)
@@ -113,7 +98,7 @@ static void leftovers_body(gs_ctx *ctx, int rank, void *arg)
         char tag[32];
         snprintf(tag, sizeof(tag), "left.%d", i);
         GS_ASSERT_OK(gs_mr_alloc(tp, (size_t)(i + 1) * 70000, GS_ACCESS_ALL, &mr[i]));
-        all[i] = exchange(ctx, tag, mr[i]);
+        all[i] = tpc_exchange(ctx, tag, mr[i]);
     }
     if (rank == 0) {
         for (int i = 0; i < 4; i++)
@@ -240,7 +225,7 @@ static void doorbell_body(gs_ctx *ctx, int rank, void *arg)
 
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
-    all = exchange(ctx, "bell.rmr", mr);
+    all = tpc_exchange(ctx, "bell.rmr", mr);
     for (uint32_t i = 0; i < 500; i++) {
         if (rank == 1)
             GS_ASSERT_EQ(wait_one(tp).imm, i);
@@ -311,7 +296,7 @@ static void compact_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT_OK(gs_mr_alloc(tp, 2 * GS_SEND_MAX, GS_ACCESS_ALL, &mr));
     in = gs_mr_addr(mr);
     out = in + GS_SEND_MAX;
-    all = exchange(ctx, "compact.rmr", mr);
+    all = tpc_exchange(ctx, "compact.rmr", mr);
     for (uint32_t i = 0; i < PP_ROUNDS; i++) {
         size_t len = sizes[i % 8];
         bool send = i % 3 == 0;
@@ -516,7 +501,7 @@ static void token_body(gs_ctx *ctx, int rank, void *arg)
     sched_setaffinity(0, sizeof(set), &set); /* best effort: fewer cores only makes it harder */
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
-    all = exchange(ctx, "token.rmr", mr);
+    all = tpc_exchange(ctx, "token.rmr", mr);
     t0 = gs_now_ns();
     for (uint32_t hop = (uint32_t)rank; hop < HOPS; hop += (uint32_t)size) {
         if (hop > 0)
@@ -557,7 +542,7 @@ static void close_body(gs_ctx *ctx, int rank, void *arg)
 
     GS_ASSERT_OK(gs_tp_open(ctx, "shm", &tp));
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
-    all = exchange(ctx, "close.rmr", mr);
+    all = tpc_exchange(ctx, "close.rmr", mr);
     if (rank == 1) {
         GS_ASSERT_OK(gs_tp_close(tp)); /* region freed with it */
         GS_ASSERT_OK(gs_store_barrier(ctx, "close.closed"));

@@ -13,6 +13,8 @@
  */
 #include "gs_test.h"
 #include "multirank.h"
+#define GS_TPC_VERBS
+#include "tp_check.h"
 
 #ifdef GS_TP_BUILT_VERBS
 #include "bootstrap/boot.h"
@@ -28,42 +30,12 @@
 #define RANK_TIMEOUT_MS 5000 /* each rank's GS_TIMEOUT_MS: QP retries of about 1.9 s (GS_IB_TIMEOUT 16) */
 #define RUN_TIMEOUT_MS  90000
 
-static bool have_device(void)
-{
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    if (list)
-        ibv_free_device_list(list);
-    return list && n > 0;
-}
-
-static void need_device(void)
-{
-    if (!have_device())
-        GS_SKIP("no verbs device on this machine (runs in the Soft-RoCE guest: tests/rxe-vm/ci.sh)");
-}
-
+/* Runs a shell command (the guest runs as root), failing the test if it fails. */
 static void run(int n, gs_test_rank_fn fn, const char *const *env)
 {
-    gs_test_ranks_opts opts = {
-        .n = n, .timeout_ms = RUN_TIMEOUT_MS, .rank_timeout_ms = RANK_TIMEOUT_MS, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    char text[64];
-    if (gs_test_run_ranks_opts(&opts, fn, NULL, status) == n)
-        return;
-    for (int r = 0; r < n; r++)
-        fprintf(stderr, "  rank %d: %s\n", r, gs_test_status_text(status[r], text, sizeof(text)));
-    gs_test_fail_here(__FILE__, __LINE__, "not every one of %d ranks exited 0", n);
+    tpc_run(n, fn, NULL, env, RANK_TIMEOUT_MS, RUN_TIMEOUT_MS);
 }
 
-static gs_tp *open_verbs(gs_ctx *ctx)
-{
-    gs_tp *tp = NULL;
-    GS_ASSERT_OK(gs_tp_open(ctx, "verbs", &tp));
-    return tp;
-}
-
-/* Runs a shell command (the guest runs as root), failing the test if it fails. */
 static void shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void shell(const char *fmt, ...)
 {
@@ -96,7 +68,7 @@ static void wait_port(struct ibv_context *dctx, uint8_t port, bool active)
 
 static void probe_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     (void)arg;
     for (int peer = 0; peer < gs_ctx_size(ctx); peer++) {
         gs_verbs_ep *ep = (gs_verbs_ep *)gs_tp_ep(tp, peer);
@@ -113,7 +85,7 @@ static void probe_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(the_open_probes_every_peer_over_the_data_path)
 {
-    need_device();
+    tpc_need_device();
     run(3, probe_body, NULL);
 }
 
@@ -194,7 +166,7 @@ static void fallback_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_data_path_that_does_not_work_makes_auto_choose_tcp_and_explicit_verbs_fail)
 {
-    need_device();
+    tpc_need_device();
     second_device_add();
     run(2, fallback_body, NULL);
     second_device_remove();
@@ -216,7 +188,7 @@ static void inject(gs_tp *tp, enum ibv_event_type type, struct ibv_qp *qp)
 /* A device-wide event fails every endpoint at once, with GS_ERR_IO naming device and port. */
 static void device_wide(gs_ctx *ctx, int rank, enum ibv_event_type type, const char *name)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     gs_mr *mr = NULL;
     gs_wc wc;
@@ -256,14 +228,14 @@ static void fatal_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(device_fatal_and_cq_error_events_fail_every_endpoint_with_io_errors)
 {
-    need_device();
+    tpc_need_device();
     run(3, fatal_body, NULL);
 }
 
 /* A queue pair's fatal event fails its endpoint only (after the CQ is polled once more). */
 static void qp_fatal_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     gs_rmr mine, all[3];
     gs_wc wc;
@@ -294,7 +266,7 @@ static void qp_fatal_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_queue_pair_fatal_event_fails_that_endpoint_only)
 {
-    need_device();
+    tpc_need_device();
     run(3, qp_fatal_body, NULL);
 }
 
@@ -320,7 +292,7 @@ static void round_trip(gs_ctx *ctx, gs_tp *tp, int rank, const char *tag)
  * heartbeats still get through (here the event is injected; the port is in fact up). */
 static void port_grace_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     gs_wc wc;
     int n = 0;
@@ -337,7 +309,7 @@ static void port_grace_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT_OK(gs_tp_close(tp));
 
     /* down and ACTIVE again within the grace: ridden out */
-    tp = open_verbs(ctx);
+    tp = tpc_open_verbs(ctx);
     vt = (gs_verbs_tp *)tp;
     if (rank == 0) {
         inject(tp, IBV_EVENT_PORT_ERR, NULL);
@@ -353,7 +325,7 @@ static void port_grace_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_port_error_is_ridden_out_for_the_retry_budget_then_fails_the_endpoints)
 {
-    need_device();
+    tpc_need_device();
     run(2, port_grace_body, NULL);
 }
 
@@ -361,7 +333,7 @@ GS_TEST(a_port_error_is_ridden_out_for_the_retry_budget_then_fails_the_endpoints
 
 static void ctrl_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     (void)arg;
     GS_ASSERT_OK(gs_store_barrier(ctx, "ctrl.start"));
     if (rank == 0) {
@@ -383,7 +355,7 @@ static void ctrl_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_heartbeat_the_device_refuses_fails_the_endpoint)
 {
-    need_device();
+    tpc_need_device();
     run(2, ctrl_body, NULL);
 }
 
@@ -406,7 +378,7 @@ static void netdev_of(const gs_verbs_tp *vt, char *buf, size_t cap)
 
 static void port_down_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     char ndev[64], where[96];
     gs_wc wc;
@@ -437,7 +409,7 @@ static void port_down_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(a_port_that_goes_down_fails_its_endpoints_with_io_errors_naming_it)
 {
     static const char *const env[] = {"GS_POLL=event", NULL};
-    need_device();
+    tpc_need_device();
     run(2, port_down_body, env);
 }
 
@@ -445,7 +417,7 @@ GS_TEST(a_port_that_goes_down_fails_its_endpoints_with_io_errors_naming_it)
  * work request posted while the netdev is down fails at once, with no route: so nothing is posted then.) */
 static void flap_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     char ndev[64];
     (void)arg;
@@ -464,7 +436,7 @@ static void flap_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(a_link_flap_shorter_than_the_retry_budget_is_ridden_out)
 {
     static const char *const env[] = {"GS_POLL=event", NULL};
-    need_device();
+    tpc_need_device();
     run(2, flap_body, env);
 }
 

@@ -11,6 +11,8 @@
  */
 #include "gs_test.h"
 #include "multirank.h"
+#define GS_TPC_VERBS
+#include "tp_check.h"
 
 #ifdef GS_TP_BUILT_VERBS
 #include "bootstrap/boot.h"
@@ -24,41 +26,9 @@
 #define LANES           4
 #define BIG             ((size_t)(1u << 20) + 3) /* striped at the default GS_IB_STRIPE_MIN (256 KiB) */
 
-static bool have_device(void)
-{
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    if (list)
-        ibv_free_device_list(list);
-    return list && n > 0;
-}
-
-static void need_device(void)
-{
-    if (!have_device())
-        GS_SKIP("no verbs device on this machine (runs in the Soft-RoCE guest: tests/rxe-vm/ci.sh)");
-}
-
 static void run(int n, gs_test_rank_fn fn, const char *const *env)
 {
-    gs_test_ranks_opts opts = {
-        .n = n, .timeout_ms = RUN_TIMEOUT_MS, .rank_timeout_ms = RANK_TIMEOUT_MS, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    char text[64];
-    if (gs_test_run_ranks_opts(&opts, fn, NULL, status) == n)
-        return;
-    for (int r = 0; r < n; r++)
-        fprintf(stderr, "  rank %d: %s\n", r, gs_test_status_text(status[r], text, sizeof(text)));
-    gs_test_fail_here(__FILE__, __LINE__, "not every one of %d ranks exited 0", n);
-}
-
-static gs_rmr *exchange(gs_ctx *ctx, const char *tag, const gs_mr *mr)
-{
-    gs_rmr mine, *all = calloc((size_t)gs_ctx_size(ctx), sizeof(*all));
-    GS_ASSERT(all);
-    gs_mr_pack(mr, &mine);
-    GS_ASSERT_OK(gs_store_allgather(ctx, tag, &mine, sizeof(mine), all));
-    return all;
+    tpc_run(n, fn, NULL, env, RANK_TIMEOUT_MS, RUN_TIMEOUT_MS);
 }
 
 static gs_wc wait_for(gs_tp *tp, gs_wc_opcode op)
@@ -128,7 +98,7 @@ static void stripes_body(gs_ctx *ctx, int rank, void *arg)
     buf = gs_mr_addr(mr);
     if (rank == 1)
         fill(buf + 2 * BIG, BIG, 3);
-    all = exchange(ctx, "lanes.rmr", mr);
+    all = tpc_exchange(ctx, "lanes.rmr", mr);
     if (rank == 0) {
         gs_verbs_ep *ep = (gs_verbs_ep *)gs_tp_ep(tp, 1);
         uint64_t before;
@@ -168,7 +138,7 @@ static void stripes_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(large_writes_write_imms_and_reads_are_striped_and_land_exactly)
 {
     static const char *const env[] = {"GS_IB_QPS_PER_PEER=4", NULL};
-    need_device();
+    tpc_need_device();
     run(2, stripes_body, env);
 }
 
@@ -188,7 +158,7 @@ static void order_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT_OK(gs_tp_open(ctx, "verbs", &tp));
     GS_ASSERT_OK(gs_mr_alloc(tp, 4 * ORDER_SLOT, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
-    all = exchange(ctx, "lanes.order.rmr", mr);
+    all = tpc_exchange(ctx, "lanes.order.rmr", mr);
     for (uint32_t m = 0; m < ORDER_MSGS; m++) {
         size_t at = (m % 4) * ORDER_SLOT, len = ORDER_SLOT - (m % 7) * 4099;
         if (rank == 0) {
@@ -218,7 +188,7 @@ static void order_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(a_write_imm_after_striped_writes_arrives_after_all_their_stripes)
 {
     static const char *const env[] = {"GS_IB_QPS_PER_PEER=4", "GS_IB_STRIPE_MIN=16K", NULL};
-    need_device();
+    tpc_need_device();
     run(2, order_body, env);
 }
 
@@ -236,7 +206,7 @@ static void mismatch_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(ranks_with_different_queue_pairs_per_peer_are_refused_naming_both)
 {
-    need_device();
+    tpc_need_device();
     run(2, mismatch_body, NULL);
 }
 

@@ -9,6 +9,8 @@
  */
 #include "gs_test.h"
 #include "multirank.h"
+#define GS_TPC_VERBS
+#include "tp_check.h"
 
 #ifdef GS_TP_BUILT_VERBS
 #include "bootstrap/boot.h"
@@ -23,51 +25,12 @@
 #define RANK_TIMEOUT_MS 20000
 #define RUN_TIMEOUT_MS  60000
 
-static bool have_device(void)
-{
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    if (list)
-        ibv_free_device_list(list);
-    return list && n > 0;
-}
-
-static void need_device(void)
-{
-    if (!have_device())
-        GS_SKIP("no verbs device on this machine (runs in the Soft-RoCE guest: tests/rxe-vm/ci.sh)");
-}
-
+/* Waits for one completion of op (others are counted in *others_p if given). */
 static void run(int n, gs_test_rank_fn fn, const char *const *env)
 {
-    gs_test_ranks_opts opts = {
-        .n = n, .timeout_ms = RUN_TIMEOUT_MS, .rank_timeout_ms = RANK_TIMEOUT_MS, .env = env};
-    int status[GS_TEST_RANKS_MAX];
-    char text[64];
-    if (gs_test_run_ranks_opts(&opts, fn, NULL, status) == n)
-        return;
-    for (int r = 0; r < n; r++)
-        fprintf(stderr, "  rank %d: %s\n", r, gs_test_status_text(status[r], text, sizeof(text)));
-    gs_test_fail_here(__FILE__, __LINE__, "not every one of %d ranks exited 0", n);
+    tpc_run(n, fn, NULL, env, RANK_TIMEOUT_MS, RUN_TIMEOUT_MS);
 }
 
-static gs_tp *open_verbs(gs_ctx *ctx)
-{
-    gs_tp *tp = NULL;
-    GS_ASSERT_OK(gs_tp_open(ctx, "verbs", &tp));
-    return tp;
-}
-
-static gs_rmr *exchange(gs_ctx *ctx, const char *tag, const gs_mr *mr)
-{
-    gs_rmr mine, *all = calloc((size_t)gs_ctx_size(ctx), sizeof(*all));
-    GS_ASSERT(all);
-    gs_mr_pack(mr, &mine);
-    GS_ASSERT_OK(gs_store_allgather(ctx, tag, &mine, sizeof(mine), all));
-    return all;
-}
-
-/* Waits for one completion of op (others are counted in *others_p if given). */
 static gs_wc wait_for(gs_tp *tp, gs_wc_opcode op, int *others_p)
 {
     for (;;) {
@@ -101,7 +64,7 @@ static gs_wc wait_for(gs_tp *tp, gs_wc_opcode op, int *others_p)
 
 static void signaling_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     gs_mr *mr = NULL;
     gs_rmr *all;
@@ -111,7 +74,7 @@ static void signaling_body(gs_ctx *ctx, int rank, void *arg)
     (void)arg;
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     words = gs_mr_addr(mr);
-    all = exchange(ctx, "sig.rmr", mr);
+    all = tpc_exchange(ctx, "sig.rmr", mr);
     if (rank == 0) {
         gs_verbs_ep *ep = (gs_verbs_ep *)gs_tp_ep(tp, 1);
         for (uint64_t i = 0; i < UNSIGNALED_OPS; i++) {
@@ -143,7 +106,7 @@ static void signaling_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(unsignaled_ops_complete_silently_and_the_send_queue_never_overflows)
 {
-    need_device();
+    tpc_need_device();
     run(2, signaling_body, NULL);
 }
 
@@ -153,7 +116,7 @@ GS_TEST(unsignaled_ops_complete_silently_and_the_send_queue_never_overflows)
 
 static void credit_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     gs_mr *mr = NULL;
     uint32_t *buf;
@@ -198,7 +161,7 @@ static void credit_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(sends_beyond_the_receive_queue_wait_for_credits_without_rnr)
 {
-    need_device();
+    tpc_need_device();
     run(2, credit_body, NULL);
 }
 
@@ -206,7 +169,7 @@ GS_TEST(sends_beyond_the_receive_queue_wait_for_credits_without_rnr)
 
 static void inline_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     gs_mr *mr = NULL;
     gs_rmr *all;
@@ -216,7 +179,7 @@ static void inline_body(gs_ctx *ctx, int rank, void *arg)
     (void)arg;
     GS_ASSERT_OK(gs_mr_alloc(tp, 8192, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
-    all = exchange(ctx, "inline.rmr", mr);
+    all = tpc_exchange(ctx, "inline.rmr", mr);
     if (vt->max_inline == 0) {
         GS_ASSERT_OK(gs_store_barrier(ctx, "inline.done"));
         GS_SKIP("the device offers no inline data");
@@ -242,7 +205,7 @@ static void inline_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(small_writes_go_inline)
 {
-    need_device();
+    tpc_need_device();
     run(2, inline_body, NULL);
 }
 
@@ -250,7 +213,7 @@ GS_TEST(small_writes_go_inline)
 
 static void qos_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     const gs_verbs_ep *ep = (const gs_verbs_ep *)gs_tp_ep(tp, 1 - rank);
     struct ibv_qp_attr attr;
     struct ibv_qp_init_attr init;
@@ -274,7 +237,7 @@ static void qos_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(service_level_traffic_class_and_partition_reach_the_queue_pairs)
 {
     static const char *const env[] = {"GS_IB_SL=3", "GS_IB_TC=104", "GS_IB_PKEY=0xffff", NULL};
-    need_device();
+    tpc_need_device();
     run(2, qos_body, env);
 }
 
@@ -291,7 +254,7 @@ static void foreign_pkey_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(a_partition_key_the_port_lacks_is_refused_naming_it)
 {
     static const char *const env[] = {"GS_IB_PKEY=0x1234", NULL};
-    need_device();
+    tpc_need_device();
     run(1, foreign_pkey_body, env);
 }
 
@@ -317,7 +280,7 @@ static gs_rmr ctrl_descriptor(const gs_mr *mr, const gs_verbs_ep *ep, uint64_t a
 
 static void ctrl_key_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     (void)arg;
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
@@ -352,7 +315,7 @@ static void ctrl_key_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(a_peer_key_reaches_only_that_peers_control_slot)
 {
-    need_device();
+    tpc_need_device();
     run(3, ctrl_key_body, NULL);
 }
 
@@ -360,7 +323,7 @@ GS_TEST(a_peer_key_reaches_only_that_peers_control_slot)
 
 static void forged_credit_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     (void)arg;
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
@@ -384,14 +347,14 @@ static void forged_credit_body(gs_ctx *ctx, int rank, void *arg)
     }
     GS_ASSERT_OK(gs_store_barrier(ctx, "forged.written"));
     if (rank == 0) {
-        gs_rmr *all = exchange(ctx, "forged.rmr", mr);
+        gs_rmr *all = tpc_exchange(ctx, "forged.rmr", mr);
         GS_ASSERT_STATUS(
             gs_ep_write_imm(gs_tp_ep(tp, 1), gs_mr_addr(mr), mr, 8, &all[1], 0, 7, 1, GS_OP_SIGNALED),
             GS_ERR_PROTOCOL);
         GS_ASSERT_CONTAINS(gs_last_error(), "credit word of rank 1 reads 1000000");
         free(all);
     } else {
-        free(exchange(ctx, "forged.rmr", mr));
+        free(tpc_exchange(ctx, "forged.rmr", mr));
     }
     GS_ASSERT_OK(gs_store_barrier(ctx, "forged.done"));
     GS_ASSERT_OK(gs_mr_dereg(mr));
@@ -400,7 +363,7 @@ static void forged_credit_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(credits_beyond_what_was_sent_fail_the_endpoint)
 {
-    need_device();
+    tpc_need_device();
     run(2, forged_credit_body, NULL);
 }
 
@@ -408,7 +371,7 @@ GS_TEST(credits_beyond_what_was_sent_fail_the_endpoint)
 
 static void fence_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     gs_rmr *all;
     uint64_t *w;
@@ -417,7 +380,7 @@ static void fence_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
     w = gs_mr_addr(mr);
     w[0] = rank == 1 ? 1111 : 0;
-    all = exchange(ctx, "fence.rmr", mr);
+    all = tpc_exchange(ctx, "fence.rmr", mr);
     if (rank == 0) {
         for (uint64_t i = 0; i < 50; i++) {
             w[8] = 5000 + i;
@@ -439,7 +402,7 @@ static void fence_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(fenced_write_after_read_keeps_the_order)
 {
-    need_device();
+    tpc_need_device();
     run(2, fence_body, NULL);
 }
 
@@ -447,7 +410,7 @@ GS_TEST(fenced_write_after_read_keeps_the_order)
 
 static void long_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_verbs_tp *vt = (gs_verbs_tp *)tp;
     const size_t len = 2 * (size_t)vt->max_msg + 4099, region = len + 8192;
     gs_mr *mr = NULL;
@@ -464,7 +427,7 @@ static void long_body(gs_ctx *ctx, int rank, void *arg)
     buf = gs_mr_addr(mr);
     for (size_t i = 0; i < region; i++)
         buf[i] = (uint8_t)(i * 7 + (size_t)rank);
-    all = exchange(ctx, "long.rmr", mr);
+    all = tpc_exchange(ctx, "long.rmr", mr);
     if (rank == 0) {
         /* WRITE_IMM of three chunks: the immediate comes once, after all of them */
         GS_ASSERT_OK(gs_ep_write_imm(gs_tp_ep(tp, 1), buf + 1, mr, len, &all[1], 3, 55, 1, GS_OP_SIGNALED));
@@ -497,7 +460,7 @@ static void long_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(operations_longer_than_the_port_message_size_are_chained)
 {
-    need_device();
+    tpc_need_device();
     run(2, long_body, NULL);
 }
 
@@ -505,7 +468,7 @@ GS_TEST(operations_longer_than_the_port_message_size_are_chained)
 
 static void cache_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     const size_t len = 64 * 1024;
     uint8_t *mem = aligned_alloc(4096, len);
     gs_mr *a = NULL, *b = NULL, *c = NULL, *local = NULL, *sub = NULL, *src = NULL;
@@ -535,7 +498,7 @@ static void cache_body(gs_ctx *ctx, int rank, void *arg)
     GS_ASSERT_NE(ha.key, hc.key);
     /* Dropping one handle keeps the shared registration for the other. */
     GS_ASSERT_OK(gs_mr_dereg(a));
-    all = exchange(ctx, "cache.rmr", b);
+    all = tpc_exchange(ctx, "cache.rmr", b);
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_LOCAL_WRITE, &src));
     if (rank == 0) {
         memset(gs_mr_addr(src), 0x5c, 256);
@@ -559,7 +522,7 @@ static void cache_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(registration_cache_shares_only_what_is_safe)
 {
-    need_device();
+    tpc_need_device();
     run(2, cache_body, NULL);
 }
 
@@ -585,7 +548,7 @@ static void memlock_body(gs_ctx *ctx, int rank, void *arg)
     (void)rank;
     drop_ipc_lock();
     GS_ASSERT_EQ(setrlimit(RLIMIT_MEMLOCK, &lim), 0);
-    tp = open_verbs(ctx);
+    tp = tpc_open_verbs(ctx);
     GS_ASSERT_STATUS(gs_mr_alloc(tp, 64u << 20, GS_ACCESS_ALL, &mr), GS_ERR_NOMEM);
     GS_ASSERT_CONTAINS(gs_last_error(), "RLIMIT_MEMLOCK (ulimit -l) is 4096 KiB");
     GS_ASSERT_CONTAINS(gs_last_error(), "ulimit -l unlimited");
@@ -596,7 +559,7 @@ static void memlock_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(registration_beyond_memlock_names_the_limit)
 {
-    need_device();
+    tpc_need_device();
     run(1, memlock_body, NULL);
 }
 
@@ -604,13 +567,13 @@ GS_TEST(registration_beyond_memlock_names_the_limit)
 
 static void close_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     gs_rmr *all;
 
     (void)arg;
     GS_ASSERT_OK(gs_mr_alloc(tp, 4096, GS_ACCESS_ALL, &mr));
-    all = exchange(ctx, "close.rmr", mr);
+    all = tpc_exchange(ctx, "close.rmr", mr);
     if (rank == 1) {
         GS_ASSERT_OK(gs_mr_dereg(mr));
         GS_ASSERT_OK(gs_tp_close(tp));
@@ -645,7 +608,7 @@ static void close_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(a_peer_that_closed_cleanly_is_not_reported_lost)
 {
     static const char *const env[] = {"GS_POLL=event", NULL};
-    need_device();
+    tpc_need_device();
     run(3, close_body, env);
 }
 
@@ -653,7 +616,7 @@ GS_TEST(a_peer_that_closed_cleanly_is_not_reported_lost)
 
 static void fork_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = open_verbs(ctx);
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     pid_t pid;
     int status = 0;
@@ -675,7 +638,7 @@ static void fork_body(gs_ctx *ctx, int rank, void *arg)
 GS_TEST(fork_safe_mode_opens_and_survives_a_fork)
 {
     static const char *const env[] = {"GS_IB_FORK_SAFE=1", NULL};
-    need_device();
+    tpc_need_device();
     run(1, fork_body, env);
 }
 
@@ -693,7 +656,7 @@ static void no_device_body(gs_ctx *ctx, int rank, void *arg)
 
 GS_TEST(without_a_device_open_says_what_to_do)
 {
-    if (have_device())
+    if (tpc_have_device())
         GS_SKIP("this machine has a verbs device");
     run(1, no_device_body, NULL);
 }
