@@ -17,7 +17,8 @@
 
 /* n ranks of fn(arg) with env (NULL-terminated "NAME=VALUE", or NULL);
  * every one must exit 0 within rank_ms, all within run_ms. */
-static inline void tpc_run(int n, gs_test_rank_fn fn, void *arg, const char *const *env, int rank_ms, int run_ms)
+static inline void tpc_run(int n, gs_test_rank_fn fn, void *arg, const char *const *env, int rank_ms,
+                           int run_ms)
 {
     gs_test_ranks_opts opts = {.n = n, .timeout_ms = run_ms, .rank_timeout_ms = rank_ms, .env = env};
     gs_test_run_ranks_ok(&opts, fn, arg);

@@ -402,9 +402,23 @@ static gs_status post_op(gs_verbs_ep *ep, const gs_verbs_op *op)
     return GS_OK;
 }
 
-static uint64_t raddr_of(const gs_rmr_head *rmr, uint64_t off)
+/* A one-sided op on byte off of the region rmr describes (rail 1's key in
+ * the descriptor key's high half), from or to local (len bytes in lmr). */
+static gs_verbs_op rdma_op(const char *name, enum ibv_wr_opcode opcode, gs_wc_opcode wc_opcode,
+                           const void *local, size_t len, gs_mr *lmr, const gs_rmr_head *rmr, uint64_t off,
+                           uint64_t wr_id, unsigned flags)
 {
-    return rmr->addr + off;
+    return (gs_verbs_op){.name = name,
+                         .opcode = opcode,
+                         .wc_opcode = wc_opcode,
+                         .laddr = (uint64_t)(uintptr_t)local,
+                         .len = len,
+                         .lmr = lmr,
+                         .raddr = rmr->addr + off,
+                         .rkey = (uint32_t)rmr->key,
+                         .rail_rkey = (uint32_t)(rmr->key >> 32),
+                         .wr_id = wr_id,
+                         .flags = flags};
 }
 
 /* READ and atomics land in local memory: the region needs local write. */
@@ -430,52 +444,23 @@ static gs_status check_atomics(gs_ep *ep, const char *op)
 gs_status gs_verbs_write(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                          uint64_t off, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "WRITE",
-                      .opcode = IBV_WR_RDMA_WRITE,
-                      .wc_opcode = GS_WC_WRITE,
-                      .laddr = (uint64_t)(uintptr_t)src,
-                      .len = len,
-                      .lmr = lmr,
-                      .raddr = raddr_of(dst, off),
-                      .rkey = (uint32_t)dst->key,
-                      .rail_rkey = (uint32_t)(dst->key >> 32),
-                      .wr_id = wr_id,
-                      .flags = flags};
+    gs_verbs_op op = rdma_op("WRITE", IBV_WR_RDMA_WRITE, GS_WC_WRITE, src, len, lmr, dst, off, wr_id, flags);
     return post_op((gs_verbs_ep *)ep, &op);
 }
 
 gs_status gs_verbs_write_imm(gs_ep *ep, const void *src, gs_mr *lmr, size_t len, const gs_rmr_head *dst,
                              uint64_t off, uint32_t imm, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "WRITE_IMM",
-                      .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
-                      .wc_opcode = GS_WC_WRITE_IMM,
-                      .laddr = (uint64_t)(uintptr_t)src,
-                      .len = len,
-                      .lmr = lmr,
-                      .raddr = raddr_of(dst, off),
-                      .rkey = (uint32_t)dst->key,
-                      .rail_rkey = (uint32_t)(dst->key >> 32),
-                      .imm = imm,
-                      .wr_id = wr_id,
-                      .flags = flags};
+    gs_verbs_op op = rdma_op("WRITE_IMM", IBV_WR_RDMA_WRITE_WITH_IMM, GS_WC_WRITE_IMM, src, len, lmr, dst,
+                             off, wr_id, flags);
+    op.imm = imm;
     return post_op((gs_verbs_ep *)ep, &op);
 }
 
 gs_status gs_verbs_read(gs_ep *ep, void *dst, gs_mr *lmr, size_t len, const gs_rmr_head *src, uint64_t off,
                         uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "READ",
-                      .opcode = IBV_WR_RDMA_READ,
-                      .wc_opcode = GS_WC_READ,
-                      .laddr = (uint64_t)(uintptr_t)dst,
-                      .len = len,
-                      .lmr = lmr,
-                      .raddr = raddr_of(src, off),
-                      .rkey = (uint32_t)src->key,
-                      .rail_rkey = (uint32_t)(src->key >> 32),
-                      .wr_id = wr_id,
-                      .flags = flags};
+    gs_verbs_op op = rdma_op("READ", IBV_WR_RDMA_READ, GS_WC_READ, dst, len, lmr, src, off, wr_id, flags);
     gs_status status = check_local_write(ep, lmr, op.name);
     return status == GS_OK ? post_op((gs_verbs_ep *)ep, &op) : status;
 }
@@ -492,37 +477,19 @@ static gs_status post_atomic(gs_ep *ep, gs_mr *lmr, const gs_verbs_op *op)
 gs_status gs_verbs_fetch_add(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
                              uint64_t add, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "FETCH_ADD",
-                      .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
-                      .wc_opcode = GS_WC_FETCH_ADD,
-                      .laddr = (uint64_t)(uintptr_t)result,
-                      .len = sizeof(uint64_t),
-                      .lmr = lmr,
-                      .raddr = raddr_of(dst, off),
-                      .rkey = (uint32_t)dst->key,
-                      .rail_rkey = (uint32_t)(dst->key >> 32),
-                      .compare_add = add,
-                      .wr_id = wr_id,
-                      .flags = flags};
+    gs_verbs_op op = rdma_op("FETCH_ADD", IBV_WR_ATOMIC_FETCH_AND_ADD, GS_WC_FETCH_ADD, result,
+                             sizeof(uint64_t), lmr, dst, off, wr_id, flags);
+    op.compare_add = add;
     return post_atomic(ep, lmr, &op);
 }
 
 gs_status gs_verbs_cmp_swap(gs_ep *ep, uint64_t *result, gs_mr *lmr, const gs_rmr_head *dst, uint64_t off,
                             uint64_t compare, uint64_t swap, uint64_t wr_id, unsigned flags)
 {
-    gs_verbs_op op = {.name = "CMP_SWAP",
-                      .opcode = IBV_WR_ATOMIC_CMP_AND_SWP,
-                      .wc_opcode = GS_WC_CMP_SWAP,
-                      .laddr = (uint64_t)(uintptr_t)result,
-                      .len = sizeof(uint64_t),
-                      .lmr = lmr,
-                      .raddr = raddr_of(dst, off),
-                      .rkey = (uint32_t)dst->key,
-                      .rail_rkey = (uint32_t)(dst->key >> 32),
-                      .compare_add = compare,
-                      .swap = swap,
-                      .wr_id = wr_id,
-                      .flags = flags};
+    gs_verbs_op op = rdma_op("CMP_SWAP", IBV_WR_ATOMIC_CMP_AND_SWP, GS_WC_CMP_SWAP, result, sizeof(uint64_t),
+                             lmr, dst, off, wr_id, flags);
+    op.compare_add = compare;
+    op.swap = swap;
     return post_atomic(ep, lmr, &op);
 }
 
