@@ -85,6 +85,20 @@ logs_tail() { # NAME
     for f in "$GS_RXE_OUT/$1".r*.log; do echo "---- $f"; grep -v ' INFO ' "$f" | tail -n 20; done >&2
 }
 
+# Guest 0: waits (up to 120 s) until rank 0 of job NAME printed gsbench's
+# header, so both ranks are connected (the guests start a step seconds
+# apart under emulation: a link cut at a fixed time may catch a rank before
+# it joined the store). Remove the log first: "rm -f $GS_RXE_OUT/NAME.r0.log".
+started() { # NAME
+    local i
+    for i in $(seq 1200); do
+        grep -q '^# gsbench' "$GS_RXE_OUT/$1.r0.log" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "rxe-two: $1: rank 0's run did not start within 120 s" >&2
+    return 1
+}
+
 # netem on eth0 (egress of this guest): "loss 1%", "loss 100%", or "" to remove.
 netem() {
     tc qdisc del dev eth0 root 2>/dev/null || true
@@ -175,8 +189,8 @@ step_loss() {
 step_outage() {
     local c a rc
     if [ $me = 0 ]; then
-        rm -f "$GS_RXE_OUT/outage.during"
-        (sleep 4; netem "loss 100%"; say "outage: link cut"; sleep 1; netem ""; say "outage: link back"
+        rm -f "$GS_RXE_OUT/outage.during" "$GS_RXE_OUT/outage.r0.log"
+        (started outage; sleep 2; netem "loss 100%"; say "outage: link cut"; sleep 1; netem ""; say "outage: link back"
          pgrep -f 'gsbench --sizes 64K --iters 400' >/dev/null && : > "$GS_RXE_OUT/outage.during") &
     fi
     job outage 300 1 GS_TRANSPORT=verbs GS_TIMEOUT_MS=60000 -- \
@@ -193,7 +207,8 @@ step_outage() {
 step_cut() {
     local c a rc
     if [ $me = 0 ]; then
-        (sleep 4; netem "loss 100%"; say "cut: link cut"; sleep 40; netem ""; say "cut: link back") &
+        rm -f "$GS_RXE_OUT/cut.r0.log"
+        (started cut; sleep 2; netem "loss 100%"; say "cut: link cut"; sleep 40; netem ""; say "cut: link back") &
     fi
     job cut 120 1 GS_TRANSPORT=verbs GS_TIMEOUT_MS=10000 -- \
         "$gsbench" --sizes 64K --iters 1000000 --no-pin

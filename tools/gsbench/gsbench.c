@@ -689,6 +689,7 @@ static void print_header(const bench *b)
     printf("# time: median over iterations of the max over ranks (min, max alongside)\n");
     printf("%12s %12s %6s %6s %11s %11s %11s %10s %10s %8s %6s\n", "size(B)", "count", "type", "redop",
            "time(us)", "min(us)", "max(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
+    fflush(stdout); /* the ranks are connected: a watcher may know it before the first row */
 }
 
 static void print_row(const bench *b, const bench_row *r)
