@@ -599,15 +599,34 @@ gs_status gs_tp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p)
     return st == GS_OK ? tp->ops->poll(tp, wcs, max, n_p) : st;
 }
 
+/* Slack of a coarse deadline: the coarse clock is the last tick's time, so
+ * it trails the precise clock the waits compare with by up to a tick, and
+ * by more when ticks come late (an emulated guest: 11 ms seen); two ticks
+ * keep a wait from ending early, at the cost of ending a little late. */
+static uint64_t coarse_slack_ns(void)
+{
+    static uint64_t cached; /* every thread computes the same value */
+    uint64_t slack = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    struct timespec res;
+    if (slack == 0) {
+        slack = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 && res.tv_nsec > 0
+                    ? 2u * (uint64_t)res.tv_nsec
+                    : 10000000u;
+        __atomic_store_n(&cached, slack, __ATOMIC_RELAXED);
+    }
+    return slack;
+}
+
 /* A deadline from the coarse clock (a few ns instead of a precise read that
- * costs about one cache-line transfer); it may fall up to one tick early. */
+ * costs about one cache-line transfer), never before timeout_ms from now. */
 static uint64_t coarse_deadline(int64_t timeout_ms)
 {
     struct timespec ts;
     if (timeout_ms < 0)
         return UINT64_MAX;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull +
+           coarse_slack_ns();
 }
 
 gs_status gs_tp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, int timeout_ms)
