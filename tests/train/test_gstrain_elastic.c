@@ -241,6 +241,19 @@ GS_TEST_TP(without_elastic_a_lost_rank_ends_the_run)
     GS_ASSERT_CONTAINS(r.err, "rank 2 lost");
 }
 
+/* The ps cases' unbroken run: args without their "--die" (args[12] on),
+ * which must end with no recovery; its final test accuracy. */
+static double ps_unbroken_accuracy(gt_run *r, const char **gsrun_opts, const char **args)
+{
+    const char *die = args[12];
+    args[12] = NULL;
+    gt_run_gstrain_launch(r, RANKS + 1, gsrun_opts, args);
+    args[12] = die;
+    GS_ASSERT_EQ(r->exit_code, 0);
+    GS_ASSERT_CONTAINS(r->out, "\"recoveries\": []");
+    return gt_json_number(r->out, "final_test_acc");
+}
+
 /* --sync ps: 4 trainers + 1 server under gsrun --elastic; trainer 1 is
  * SIGKILLed before its step 12 (compute). The server completes that round
  * with the mean over the 3 live trainers' gradients (the victim's rows of
@@ -258,12 +271,7 @@ GS_TEST_TP(ps_trainer_killed_servers_go_on_with_the_live_ones)
     static gt_run r;
     double reference;
     gt_require_dataset();
-    args[12] = NULL; /* the unbroken run first */
-    gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
-    GS_ASSERT_EQ(r.exit_code, 0);
-    GS_ASSERT_CONTAINS(r.out, "\"recoveries\": []");
-    reference = gt_json_number(r.out, "final_test_acc");
-    args[12] = "--die";
+    reference = ps_unbroken_accuracy(&r, gsrun_opts, args);
     gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
     GS_ASSERT_EQ(r.exit_code, 0);
     GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
@@ -295,11 +303,7 @@ GS_TEST_TP(ps_restarted_trainer_rejoins)
     static gt_run r;
     double reference;
     gt_require_dataset();
-    args[12] = NULL; /* the unbroken run first */
-    gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
-    GS_ASSERT_EQ(r.exit_code, 0);
-    reference = gt_json_number(r.out, "final_test_acc");
-    args[12] = "--die";
+    reference = ps_unbroken_accuracy(&r, gsrun_opts, args);
     gt_run_gstrain_launch(&r, RANKS + 1, gsrun_opts, args);
     GS_ASSERT_EQ(r.exit_code, 0);
     GS_ASSERT_CONTAINS(r.out, "\"weights_identical\": true");
