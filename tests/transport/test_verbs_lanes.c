@@ -87,13 +87,12 @@ static bool sides_idle(gs_verbs_ep *ep)
  * WRITE_IMM target, [2 BIG, 3 BIG) READ source. */
 static void stripes_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = NULL;
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     gs_rmr *all;
     uint8_t *buf;
 
     (void)arg;
-    GS_ASSERT_OK(gs_tp_open(ctx, "verbs", &tp));
     GS_ASSERT_OK(gs_mr_alloc(tp, 3 * BIG, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     if (rank == 1)
@@ -149,13 +148,12 @@ GS_TEST(large_writes_write_imms_and_reads_are_striped_and_land_exactly)
 
 static void order_body(gs_ctx *ctx, int rank, void *arg)
 {
-    gs_tp *tp = NULL;
+    gs_tp *tp = tpc_open_verbs(ctx);
     gs_mr *mr = NULL;
     gs_rmr *all;
     uint8_t *buf;
 
     (void)arg;
-    GS_ASSERT_OK(gs_tp_open(ctx, "verbs", &tp));
     GS_ASSERT_OK(gs_mr_alloc(tp, 4 * ORDER_SLOT, GS_ACCESS_ALL, &mr));
     buf = gs_mr_addr(mr);
     all = tpc_exchange(ctx, "lanes.order.rmr", mr);
