@@ -6,7 +6,7 @@
  *                          alltoall|alltoallv|allgatherv|reduce_scatter_v|sendrecv]
  *                      [-t f32|f64|f16|bf16|i32|i64|u8|i8|i16|bool] [-o sum|avg|...|band|bor|bxor]
  *                      [-b MIN] [-e MAX] [-f FACTOR] [--sizes LIST] [--iters N]
- *                      [--warmup N] [--scale S] [--transport T] [--root R]
+ *                      [--warmup N] [--scale S] [--batch N] [--transport T] [--root R]
  *                      [--inplace] [--offset B] [--no-pin] [--json]
  *   gsbench --kernels      reduction-kernel throughput, one process, no gsrun
  *
@@ -15,7 +15,9 @@
  * preceded by a barrier; each rank times its own call; an iteration's time is
  * the max over ranks; the table shows the median (and min, max) over the
  * iterations. Iterations per size: 2^28 / bytes (about 256 MiB moved) times
- * --scale, between 20 and 1000 x scale, like the baseline.
+ * --scale, between 20 and 1000 x scale, like the baseline. --batch N
+ * times N calls back to back after each barrier and counts a call as the
+ * batch's time / N (as gsperf --lat and osu_latency time ping-pongs).
  *
  * size is what nccl-tests calls size: the vector of allreduce, broadcast and
  * reduce, the whole (n x block) buffer of reduce_scatter, allgather,
@@ -70,6 +72,7 @@ typedef struct bench_opts {
     size_t sizes[64];
     int nsizes; /* --sizes: an explicit list */
     long iters, warmup;
+    long batch; /* --batch: calls timed back to back between barriers (0: 1) */
     double scale;
     const char *transport;
     int root;
@@ -119,6 +122,8 @@ static void usage(FILE *f)
             "      --iters N     timed iterations per size (default: 2^28/size x scale, 20..1000 x scale)\n"
             "      --warmup N    warm-up calls per size (default iters/10, at least 5)\n"
             "      --scale S     iteration scale (e.g. 0.25 when ranks outnumber cores)\n"
+            "      --batch N     time N calls back to back after each barrier, report one call's share\n"
+            "                    (default 1; gsperf --lat and osu_latency time batches of 16)\n"
             "      --transport T shm, tcp, verbs or auto (default: GS_TRANSPORT)\n"
             "      --root R      broadcast, reduce, gather, scatter root (default 0)\n"
             "      --inplace     in place (recvbuf == sendbuf or its block)\n"
@@ -177,6 +182,7 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         {"iters", required_argument, NULL, 'n'},
         {"warmup", required_argument, NULL, 'w'},
         {"scale", required_argument, NULL, 's'},
+        {"batch", required_argument, NULL, 'B'},
         {"transport", required_argument, NULL, 'T'},
         {"root", required_argument, NULL, 'r'},
         {"inplace", no_argument, NULL, 'i'},
@@ -208,6 +214,12 @@ static void parse_opts(int argc, char **argv, bench_opts *o)
         case 'n': o->iters = atol(optarg); break;
         case 'w': o->warmup = atol(optarg); break;
         case 's': o->scale = atof(optarg); break;
+        case 'B':
+            if ((o->batch = atol(optarg)) < 1 || o->batch > 1024) {
+                fprintf(stderr, "gsbench: bad --batch '%s' (calls per timed batch, 1 to 1024)\n", optarg);
+                exit(2);
+            }
+            break;
         case 'T': o->transport = optarg; break;
         case 'r': o->root = atoi(optarg); break;
         case 'i': o->inplace = true; break;
@@ -626,12 +638,14 @@ static void measure(bench *b, size_t bytes, bench_row *row)
     for (long i = 0; i < warm; i++)
         if ((st = call(b, count)) != GS_OK)
             fail(coll_names[b->o.coll], st);
+    long batch = b->o.batch > 0 ? b->o.batch : 1;
     for (long i = 0; i < iters; i++) {
         if ((st = gs_barrier(b->comm)) != GS_OK)
             fail("barrier", st);
         uint64_t t0 = gs_clock_ns();
-        st = call(b, count);
-        b->times[i] = (double)(gs_clock_ns() - t0) / 1e3;
+        for (long k = 0; k < batch && st == GS_OK; k++)
+            st = call(b, count);
+        b->times[i] = (double)(gs_clock_ns() - t0) / 1e3 / (double)batch;
         if (b->o.coll == C_SENDRECV)
             b->times[i] /= 2; /* a round trip: two messages */
         if (st != GS_OK)
