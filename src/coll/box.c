@@ -60,7 +60,8 @@ typedef struct box_addr {
 static gs_status create_segment(gs_comm *comm, gs_box *box)
 {
     box->slot_stride = gs_round_up(GS_BOX_HEAD_BYTES + comm->box_chunk, GS_COLL_LINE);
-    box->len = gs_round_up(GS_BOX_SLOTS_OFF + GS_BOX_SLOTS * box->slot_stride, gs_page_size());
+    box->mail_off = gs_round_up(GS_BOX_SLOTS_OFF + GS_BOX_SLOTS * box->slot_stride, GS_COLL_LINE);
+    box->len = gs_round_up(box->mail_off + gs_mail_area_bytes(comm->size), gs_page_size());
     gs_status st = gs_mr_alloc(
         comm->tp, box->len, GS_ACCESS_LOCAL_WRITE | GS_ACCESS_REMOTE_READ | GS_ACCESS_REMOTE_WRITE, &box->mr);
     if (st != GS_OK)

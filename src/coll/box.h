@@ -7,6 +7,7 @@
  *   line 0                 wake: the owner's waiting flag and futex doorbell
  *   abort notice           a failure the owner announces (seq written last)
  *   GS_BOX_SLOTS slots     each: post number (u64) | call header | payload
+ *   mail area              point-to-point mailboxes (p2p_mail.c)
  *
  * The first GS_BOX_LINE_BYTES of a slot's payload share the cache line of
  * its post number and header.
@@ -59,6 +60,7 @@ struct gs_box {
     size_t slot_stride;
     uint8_t **seg;    /* [size]: every rank's segment as mapped here (seg[rank] is mine) */
     size_t *map_len;  /* [size]: the peers' mappings' lengths (gs_tp_unmap) */
+    size_t mail_off;  /* where the p2p mail area starts in each segment (p2p_mail.c) */
     uint64_t posts;   /* posts made by this rank */
     gs_box_pair pair; /* 2 ranks */
 };

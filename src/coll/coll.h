@@ -32,6 +32,7 @@
  *   api.c       the public calls: argument checks, requests, fusion
  *   p2p.c       point-to-point send/recv: envelopes, matching, rendezvous (p2p.h)
  *   p2p.h       point-to-point's objects and calls (p2p.c's interface)
+ *   p2p_mail.c  point-to-point mailboxes: small messages through the boxes (p2p.h)
  *   summary.c   the init summary rank 0 prints at GS_LOG_LEVEL=info
  *   trace.c     GS_TRACE events of the collectives
  *   coll_proto.h  the wire format, all in one place

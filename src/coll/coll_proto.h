@@ -152,17 +152,22 @@ _Static_assert(sizeof(gs_coll_abort) == GS_COLL_CTRL_BYTES, "abort notice fills 
  *          by piece inline, offset says where; the first (offset 0) is the
  *          one matched
  *
+ *   WAKE   no message: the receiver blocks in the transport while one
+ *          waits for it in the sender's mailbox (p2p_mail.c)
+ *
  * msg numbers the sender's messages to one peer from 1 (FIFO order, the
- * FIN's reference). Layouts of the collectives are untouched, so their
+ * FIN's reference), whether they travel as frames or, between ranks that
+ * share the boxes, as mailbox messages: the receiver takes them in that
+ * order. Layouts of the collectives are untouched, so their
  * version byte stays.
  */
-#define GS_P2P_PROTO_VERSION   2
+#define GS_P2P_PROTO_VERSION   3
 #define GS_P2P_FRAME_MAX       4096 /* == GS_SEND_MAX (checked in p2p.c) */
 #define GS_P2P_ENV_BYTES       40
 #define GS_P2P_EAGER_HDR_BYTES 32 /* an EAGER frame's envelope: up to offset */
 #define GS_P2P_EAGER_MAX       (GS_P2P_FRAME_MAX - GS_P2P_ENV_BYTES)
 
-enum { GS_P2P_EAGER = 1, GS_P2P_RTS, GS_P2P_FIN, GS_P2P_FRAG };
+enum { GS_P2P_EAGER = 1, GS_P2P_RTS, GS_P2P_FIN, GS_P2P_FRAG, GS_P2P_WAKE };
 
 typedef struct gs_p2p_env {
     uint8_t version; /* GS_P2P_PROTO_VERSION */

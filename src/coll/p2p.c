@@ -82,6 +82,8 @@ struct gs_p2p {
     bool send_copy;     /* GS_TP_CAP_SEND_COPY: envelopes leave unsignaled, their slot free at once */
     uint8_t gen;        /* communicator id in receive ids (a caller's tp may outlive us) */
     uint64_t *tx_msgs;  /* [size]: messages started to each peer */
+    uint64_t *rx_msgs;  /* [size]: messages from each peer begun here (transport or mailbox) */
+    gs_mail mail;       /* the mailboxes' positions (with boxes: one host, shm) */
     gs_p2p_list sendq;  /* sends not yet all posted, in start order */
     gs_p2p_list posted; /* receives waiting for a message, in posting order */
     gs_p2p_list active; /* rendezvous sends waiting for FIN, receives reading or streaming */
@@ -230,30 +232,45 @@ static gs_p2p_env make_env(const gs_comm *comm, int type, const gs_p2p_op *op)
                         .bytes = op->bytes};
 }
 
-/* Tells peer that this rank is done with its message msg (status: how). */
-static gs_status send_fin(gs_comm *comm, int peer, uint64_t msg, gs_status status, size_t cap)
+/* Posts a control envelope (FIN, WAKE) to peer, or queues it behind the
+ * ones waiting (flush posts them in order). */
+static gs_status post_ctl(gs_comm *comm, int peer, const gs_p2p_env *env)
 {
     gs_p2p *p = comm->p2p;
-    gs_p2p_env env = {.version = GS_P2P_PROTO_VERSION,
-                      .type = GS_P2P_FIN,
-                      .sender = (uint32_t)comm->rank,
-                      .status = (int32_t)status,
-                      .msg = msg,
-                      .offset = cap};
-    gs_status st = p->ctl ? GS_ERR_AGAIN : post_env(comm, peer, &env, NULL, 0);
+    gs_status st = p->ctl ? GS_ERR_AGAIN : post_env(comm, peer, env, NULL, 0);
     if (st != GS_ERR_AGAIN)
         return st;
     gs_p2p_ctl *c = gs_calloc(1, sizeof(*c));
     if (!c)
         return GS_ERR_NOMEM;
     c->peer = peer;
-    c->env = env;
+    c->env = *env;
     if (p->ctl_tail)
         p->ctl_tail->next = c;
     else
         p->ctl = c;
     p->ctl_tail = c;
     return GS_OK;
+}
+
+/* Tells peer that this rank is done with its message msg (status: how). */
+static gs_status send_fin(gs_comm *comm, int peer, uint64_t msg, gs_status status, size_t cap)
+{
+    gs_p2p_env env = {.version = GS_P2P_PROTO_VERSION,
+                      .type = GS_P2P_FIN,
+                      .sender = (uint32_t)comm->rank,
+                      .status = (int32_t)status,
+                      .msg = msg,
+                      .offset = cap};
+    return post_ctl(comm, peer, &env);
+}
+
+/* Wakes peer, which blocks in the transport while a message waits for it
+ * in this rank's mailbox. */
+static gs_status send_wake(gs_comm *comm, int peer)
+{
+    gs_p2p_env env = {.version = GS_P2P_PROTO_VERSION, .type = GS_P2P_WAKE, .sender = (uint32_t)comm->rank};
+    return post_ctl(comm, peer, &env);
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -594,7 +611,8 @@ static bool env_ok(const gs_p2p_env *env, int src, size_t len)
     case GS_P2P_FRAG:
         return env->dtype < GS_DTYPE_COUNT && env->tag >= 0 && payload > 0 && env->offset <= env->bytes &&
                payload <= env->bytes - env->offset;
-    case GS_P2P_FIN: return payload == 0;
+    case GS_P2P_FIN:
+    case GS_P2P_WAKE: return payload == 0;
     default: return false;
     }
 }
@@ -650,6 +668,75 @@ static gs_status on_fin(gs_comm *comm, int src, const gs_p2p_env *env)
     return malformed(comm, src, "FIN of no message waiting", GS_P2P_ENV_BYTES);
 }
 
+/* An EAGER message from src: to the earliest posted receive it fits, or queued. */
+static gs_status deliver_eager(gs_comm *comm, int src, const gs_p2p_env *env, const void *payload)
+{
+    gs_coll_req *req = take_posted(comm->p2p, src, env->tag);
+    if (req)
+        take_eager(req, src, env, payload);
+    else if (!queue_msg(comm->p2p, src, env, payload, env->bytes))
+        return GS_ERR_NOMEM;
+    return GS_OK;
+}
+
+/* Takes src's oldest mailbox message if it is the next of src's messages:
+ * GS_OK delivered, GS_ERR_AGAIN none (or an earlier one still on the
+ * transport), or a malformed message's error. */
+static gs_status mail_take(gs_comm *comm, int src)
+{
+    gs_p2p *p = comm->p2p;
+    gs_mail_msg mm;
+    if (!gs_mail_peek(comm, &p->mail, src, &mm))
+        return GS_ERR_AGAIN;
+    if (mm.msg > p->rx_msgs[src] + 1)
+        return GS_ERR_AGAIN;
+    if (mm.msg != p->rx_msgs[src] + 1 || mm.bytes > GS_MAIL_MAX || mm.dtype >= GS_DTYPE_COUNT || mm.tag < 0)
+        return malformed(comm, src, "bad mailbox message", mm.bytes);
+    gs_mail_take(comm, &p->mail, src);
+    p->rx_msgs[src] = mm.msg;
+    gs_p2p_env env = {.version = GS_P2P_PROTO_VERSION,
+                      .type = GS_P2P_EAGER,
+                      .dtype = mm.dtype,
+                      .tag = mm.tag,
+                      .sender = (uint32_t)src,
+                      .msg = mm.msg,
+                      .bytes = mm.bytes};
+    return deliver_eager(comm, src, &env, mm.data);
+}
+
+/* Message msg from src arrived through the transport: src's mailbox
+ * messages numbered before it are taken first, so every peer's messages
+ * are matched in the order they were sent. */
+static gs_status mail_before(gs_comm *comm, int src, uint64_t msg)
+{
+    gs_p2p *p = comm->p2p;
+    while (comm->box && p->rx_msgs[src] + 1 < msg) {
+        gs_status st = mail_take(comm, src);
+        if (st == GS_ERR_AGAIN)
+            return malformed(comm, src, "a message numbered past one its mailbox does not hold",
+                             GS_P2P_ENV_BYTES);
+        if (st != GS_OK)
+            return st;
+    }
+    if (msg > p->rx_msgs[src])
+        p->rx_msgs[src] = msg;
+    return GS_OK;
+}
+
+/* While receives wait: takes what the peers' mailboxes hold for them. */
+static gs_status mail_poll(gs_comm *comm)
+{
+    gs_p2p *p = comm->p2p;
+    for (int src = 0; comm->box && src < comm->size; src++) {
+        gs_status st = GS_OK;
+        while (src != comm->rank && p->posted.head && st == GS_OK)
+            st = mail_take(comm, src);
+        if (st != GS_OK && st != GS_ERR_AGAIN)
+            return st;
+    }
+    return GS_OK;
+}
+
 /* A frame from src arrived in receive buffer i: handled, the buffer posted again. */
 static gs_status on_recv(gs_comm *comm, int src, int i, size_t len)
 {
@@ -664,13 +751,12 @@ static gs_status on_recv(gs_comm *comm, int src, int i, size_t len)
         return malformed(comm, src, "bad envelope", len);
     const uint8_t *payload = buf + frame_hdr_bytes(env.type);
     gs_coll_req *req;
+    bool starts =
+        env.type == GS_P2P_EAGER || env.type == GS_P2P_RTS || (env.type == GS_P2P_FRAG && env.offset == 0);
+    if (starts && (st = mail_before(comm, src, env.msg)) != GS_OK)
+        return st;
     switch (env.type) {
-    case GS_P2P_EAGER:
-        if ((req = take_posted(p, src, env.tag)))
-            take_eager(req, src, &env, payload);
-        else if (!queue_msg(p, src, &env, payload, env.bytes))
-            st = GS_ERR_NOMEM;
-        break;
+    case GS_P2P_EAGER: st = deliver_eager(comm, src, &env, payload); break;
     case GS_P2P_RTS:
         if ((req = take_posted(p, src, env.tag)))
             st = start_rts(comm, req, src, &env, (const gs_rmr *)(const void *)payload);
@@ -678,6 +764,7 @@ static gs_status on_recv(gs_comm *comm, int src, int i, size_t len)
             st = GS_ERR_NOMEM;
         break;
     case GS_P2P_FRAG: st = on_frag(comm, src, &env, payload, len - GS_P2P_ENV_BYTES); break;
+    case GS_P2P_WAKE: break; /* the wait that follows takes the mail */
     default: st = on_fin(comm, src, &env); break;
     }
     if (st == GS_OK)
@@ -795,13 +882,19 @@ static bool overdue(const gs_comm *comm, const gs_coll_req *req)
 }
 
 /* Posts what waits; a post that fails (a lost peer) fails the communicator. */
-static void flush_or_fail(gs_comm *comm)
+/* st of a step of progress: not GS_OK fails the communicator; a failed
+ * communicator fails every send and receive. */
+static void fail_on(gs_comm *comm, gs_status st)
 {
-    gs_status st = comm->failed == GS_OK ? flush(comm) : GS_OK;
     if (st != GS_OK)
         gs_engine_fail(comm, st, gs_engine_current_seq(comm), gs_last_error(), true);
     if (comm->failed != GS_OK)
         fail_all(comm);
+}
+
+static void flush_or_fail(gs_comm *comm)
+{
+    fail_on(comm, comm->failed == GS_OK ? flush(comm) : GS_OK);
 }
 
 bool gs_p2p_busy(const gs_comm *comm)
@@ -819,12 +912,19 @@ bool gs_p2p_busy(const gs_comm *comm)
 
 gs_status gs_p2p_progress(gs_comm *comm)
 {
-    return gs_p2p_busy(comm) ? flush(comm) : GS_OK;
+    gs_status st = mail_poll(comm);
+    return st == GS_OK && gs_p2p_busy(comm) ? flush(comm) : st;
 }
 
-/* One round of progress for req's communicator (lock held). */
+/* One round of progress for req's communicator (lock held): the mailboxes
+ * first (no transport poll when the message is there). */
 static void advance(gs_comm *comm, gs_coll_req *req)
 {
+    if (comm->failed == GS_OK && comm->box) {
+        fail_on(comm, mail_poll(comm));
+        if (req->status != GS_INPROGRESS)
+            return;
+    }
     if (comm->failed == GS_OK)
         gs_engine_progress(comm);
     flush_or_fail(comm);
@@ -846,10 +946,37 @@ gs_status gs_p2p_test(gs_coll_req *req)
     return st;
 }
 
+/* Whether a wait that began at since_ns (0: not yet) spins on: with
+ * mailboxes, the first GS_SPIN_US of it (GS_POLL=spin: all of it), as the
+ * transport's hybrid wait does, since blocking in the transport closes
+ * them (every sender then also wakes this rank through the transport). */
+static bool mail_spins(const gs_comm *comm, uint64_t since_ns, uint64_t now)
+{
+    if (!comm->box || comm->cfg->poll == GS_POLL_EVENT)
+        return false;
+    return comm->cfg->poll == GS_POLL_SPIN || since_ns == 0 ||
+           now - since_ns < (uint64_t)comm->cfg->spin_us * 1000u;
+}
+
+/* Blocks in the transport for at most timeout_ms, the mailboxes closed. */
+static void block(gs_comm *comm, gs_coll_req *req, int timeout_ms)
+{
+    if (!comm->box) {
+        gs_engine_block(comm, timeout_ms);
+        return;
+    }
+    gs_mail_set_closed(comm, true);
+    fail_on(comm, mail_poll(comm)); /* what came before the senders could see it closed */
+    if (req->status == GS_INPROGRESS && comm->failed == GS_OK)
+        gs_engine_block(comm, timeout_ms);
+    gs_mail_set_closed(comm, false);
+}
+
 gs_status gs_p2p_wait(gs_coll_req *req)
 {
     gs_comm *comm = req->comm;
     gs_status st;
+    uint64_t spin_from = 0;
     gs_engine_lock(comm);
     while (req->status == GS_INPROGRESS) {
         advance(comm, req);
@@ -869,8 +996,10 @@ gs_status gs_p2p_wait(gs_coll_req *req)
             time_out(comm, req);
             break;
         }
-        if (!comm->head && !gs_p2p_busy(comm) && left_ms >= 3)
-            gs_engine_block(comm, (int)left_ms - 1);
+        if (spin_from == 0)
+            spin_from = now;
+        if (!comm->head && !gs_p2p_busy(comm) && left_ms >= 3 && !mail_spins(comm, spin_from, now))
+            block(comm, req, (int)left_ms - 1);
         else if (comm->oversubscribed)
             sched_yield();
         else
@@ -950,6 +1079,19 @@ static void refuse(gs_comm *comm, gs_coll_req *req)
     fail_req(req, comm->failed, "%s", failure_cause(comm));
 }
 
+/* Message msg to peer through the mailbox, where it fits (nothing queued
+ * before it: the caller checks); false: not sent. */
+static bool mail_send(gs_comm *comm, int peer, uint64_t msg, int tag, gs_dtype dtype, const void *buf,
+                      size_t bytes)
+{
+    if (!comm->box || bytes > GS_MAIL_MAX ||
+        !gs_mail_post(comm, &comm->p2p->mail, peer, msg, tag, dtype, buf, bytes))
+        return false;
+    if (gs_mail_peer_closed(comm, peer))
+        fail_on(comm, send_wake(comm, peer));
+    return true;
+}
+
 /* Starts a send; a failure is the request's status. */
 static void start_send(gs_comm *comm, gs_coll_req *req, const void *buf)
 {
@@ -963,9 +1105,17 @@ static void start_send(gs_comm *comm, gs_coll_req *req, const void *buf)
         if (send_self(comm, req) != GS_OK)
             fail_req(req, GS_ERR_NOMEM, "out of memory queueing a message to itself");
     } else {
-        req->p2p.msg = ++p->tx_msgs[req->p2p.peer];
-        list_push(&p->sendq, req);
-        flush_or_fail(comm);
+        gs_p2p_op *op = &req->p2p;
+        op->msg = ++p->tx_msgs[op->peer];
+        if (!p->sendq.head && mail_send(comm, op->peer, op->msg, op->tag, op->dtype, buf, op->bytes)) {
+            if (comm->failed == GS_OK)
+                finish(req, GS_OK);
+            else
+                refuse(comm, req); /* waking the peer failed */
+        } else {
+            list_push(&p->sendq, req);
+            flush_or_fail(comm);
+        }
     }
     gs_engine_unlock(comm);
 }
@@ -986,11 +1136,46 @@ static void start_recv(gs_comm *comm, gs_coll_req *req, void *buf, gs_p2p_status
     gs_engine_unlock(comm);
 }
 
+/* The common blocking send: eager, to another rank, nothing queued before
+ * it. Into the peer's mailbox, or one envelope posted, under the lock, no
+ * request. false: not taken (nothing posted, the message number given
+ * back), the queued path sends. */
+static bool send_now(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, int peer, int tag)
+{
+    gs_p2p *p = comm->p2p;
+    size_t bytes = count * gs_dtype_size(dtype);
+    bool sent = false;
+    if (bytes > GS_P2P_EAGER_MAX || peer == comm->rank)
+        return false;
+    gs_engine_lock(comm);
+    if (comm->failed == GS_OK && !p->sendq.head) {
+        uint64_t msg = ++p->tx_msgs[peer];
+        if (mail_send(comm, peer, msg, tag, dtype, buf, bytes)) {
+            sent = true;
+        } else if (!p->ctl) {
+            gs_p2p_env env = {.version = GS_P2P_PROTO_VERSION,
+                              .type = GS_P2P_EAGER,
+                              .dtype = (uint8_t)dtype,
+                              .tag = tag,
+                              .sender = (uint32_t)comm->rank,
+                              .msg = msg,
+                              .bytes = bytes};
+            sent = post_env(comm, peer, &env, buf, bytes) == GS_OK;
+        }
+        if (!sent)
+            p->tx_msgs[peer]--;
+    }
+    gs_engine_unlock(comm);
+    return sent;
+}
+
 gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, int peer, int tag)
 {
     gs_status st = check_args(comm, "gs_send", buf, count, dtype, peer, tag, false);
     if (st != GS_OK)
         return st;
+    if (send_now(comm, buf, count, dtype, peer, tag))
+        return GS_OK;
     gs_coll_req *req = &comm->p2p->sync;
     init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag, 0);
     start_send(comm, req, buf);
@@ -1061,7 +1246,8 @@ gs_status gs_p2p_open(gs_comm *comm)
     p->user_mem = caps & GS_TP_CAP_USER_MEM;
     p->send_copy = caps & GS_TP_CAP_SEND_COPY;
     p->tx_msgs = gs_calloc((size_t)comm->size, sizeof(uint64_t));
-    if (!p->tx_msgs)
+    p->rx_msgs = gs_calloc((size_t)comm->size, sizeof(uint64_t));
+    if (!p->tx_msgs || !p->rx_msgs || gs_mail_open(&p->mail, comm->size) != GS_OK)
         return GS_ERR_NOMEM;
     st = gs_mr_alloc(comm->tp, in_len, GS_ACCESS_LOCAL_WRITE, &p->in);
     if (st == GS_OK)
@@ -1114,6 +1300,8 @@ void gs_p2p_close(gs_comm *comm)
                         gs_last_error());
     }
     free(p->tx_msgs);
+    free(p->rx_msgs);
+    gs_mail_close(&p->mail);
     free(p);
     comm->p2p = NULL;
 }

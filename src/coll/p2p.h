@@ -43,6 +43,46 @@ typedef struct gs_p2p_op {
     char err[512];         /* the error's sentence, once failed */
 } gs_p2p_op;
 
+/* The mailboxes (p2p_mail.c): messages of at most GS_MAIL_MAX bytes between
+ * ranks that share the boxes, one cache line each, in GS_MAIL_SLOTS-line
+ * rings in the sender's box segment. */
+#define GS_MAIL_SLOTS 16
+#define GS_MAIL_MAX   32
+
+typedef struct gs_mail {
+    uint64_t *head;  /* [size]: messages posted to each peer's ring */
+    uint64_t *acked; /* [size]: how many of them the peer had taken, when last read */
+    uint64_t *tail;  /* [size]: messages taken from each peer's ring to this rank */
+} gs_mail;
+
+/* A mailbox message as copied out of its slot (unchecked: bytes may be
+ * more than GS_MAIL_MAX, and then data holds nothing). */
+typedef struct gs_mail_msg {
+    uint64_t msg;
+    int32_t tag;
+    uint32_t bytes;
+    uint8_t dtype;
+    uint8_t data[GS_MAIL_MAX];
+} gs_mail_msg;
+
+/* Bytes of the mail area in each rank's box segment (box.c sizes it). */
+size_t gs_mail_area_bytes(int size);
+gs_status gs_mail_open(gs_mail *m, int size);
+void gs_mail_close(gs_mail *m);
+/* Posts a message to peer's ring in this rank's segment; false: the ring
+ * is full (the peer has not taken GS_MAIL_SLOTS of them), nothing posted. */
+bool gs_mail_post(gs_comm *comm, gs_mail *m, int peer, uint64_t msg, int tag, gs_dtype dtype, const void *buf,
+                  size_t bytes);
+/* Copies the oldest message from src not yet taken; false: none. */
+bool gs_mail_peek(const gs_comm *comm, const gs_mail *m, int src, gs_mail_msg *out);
+/* Takes that message (its slot goes back to src). */
+void gs_mail_take(const gs_comm *comm, gs_mail *m, int src);
+/* This rank blocks in the transport (true) or no longer (false): while it
+ * does, senders also wake it through the transport. Nests. */
+void gs_mail_set_closed(const gs_comm *comm, bool closed);
+/* After a post: whether peer blocks in the transport (it must be woken). */
+bool gs_mail_peer_closed(const gs_comm *comm, int peer);
+
 /* Sets up a communicator's p2p plane (receives posted to every peer) before
  * the descriptor exchange; freed by gs_p2p_close before the transport goes. */
 gs_status gs_p2p_open(gs_comm *comm);

@@ -4,8 +4,10 @@
  * several types with exact contents, FIFO per (peer, tag) with many
  * messages in flight, any-source receives, receives posted before and after
  * the message, sends interleaved with allreduces, sends to self, a message
- * longer than the receive buffer, a receive nothing matches, and a peer
- * that dies during a receive; 2, 3 and 4 ranks.
+ * longer than the receive buffer, a receive nothing matches, small
+ * messages through the mailboxes (shm) in one order with the transport's
+ * and a receiver blocked in the transport woken by one, and a peer that
+ * dies during a receive; 2, 3 and 4 ranks.
  */
 #include "coll_check.h"
 
@@ -421,6 +423,107 @@ GS_TEST_TP(self_and_errors)
 {
     static const char *const env[] = {"GS_TIMEOUT_MS=1000", NULL};
     cc_run_env(transport, 2, errors_body, 0, env);
+}
+
+/* ---- mailboxes and the transport, in one order -------------------------------------- */
+
+#define MAIL_MSGS 61 /* more than three rings' worth (GS_MAIL_SLOTS) */
+
+/* Message i's bytes: mailbox sizes (up to GS_MAIL_MAX), just past it, and
+ * a rendezvous one now and then, so that the two paths interleave. */
+static size_t mail_bytes(int i)
+{
+    static const size_t cycle[] = {8, GS_MAIL_MAX, 0, GS_MAIL_MAX + 1, 20, 1, 200};
+    return i % 13 == 12 ? 100000 : cycle[i % 7];
+}
+
+/* Rank 0 sends MAIL_MSGS messages with one tag, blocking sends for the
+ * small ones and isends for the large; rank 1 receives them in order
+ * (every third from any source), first after a pause (the ring fills and
+ * the transport carries the rest), then while they come. */
+static void mail_order_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *a = argp;
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, a->transport, &tp);
+    uint8_t *buf[MAIL_MSGS];
+    for (int round = 0; round < 2; round++) {
+        gs_req *req[MAIL_MSGS] = {0};
+        GS_ASSERT_OK(gs_barrier(comm));
+        for (int i = 0; i < MAIL_MSGS; i++) {
+            size_t bytes = mail_bytes(i);
+            uint32_t seed = 1000u * (uint32_t)round + (uint32_t)i;
+            buf[i] = cc_alloc(bytes ? bytes : 1);
+            if (rank == 0) {
+                fill(buf[i], bytes, seed);
+                if (bytes > 4096)
+                    GS_ASSERT_OK(gs_isend(comm, buf[i], bytes, GS_U8, 1, 9, &req[i]));
+                else
+                    GS_ASSERT_OK(gs_send(comm, buf[i], bytes, GS_U8, 1, 9));
+                continue;
+            }
+            if (round == 0 && i == 0)
+                usleep(30000);
+            gs_p2p_status st;
+            GS_ASSERT_OK(gs_recv(comm, buf[i], 100000, GS_U8, i % 3 == 2 ? GS_ANY_SOURCE : 0, 9, &st));
+            check_status(&st, 0, 9, bytes);
+            check(buf[i], bytes, seed, "mailbox and transport in order");
+        }
+        for (int i = 0; i < MAIL_MSGS; i++) {
+            if (req[i])
+                GS_ASSERT_OK(gs_req_wait(req[i]));
+            free(buf[i]);
+        }
+    }
+    GS_ASSERT_OK(gs_barrier(comm));
+    cc_close(comm, tp);
+}
+
+GS_TEST_TP(mail_and_transport_in_order)
+{
+    cc_run_env(transport, 2, mail_order_body, 0, NULL);
+}
+
+#define WAKE_ROUNDS 6
+
+/* The receiver waits past its spin (GS_SPIN_US) and blocks in the
+ * transport before the small message comes: the sender must wake it (the
+ * deadline is long enough for the test's own to catch a lost wake-up, short
+ * enough that a lost one fails as GS_ERR_TIMEOUT). Blocking and
+ * non-blocking receives, both directions. */
+static void mail_wake_body(gs_ctx *ctx, int rank, void *argp)
+{
+    const cc_arg *a = argp;
+    gs_tp *tp;
+    gs_comm *comm = cc_open(ctx, a->transport, &tp);
+    for (int r = 0; r < WAKE_ROUNDS; r++) {
+        int receiver = r % 2;
+        uint64_t v = 0;
+        if (rank == receiver) {
+            gs_req *req;
+            if (r % 4 < 2) {
+                GS_ASSERT_OK(gs_recv(comm, &v, 1, GS_I64, 1 - rank, r, NULL));
+            } else {
+                GS_ASSERT_OK(gs_irecv(comm, &v, 1, GS_I64, 1 - rank, r, NULL, &req));
+                GS_ASSERT_OK(gs_req_wait(req));
+            }
+            GS_ASSERT_EQ(v, 77u + (uint64_t)r);
+        } else {
+            usleep(20000);
+            v = 77u + (uint64_t)r;
+            GS_ASSERT_OK(gs_send(comm, &v, 1, GS_I64, 1 - rank, r));
+        }
+    }
+    GS_ASSERT_OK(gs_barrier(comm));
+    cc_close(comm, tp);
+}
+
+GS_TEST_TP(mail_wakes_a_blocked_receiver)
+{
+    const char *hybrid[] = {"GS_TIMEOUT_MS=8000", "GS_SPIN_US=50", NULL};
+    const char *event[] = {"GS_TIMEOUT_MS=8000", "GS_POLL=event", NULL};
+    cc_run_env(transport, 2, mail_wake_body, 0, hybrid);
+    cc_run_env(transport, 2, mail_wake_body, 0, event);
 }
 
 /* ---- a peer dies ----------------------------------------------------------------------- */
