@@ -69,11 +69,10 @@ typedef struct gs_store_hdr {
 
 _Static_assert(sizeof(gs_store_hdr) == 24, "store header is 24 bytes on the wire");
 _Static_assert(offsetof(gs_store_hdr, version) == 0, "version byte comes first");
-_Static_assert(offsetof(gs_store_hdr, key_len) == 2, "store header layout");
-_Static_assert(offsetof(gs_store_hdr, status) == 4, "store header layout");
-_Static_assert(offsetof(gs_store_hdr, rank) == 8, "store header layout");
-_Static_assert(offsetof(gs_store_hdr, arg) == 12, "store header layout");
-_Static_assert(offsetof(gs_store_hdr, value_len) == 16, "store header layout");
+_Static_assert(offsetof(gs_store_hdr, key_len) == 2 && offsetof(gs_store_hdr, status) == 4 &&
+                   offsetof(gs_store_hdr, rank) == 8 && offsetof(gs_store_hdr, arg) == 12 &&
+                   offsetof(gs_store_hdr, value_len) == 16,
+               "store header layout");
 _Static_assert(GS_STORE_KEY_MAX <= UINT16_MAX, "key length fits key_len");
 
 /* The largest job token a HELLO may carry (GS_JOB_TOKEN is a config string). */

@@ -48,6 +48,19 @@ static bool overlap(const void *a, size_t alen, const void *b, size_t blen)
     return alen && blen && x < y + blen && y < x + alen;
 }
 
+/* A buffer of one block (bytes) that overlaps one of n blocks (whole) must
+ * be its block at rank: the call in place. */
+static gs_status check_block(const gs_call *c, const void *whole, const char *whole_name, const void *block,
+                             const char *block_name, size_t n, size_t bytes, int rank)
+{
+    if ((const uint8_t *)block != (const uint8_t *)whole + (size_t)rank * bytes &&
+        overlap(whole, n * bytes, block, bytes))
+        return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID,
+                       "%s: the %s buffer overlaps the %s buffer but is not its block %d (in place)", c->fn,
+                       block_name, whole_name, rank);
+    return GS_OK;
+}
+
 static gs_status check_buffers(const gs_comm *comm, const gs_call *c, size_t es)
 {
     size_t n = (size_t)comm->size, bytes = c->count * es;
@@ -61,21 +74,8 @@ static gs_status check_buffers(const gs_comm *comm, const gs_call *c, size_t es)
                            "%s: send and receive buffers overlap without being the same (in place)", c->fn);
         break;
     case GS_COLL_REDUCE_SCATTER:
-        if ((const uint8_t *)c->recv != (const uint8_t *)c->send + (size_t)comm->rank * bytes &&
-            overlap(c->send, n * bytes, c->recv, bytes))
-            return gs_fail(
-                GS_SUBSYS_COLL, GS_ERR_INVALID,
-                "%s: the receive buffer overlaps the send buffer but is not its block %d (in place)", c->fn,
-                comm->rank);
-        break;
-    case GS_COLL_ALLGATHER:
-        if ((const uint8_t *)c->send != (const uint8_t *)c->recv + (size_t)comm->rank * bytes &&
-            overlap(c->send, bytes, c->recv, n * bytes))
-            return gs_fail(
-                GS_SUBSYS_COLL, GS_ERR_INVALID,
-                "%s: the send buffer overlaps the receive buffer but is not its block %d (in place)", c->fn,
-                comm->rank);
-        break;
+        return check_block(c, c->send, "send", c->recv, "receive", n, bytes, comm->rank);
+    case GS_COLL_ALLGATHER: return check_block(c, c->recv, "receive", c->send, "send", n, bytes, comm->rank);
     case GS_COLL_BROADCAST:
         if (need_send && c->send != c->recv && overlap(c->send, bytes, c->recv, bytes))
             return gs_fail(GS_SUBSYS_COLL, GS_ERR_INVALID,
@@ -479,23 +479,28 @@ gs_status gs_ireduce_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, 
     return run_nonblocking(comm, &c, req_p);
 }
 
-#define ALLGATHER_CALL(name)                                                                                 \
-    {                                                                                                        \
-        .fn = name, .kind = GS_COLL_ALLGATHER, .send = sendbuf, .recv = recvbuf, .count = sendcount,         \
-        .dtype = dtype, .root = -1                                                                           \
-    }
+/* allgather and alltoall take the same arguments (count elements to and
+ * from every rank); blocking, or into *req_p. */
+static gs_status run_allgather_alltoall(const char *fn, gs_coll_kind kind, gs_comm *comm, const void *sendbuf,
+                                        void *recvbuf, size_t count, gs_dtype dtype, bool blocking,
+                                        gs_req **req_p)
+{
+    gs_call c = {
+        .fn = fn, .kind = kind, .send = sendbuf, .recv = recvbuf, .count = count, .dtype = dtype, .root = -1};
+    return blocking ? run_blocking(comm, &c) : run_nonblocking(comm, &c, req_p);
+}
 
 gs_status gs_allgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype)
 {
-    gs_call c = ALLGATHER_CALL("gs_allgather");
-    return run_blocking(comm, &c);
+    return run_allgather_alltoall("gs_allgather", GS_COLL_ALLGATHER, comm, sendbuf, recvbuf, sendcount, dtype,
+                                  true, NULL);
 }
 
 gs_status gs_iallgather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
                         gs_req **req_p)
 {
-    gs_call c = ALLGATHER_CALL("gs_iallgather");
-    return run_nonblocking(comm, &c, req_p);
+    return run_allgather_alltoall("gs_iallgather", GS_COLL_ALLGATHER, comm, sendbuf, recvbuf, sendcount,
+                                  dtype, false, req_p);
 }
 
 #define BROADCAST_CALL(name)                                                                                 \
@@ -533,26 +538,22 @@ gs_status gs_ibarrier(gs_comm *comm, gs_req **req_p)
     return run_nonblocking(comm, &c, req_p);
 }
 
+#define ALLREDUCE_MULTI_CALL(name)                                                                           \
+    {                                                                                                        \
+        .fn = name, .kind = GS_COLL_ALLREDUCE_MULTI, .tensors = tensors, .ntensors = n, .dtype = dtype,      \
+        .redop = op                                                                                          \
+    }
+
 gs_status gs_allreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype, gs_redop op)
 {
-    gs_call c = {.fn = "gs_allreduce_multi",
-                 .kind = GS_COLL_ALLREDUCE_MULTI,
-                 .tensors = tensors,
-                 .ntensors = n,
-                 .dtype = dtype,
-                 .redop = op};
+    gs_call c = ALLREDUCE_MULTI_CALL("gs_allreduce_multi");
     return run_blocking(comm, &c);
 }
 
 gs_status gs_iallreduce_multi(gs_comm *comm, const gs_tensor *tensors, size_t n, gs_dtype dtype, gs_redop op,
                               gs_req **req_p)
 {
-    gs_call c = {.fn = "gs_iallreduce_multi",
-                 .kind = GS_COLL_ALLREDUCE_MULTI,
-                 .tensors = tensors,
-                 .ntensors = n,
-                 .dtype = dtype,
-                 .redop = op};
+    gs_call c = ALLREDUCE_MULTI_CALL("gs_iallreduce_multi");
     return run_nonblocking(comm, &c, req_p);
 }
 
@@ -581,51 +582,55 @@ gs_status gs_ireduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t c
     return run_nonblocking(comm, &c, req_p);
 }
 
+/* gather and scatter take the same arguments (count elements to or from
+ * every rank, at root); blocking, or into *req_p. */
+static gs_status run_gather_scatter(const char *fn, gs_coll_kind kind, gs_comm *comm, const void *sendbuf,
+                                    void *recvbuf, size_t count, gs_dtype dtype, int root, bool blocking,
+                                    gs_req **req_p)
+{
+    gs_call c = ROOTED_CALL(fn, kind, count, GS_SUM);
+    return blocking ? run_blocking(comm, &c) : run_nonblocking(comm, &c, req_p);
+}
+
 gs_status gs_gather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
                     int root)
 {
-    gs_call c = ROOTED_CALL("gs_gather", GS_COLL_GATHER, sendcount, GS_SUM);
-    return run_blocking(comm, &c);
+    return run_gather_scatter("gs_gather", GS_COLL_GATHER, comm, sendbuf, recvbuf, sendcount, dtype, root,
+                              true, NULL);
 }
 
 gs_status gs_igather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
                      int root, gs_req **req_p)
 {
-    gs_call c = ROOTED_CALL("gs_igather", GS_COLL_GATHER, sendcount, GS_SUM);
-    return run_nonblocking(comm, &c, req_p);
+    return run_gather_scatter("gs_igather", GS_COLL_GATHER, comm, sendbuf, recvbuf, sendcount, dtype, root,
+                              false, req_p);
 }
 
 gs_status gs_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
                      int root)
 {
-    gs_call c = ROOTED_CALL("gs_scatter", GS_COLL_SCATTER, recvcount, GS_SUM);
-    return run_blocking(comm, &c);
+    return run_gather_scatter("gs_scatter", GS_COLL_SCATTER, comm, sendbuf, recvbuf, recvcount, dtype, root,
+                              true, NULL);
 }
 
 gs_status gs_iscatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
                       int root, gs_req **req_p)
 {
-    gs_call c = ROOTED_CALL("gs_iscatter", GS_COLL_SCATTER, recvcount, GS_SUM);
-    return run_nonblocking(comm, &c, req_p);
+    return run_gather_scatter("gs_iscatter", GS_COLL_SCATTER, comm, sendbuf, recvbuf, recvcount, dtype, root,
+                              false, req_p);
 }
-
-#define ALLTOALL_CALL(name)                                                                                  \
-    {                                                                                                        \
-        .fn = name, .kind = GS_COLL_ALLTOALL, .send = sendbuf, .recv = recvbuf, .count = count,              \
-        .dtype = dtype, .root = -1                                                                           \
-    }
 
 gs_status gs_alltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype)
 {
-    gs_call c = ALLTOALL_CALL("gs_alltoall");
-    return run_blocking(comm, &c);
+    return run_allgather_alltoall("gs_alltoall", GS_COLL_ALLTOALL, comm, sendbuf, recvbuf, count, dtype, true,
+                                  NULL);
 }
 
 gs_status gs_ialltoall(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t count, gs_dtype dtype,
                        gs_req **req_p)
 {
-    gs_call c = ALLTOALL_CALL("gs_ialltoall");
-    return run_nonblocking(comm, &c, req_p);
+    return run_allgather_alltoall("gs_ialltoall", GS_COLL_ALLTOALL, comm, sendbuf, recvbuf, count, dtype,
+                                  false, req_p);
 }
 
 #define ALLTOALLV_CALL(name)                                                                                 \

@@ -34,59 +34,30 @@ static size_t prefix(const size_t *counts, int q)
     return off;
 }
 
-static void set(size_t *off_p, size_t *len_p, size_t off, size_t len)
-{
-    *off_p = off;
-    *len_p = len;
-}
-
-void gs_block_send(const gs_coll_op *op, int q, size_t *off_p, size_t *len_p)
+void gs_block_peer(const gs_coll_op *op, int q, size_t *send_off_p, size_t *send_len_p, size_t *recv_off_p,
+                   size_t *recv_len_p)
 {
     int r = op->comm->rank;
-    size_t c = op->count;
-    set(off_p, len_p, 0, 0);
+    bool root = r == op->root, peer_root = q == op->root;
+    size_t c = op->count, qc = (size_t)q * c, so = 0, sl = 0, ro = 0, rl = 0;
     switch (op->kind) {
-    case GS_COLL_REDUCE:
-    case GS_COLL_GATHER:
-        if (q == op->root && r != op->root)
-            set(off_p, len_p, 0, c);
+    case GS_COLL_REDUCE: sl = peer_root && !root ? c : 0, rl = root ? c : 0; break;
+    case GS_COLL_GATHER: sl = peer_root && !root ? c : 0, ro = root ? qc : 0, rl = root ? c : 0; break;
+    case GS_COLL_SCATTER: so = root ? qc : 0, sl = root ? c : 0, rl = peer_root ? c : 0; break;
+    case GS_COLL_ALLTOALL: so = ro = qc, sl = rl = c; break;
+    case GS_COLL_ALLTOALLV:
+        so = op->sdispls[q], sl = op->scounts[q], ro = op->rdispls[q], rl = op->rcounts[q];
         break;
-    case GS_COLL_SCATTER:
-        if (r == op->root)
-            set(off_p, len_p, (size_t)q * c, c);
+    case GS_COLL_ALLGATHERV: sl = op->rcounts[r], ro = op->rdispls[q], rl = op->rcounts[q]; break;
+    case GS_COLL_REDUCE_SCATTER_V:
+        so = prefix(op->rcounts, q), sl = op->rcounts[q], rl = op->rcounts[r];
         break;
-    case GS_COLL_ALLTOALL: set(off_p, len_p, (size_t)q * c, c); break;
-    case GS_COLL_ALLTOALLV: set(off_p, len_p, op->sdispls[q], op->scounts[q]); break;
-    case GS_COLL_ALLGATHERV: set(off_p, len_p, 0, op->rcounts[r]); break;
-    case GS_COLL_REDUCE_SCATTER_V: set(off_p, len_p, prefix(op->rcounts, q), op->rcounts[q]); break;
     default: break;
     }
-}
-
-void gs_block_recv(const gs_coll_op *op, int q, size_t *off_p, size_t *len_p)
-{
-    int r = op->comm->rank;
-    size_t c = op->count;
-    set(off_p, len_p, 0, 0);
-    switch (op->kind) {
-    case GS_COLL_REDUCE:
-        if (r == op->root)
-            set(off_p, len_p, 0, c);
-        break;
-    case GS_COLL_GATHER:
-        if (r == op->root)
-            set(off_p, len_p, (size_t)q * c, c);
-        break;
-    case GS_COLL_SCATTER:
-        if (q == op->root)
-            set(off_p, len_p, 0, c);
-        break;
-    case GS_COLL_ALLTOALL: set(off_p, len_p, (size_t)q * c, c); break;
-    case GS_COLL_ALLTOALLV: set(off_p, len_p, op->rdispls[q], op->rcounts[q]); break;
-    case GS_COLL_ALLGATHERV: set(off_p, len_p, op->rdispls[q], op->rcounts[q]); break;
-    case GS_COLL_REDUCE_SCATTER_V: set(off_p, len_p, 0, op->rcounts[r]); break;
-    default: break;
-    }
+    *send_off_p = so;
+    *send_len_p = sl;
+    *recv_off_p = ro;
+    *recv_len_p = rl;
 }
 
 void gs_block_self(const gs_coll_op *op, size_t *from_p, size_t *to_p, size_t *len_p)

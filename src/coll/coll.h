@@ -579,8 +579,8 @@ static inline size_t gs_prim_peer_bytes(const gs_prim *p, int q)
  * op->send), receives from q (into op->recv, reduced there for the
  * reductions) and, for q == rank, copies from its input to its result; in
  * elements. A block of length 0 still travels as one empty message. */
-void gs_block_send(const gs_coll_op *op, int q, size_t *off_p, size_t *len_p);
-void gs_block_recv(const gs_coll_op *op, int q, size_t *off_p, size_t *len_p);
+void gs_block_peer(const gs_coll_op *op, int q, size_t *send_off_p, size_t *send_len_p, size_t *recv_off_p,
+                   size_t *recv_len_p);
 void gs_block_self(const gs_coll_op *op, size_t *from_p, size_t *to_p, size_t *len_p);
 /* Whether the kind's received blocks are reduced into the result. */
 bool gs_block_reduces(gs_coll_kind kind);

@@ -70,8 +70,7 @@ static void next_step(gs_coll_op *op)
         int q = peer_of(op, op->step);
         if (q < 0)
             continue;
-        gs_block_send(op, q, &so, &sl);
-        gs_block_recv(op, q, &ro, &rl);
+        gs_block_peer(op, q, &so, &sl, &ro, &rl);
         size_t a = chunks(op, sl), b = chunks(op, rl);
         op->ncols = a > b ? a : b;
         return;
@@ -91,8 +90,7 @@ static bool last_exchange(const gs_coll_op *op, int s)
 static void exchange(gs_coll_op *op, int q, gs_prim *p)
 {
     size_t so, sl, ro, rl, sf, sn, rf, rn, k = op->col, es = op->es;
-    gs_block_send(op, q, &so, &sl);
-    gs_block_recv(op, q, &ro, &rl);
+    gs_block_peer(op, q, &so, &sl, &ro, &rl);
     chunk_of(op, sl, k, &sf, &sn);
     chunk_of(op, rl, k, &rf, &rn);
     bool sends = k < chunks(op, sl), receives = k < chunks(op, rl), reduce = gs_block_reduces(op->kind);

@@ -19,41 +19,34 @@
 #include <stdio.h>
 #include <string.h>
 
+/* What every step starts from: no root, no outbox slot in use. */
+static gs_prim prim(gs_prim_kind kind, gs_prim_mode mode, const void *local, void *out, size_t bytes)
+{
+    return (gs_prim){
+        .kind = kind, .mode = mode, .local = local, .out = out, .bytes = bytes, .root = -1, .out_slot = -1};
+}
+
 gs_prim gs_prim_send_all(const void *local, size_t bytes, size_t stride)
 {
-    return (gs_prim){.kind = GS_PRIM_SEND_ALL,
-                     .local = local,
-                     .bytes = bytes,
-                     .stride = stride,
-                     .root = -1,
-                     .out_slot = -1};
+    gs_prim p = prim(GS_PRIM_SEND_ALL, GS_PRIM_COPY, local, NULL, bytes);
+    p.stride = stride;
+    return p;
 }
 
 gs_prim gs_prim_recv_all(gs_prim_mode mode, const void *local, void *out, size_t bytes, int root)
 {
-    return (gs_prim){.kind = GS_PRIM_RECV_ALL,
-                     .mode = mode,
-                     .local = local,
-                     .out = out,
-                     .bytes = bytes,
-                     .root = root,
-                     .out_slot = -1};
+    gs_prim p = prim(GS_PRIM_RECV_ALL, mode, local, out, bytes);
+    p.root = root;
+    return p;
 }
 
 gs_prim gs_prim_pair(int send_to, int recv_from, gs_prim_mode mode, const void *local, void *out,
                      size_t bytes)
 {
-    return (gs_prim){
-        .kind = GS_PRIM_PAIR,
-        .mode = mode,
-        .send_to = send_to,
-        .recv_from = recv_from,
-        .local = local,
-        .out = out,
-        .bytes = bytes,
-        .root = -1,
-        .out_slot = -1,
-    };
+    gs_prim p = prim(GS_PRIM_PAIR, mode, local, out, bytes);
+    p.send_to = send_to;
+    p.recv_from = recv_from;
+    return p;
 }
 
 /* Copies src into the next outbox slot and posts it to tx; from_user: posts

@@ -65,6 +65,11 @@ static uint32_t header_crc(const gs_ps_ckpt_header *h)
     return gs_crc32c(0, &copy, sizeof(copy));
 }
 
+/* The fields the header shares by name with gs_ps_ckpt_meta, and with its
+ * optimizer: fill_header copies them in, meta_from_header back. */
+#define CKPT_META_FIELDS(X)  X(server) X(servers) X(workers) X(nkeys) X(epoch) X(step) X(shard_bytes)
+#define CKPT_OPTIM_FIELDS(X) X(lr) X(momentum) X(beta1) X(beta2) X(eps) X(weight_decay)
+
 static void fill_header(gs_ps_ckpt_header *h, const gs_ps_ckpt_meta *m, uint32_t nshards)
 {
     memset(h, 0, sizeof(*h));
@@ -74,20 +79,13 @@ static void fill_header(gs_ps_ckpt_header *h, const gs_ps_ckpt_meta *m, uint32_t
     h->mode = (uint8_t)m->mode;
     h->nstate = (uint8_t)gs_ps_optim_nstate(m->optim.kind);
     h->header_bytes = sizeof(*h);
-    h->server = m->server;
-    h->servers = m->servers;
-    h->workers = m->workers;
-    h->nkeys = m->nkeys;
     h->nshards = nshards;
-    h->epoch = m->epoch;
-    h->step = m->step;
-    h->shard_bytes = m->shard_bytes;
-    h->lr = m->optim.lr;
-    h->momentum = m->optim.momentum;
-    h->beta1 = m->optim.beta1;
-    h->beta2 = m->optim.beta2;
-    h->eps = m->optim.eps;
-    h->weight_decay = m->optim.weight_decay;
+#define TO_HEADER(f)       h->f = m->f;
+#define OPTIM_TO_HEADER(f) h->f = m->optim.f;
+    CKPT_META_FIELDS(TO_HEADER)
+    CKPT_OPTIM_FIELDS(OPTIM_TO_HEADER)
+#undef TO_HEADER
+#undef OPTIM_TO_HEADER
 }
 
 /* f32 arrays are padded to 8 bytes so that every record stays 8-byte aligned. */
@@ -252,21 +250,14 @@ static gs_status check_header(const char *path, const gs_ps_ckpt_header *h, size
 
 static void meta_from_header(gs_ps_ckpt_meta *m, const gs_ps_ckpt_header *h)
 {
-    m->optim = (gs_ps_optim){.kind = (gs_ps_optimizer)h->optimizer,
-                             .lr = h->lr,
-                             .momentum = h->momentum,
-                             .beta1 = h->beta1,
-                             .beta2 = h->beta2,
-                             .eps = h->eps,
-                             .weight_decay = h->weight_decay};
+    m->optim = (gs_ps_optim){.kind = (gs_ps_optimizer)h->optimizer};
     m->mode = (gs_ps_mode)h->mode;
-    m->server = h->server;
-    m->servers = h->servers;
-    m->workers = h->workers;
-    m->epoch = h->epoch;
-    m->shard_bytes = h->shard_bytes;
-    m->step = h->step;
-    m->nkeys = h->nkeys;
+#define FROM_HEADER(f)       m->f = h->f;
+#define OPTIM_FROM_HEADER(f) m->optim.f = h->f;
+    CKPT_META_FIELDS(FROM_HEADER)
+    CKPT_OPTIM_FIELDS(OPTIM_FROM_HEADER)
+#undef FROM_HEADER
+#undef OPTIM_FROM_HEADER
 }
 
 static gs_status parse(const char *path, gs_ps_ckpt *ck, const gs_ps_ckpt_header *h)

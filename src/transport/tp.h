@@ -171,6 +171,29 @@ typedef gs_status gs_tp_recv_fn(gs_ep *ep, void *dst, gs_mr *lmr, size_t cap, ui
     .read = prefix##_read, .fetch_add = prefix##_fetch_add, .cmp_swap = prefix##_cmp_swap,                   \
     .send = prefix##_send, .recv = prefix##_recv
 
+/* The control ops, the same six in every backend and named by it the same
+ * way: <prefix>_caps, _close, _poll, _wait, _ep_error, _describe.
+ * GS_TP_CONTROL_OPS_DECLARE(prefix) and GS_TP_CONTROL_OPS(prefix) as for the
+ * data path. */
+typedef unsigned gs_tp_caps_fn(const gs_tp *tp);
+typedef gs_status gs_tp_close_fn(gs_tp *tp);
+typedef gs_status gs_tp_poll_fn(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
+typedef gs_status gs_tp_wait_fn(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+typedef gs_status gs_tp_ep_error_fn(gs_ep *ep, char *buf, size_t cap);
+typedef void gs_tp_describe_fn(const gs_tp *tp, char *buf, size_t cap);
+
+#define GS_TP_CONTROL_OPS_DECLARE(prefix)                                                                    \
+    gs_tp_caps_fn prefix##_caps;                                                                             \
+    gs_tp_close_fn prefix##_close;                                                                           \
+    gs_tp_poll_fn prefix##_poll;                                                                             \
+    gs_tp_wait_fn prefix##_wait;                                                                             \
+    gs_tp_ep_error_fn prefix##_ep_error;                                                                     \
+    gs_tp_describe_fn prefix##_describe
+
+#define GS_TP_CONTROL_OPS(prefix)                                                                            \
+    .caps = prefix##_caps, .close = prefix##_close, .poll = prefix##_poll, .wait = prefix##_wait,            \
+    .ep_error = prefix##_ep_error, .describe = prefix##_describe
+
 struct gs_tp_ops {
     const char *name;
     int id; /* GS_TRANSPORT_* */
@@ -180,8 +203,8 @@ struct gs_tp_ops {
     bool (*available)(const gs_config *cfg);
     /* The devices open would use here under cfg and why, one line (gsinfo); NULL: the transport has none. */
     void (*devices)(const gs_config *cfg, char *buf, size_t cap);
-    /* Capabilities of this instance (after open). Non-blocking. */
-    unsigned (*caps)(const gs_tp *tp);
+    /* Capabilities of this instance (after open; GS_TP_CONTROL_OPS). Non-blocking. */
+    gs_tp_caps_fn *caps;
     /* How far every peer of this backend is (latency and bandwidth class). */
     gs_tp_reach reach;
     /* Optional (NULL: reach for every peer): peer by peer, for a backend
@@ -200,8 +223,8 @@ struct gs_tp_ops {
      * store: every rank's open returns it (recorded in gs_last_error(), not
      * logged), so GS_TRANSPORT=auto may fall back to the next backend. */
     bool open_agrees;
-    /* Tears down everything, continuing past failures. */
-    gs_status (*close)(gs_tp *tp);
+    /* Tears down everything, continuing past failures (GS_TP_CONTROL_OPS). */
+    gs_tp_close_fn *close;
 
     /* Memory (GS_TP_DATA_OPS). Non-blocking apart from the system calls
      * involved. mr_pack's head arrives zeroed with version, transport,
@@ -222,11 +245,11 @@ struct gs_tp_ops {
     gs_tp_send_fn *send;
     gs_tp_recv_fn *recv;
 
-    /* Completions. poll never blocks; wait blocks (spin, event or hybrid per
-     * cfg->poll) until at least one completion or deadline_ns (then
-     * GS_ERR_TIMEOUT). Both drive the backend's progress. */
-    gs_status (*poll)(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
-    gs_status (*wait)(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+    /* Completions (GS_TP_CONTROL_OPS). poll never blocks; wait blocks (spin,
+     * event or hybrid per cfg->poll) until at least one completion or
+     * deadline_ns (then GS_ERR_TIMEOUT). Both drive the backend's progress. */
+    gs_tp_poll_fn *poll;
+    gs_tp_wait_fn *wait;
 
     /* Optional, with GS_TP_CAP_LOCAL_MAP: maps the whole of the peer's
      * region rmr (one the peer allocated with buf_alloc; checked against its
@@ -237,15 +260,16 @@ struct gs_tp_ops {
     gs_status (*map)(gs_ep *ep, const gs_rmr_head *rmr, void **addr_p, size_t *len_p);
     void (*unmap)(gs_tp *tp, void *addr, size_t len);
 
-    /* Why ep failed: the status of its first error (GS_ERR_PEER_LOST for a
-     * lost or closed peer; GS_OK while ep works) and that error's sentence
-     * into buf (a lost peer's as gs_error_peer_lost_text). A completion with
-     * an error status says what; this says why. Non-blocking. */
-    gs_status (*ep_error)(gs_ep *ep, char *buf, size_t cap);
-    /* Optional (NULL: the name alone): one line on what this instance
-     * runs over, for the init summary (verbs: device, port, GID, MTU).
-     * Non-blocking. */
-    void (*describe)(const gs_tp *tp, char *buf, size_t cap);
+    /* Why ep failed (GS_TP_CONTROL_OPS): the status of its first error
+     * (GS_ERR_PEER_LOST for a lost or closed peer; GS_OK while ep works) and
+     * that error's sentence into buf (a lost peer's as
+     * gs_error_peer_lost_text). A completion with an error status says what;
+     * this says why. Non-blocking. */
+    gs_tp_ep_error_fn *ep_error;
+    /* Optional (NULL: the name alone; GS_TP_CONTROL_OPS): one line on what
+     * this instance runs over, for the init summary (verbs: device, port,
+     * GID, MTU). Non-blocking. */
+    gs_tp_describe_fn *describe;
 };
 
 /* The backends built in, in preference order for GS_TRANSPORT=auto. */

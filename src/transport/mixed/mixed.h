@@ -59,5 +59,7 @@ enum {
 
 /* Memory and posts (mixed_rma.c): gs_mixed_buf_alloc ... gs_mixed_recv. */
 GS_TP_DATA_OPS_DECLARE(gs_mixed);
+/* Control (mixed_tp.c): gs_mixed_caps, _close, _poll, _wait, _ep_error, _describe. */
+GS_TP_CONTROL_OPS_DECLARE(gs_mixed);
 
 #endif

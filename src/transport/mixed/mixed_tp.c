@@ -33,7 +33,7 @@ static gs_mixed_tp *tp_of(gs_tp *base)
     return (gs_mixed_tp *)base;
 }
 
-static gs_status mixed_close(gs_tp *base)
+gs_status gs_mixed_close(gs_tp *base)
 {
     gs_mixed_tp *tp = tp_of(base);
     gs_status st = GS_OK, st2 = GS_OK;
@@ -85,11 +85,11 @@ gs_status gs_mixed_open(gs_ctx *ctx, const gs_tp_ops *far, gs_tp **tp_p)
     *tp_p = &tp->base;
     return GS_OK;
 fail:
-    mixed_close(&tp->base);
+    gs_mixed_close(&tp->base);
     return st;
 }
 
-static unsigned mixed_caps(const gs_tp *base)
+unsigned gs_mixed_caps(const gs_tp *base)
 {
     const gs_mixed_tp *tp = (const gs_mixed_tp *)base;
     /* per peer, not for every peer: no LOCAL_MAP; the far backend's zero-copy sends are not offered */
@@ -104,13 +104,13 @@ static gs_tp_reach mixed_peer_reach(const gs_tp *base, int peer)
     return gs_tp_reach_of(via, peer);
 }
 
-static gs_status mixed_ep_error(gs_ep *base, char *buf, size_t cap)
+gs_status gs_mixed_ep_error(gs_ep *base, char *buf, size_t cap)
 {
     gs_ep *sub = ((gs_mixed_ep *)base)->sub;
     return sub->tp->ops->ep_error(sub, buf, cap);
 }
 
-static void mixed_describe(const gs_tp *base, char *buf, size_t cap)
+void gs_mixed_describe(const gs_tp *base, char *buf, size_t cap)
 {
     const gs_mixed_tp *tp = (const gs_mixed_tp *)base;
     char near[320], far[320];
@@ -123,7 +123,7 @@ static void mixed_describe(const gs_tp *base, char *buf, size_t cap)
 
 /* Both instances, in turns; a failure of one (a lost peer) is returned
  * only when neither has a completion to return. */
-static gs_status mixed_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
+gs_status gs_mixed_poll(gs_tp *base, gs_wc *wcs, int max, int *n_p)
 {
     gs_mixed_tp *tp = tp_of(base);
     gs_tp *a = tp->far_first ? tp->far : tp->near, *b = tp->far_first ? tp->near : tp->far;
@@ -167,7 +167,7 @@ static uint64_t spin_budget_ns(const gs_config *cfg)
     return (uint64_t)(cfg->spin_us > 0 ? cfg->spin_us : 0) * 1000ull;
 }
 
-static gs_status mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
+gs_status gs_mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns)
 {
     gs_mixed_tp *tp = tp_of(base);
     uint64_t start = gs_now_ns(), slice = MIXED_SLICE_MIN_NS;
@@ -176,7 +176,7 @@ static gs_status mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t
     for (unsigned idle = 0;; idle++) {
         uint64_t now, until;
         gs_tp *sub;
-        gs_status st = mixed_poll(base, wcs, max, n_p);
+        gs_status st = gs_mixed_poll(base, wcs, max, n_p);
         if (st != GS_OK || *n_p > 0)
             return st;
         now = gs_now_ns();
@@ -198,7 +198,7 @@ static gs_status mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t
         if (st == GS_OK && *n_p > 0)
             return GS_OK;
         if (st != GS_OK && st != GS_ERR_TIMEOUT)
-            return mixed_poll(base, wcs, max, n_p); /* the other's completions first, then the failure */
+            return gs_mixed_poll(base, wcs, max, n_p); /* the other's completions first, then the failure */
         if (slice < MIXED_SLICE_MAX_NS)
             slice *= 2; /* idle for longer */
     }
@@ -207,14 +207,9 @@ static gs_status mixed_wait(gs_tp *base, gs_wc *wcs, int max, int *n_p, uint64_t
 const gs_tp_ops gs_mixed_ops = {
     .name = "mixed",
     .id = GS_TRANSPORT_MIXED,
-    .caps = mixed_caps,
     .reach = {GS_TP_LAT_KERNEL, GS_TP_BW_NETWORK}, /* not read: peer_reach answers per peer */
     .peer_reach = mixed_peer_reach,
     .open = NULL, /* gs_tp_open calls gs_mixed_open with the far backend it chose */
-    .close = mixed_close,
+    GS_TP_CONTROL_OPS(gs_mixed),
     GS_TP_DATA_OPS(gs_mixed),
-    .poll = mixed_poll,
-    .wait = mixed_wait,
-    .ep_error = mixed_ep_error,
-    .describe = mixed_describe,
 };

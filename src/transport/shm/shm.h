@@ -169,7 +169,6 @@ void gs_shm_tp_addr(const gs_shm_tp *tp, const char *host_id, gs_shm_addr *addr_
 gs_status gs_shm_tp_connect(gs_shm_tp *tp, const gs_shm_addr *addrs, gs_shm_ready *ready_p);
 /* Applies every rank's ready record: fails if any rank failed. */
 gs_status gs_shm_tp_finish(gs_shm_tp *tp, const gs_shm_ready *readies);
-gs_status gs_shm_close(gs_tp *tp);
 /* Opens memfd number fd of process pid (rank peer) through /proc and checks
  * its inode; what names it in errors. */
 gs_status gs_shm_open_peer_fd(int rank, int peer, pid_t pid, int fd, uint64_t ino, const char *what,
@@ -221,6 +220,9 @@ static inline gs_status gs_shm_target_get(gs_shm_ep *ep, const gs_rmr_head *d, u
 /* ---- the data-path ops: gs_shm_buf_alloc, _mr_reg, _mr_dereg, _mr_pack
  * (shm_mr.c), gs_shm_write ... gs_shm_send (shm_rma.c), gs_shm_recv (shm_cq.c) */
 GS_TP_DATA_OPS_DECLARE(gs_shm);
+/* ---- the control ops: gs_shm_caps, _close, _ep_error, _describe (shm_tp.c),
+ * gs_shm_poll, _wait (shm_progress.c) */
+GS_TP_CONTROL_OPS_DECLARE(gs_shm);
 
 /* ---- shm_cq.c */
 /* Makes room for one more local completion (so pushing it cannot fail). */
@@ -307,8 +309,6 @@ static inline gs_status gs_shm_ep_check(gs_shm_ep *ep, const char *op)
 {
     return __builtin_expect(ep->state == GS_SHM_EP_UP, 1) ? GS_OK : gs_shm_ep_down(ep, op);
 }
-gs_status gs_shm_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
-gs_status gs_shm_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 /* Checks every peer's process now; marks the lost and closed ones. */
 void gs_shm_check_peers(gs_shm_tp *tp);
 /* The start time of process pid (field 22 of /proc/<pid>/stat) and whether

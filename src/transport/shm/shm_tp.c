@@ -385,14 +385,14 @@ gs_status gs_shm_close(gs_tp *base)
     return GS_OK;
 }
 
-static unsigned shm_caps(const gs_tp *base)
+unsigned gs_shm_caps(const gs_tp *base)
 {
     const gs_shm_tp *tp = (const gs_shm_tp *)base;
     return GS_TP_CAP_ATOMIC | GS_TP_CAP_SEND_COPY | (tp->host_only ? 0u : GS_TP_CAP_LOCAL_MAP) |
            (tp->cma_ok ? GS_TP_CAP_USER_MEM : 0u);
 }
 
-static gs_status shm_ep_error(gs_ep *base, char *buf, size_t cap)
+gs_status gs_shm_ep_error(gs_ep *base, char *buf, size_t cap)
 {
     const gs_shm_ep *ep = (const gs_shm_ep *)base;
     if (ep->state == GS_SHM_EP_LOST) {
@@ -406,7 +406,7 @@ static gs_status shm_ep_error(gs_ep *base, char *buf, size_t cap)
     return GS_OK;
 }
 
-static void shm_describe(const gs_tp *base, char *buf, size_t cap)
+void gs_shm_describe(const gs_tp *base, char *buf, size_t cap)
 {
     const gs_shm_tp *tp = (const gs_shm_tp *)base;
     snprintf(buf, cap, "shm (memfd segments; caller memory by cross-memory attach: %s%s%s)",
@@ -416,15 +416,10 @@ static void shm_describe(const gs_tp *base, char *buf, size_t cap)
 const gs_tp_ops gs_shm_ops = {
     .name = "shm",
     .id = GS_TRANSPORT_SHM,
-    .caps = shm_caps,
     .reach = {GS_TP_LAT_MEMORY, GS_TP_BW_MEMORY},
     .open = shm_tp_open,
-    .close = gs_shm_close,
+    GS_TP_CONTROL_OPS(gs_shm),
     GS_TP_DATA_OPS(gs_shm),
-    .poll = gs_shm_poll,
-    .wait = gs_shm_wait,
-    .ep_error = shm_ep_error,
-    .describe = shm_describe,
     .map = gs_shm_map_region,
     .unmap = gs_shm_unmap_region,
 };

@@ -249,6 +249,9 @@ gs_status gs_tcp_mr_check(const gs_tcp_mr *mr, uint64_t off, uint64_t len, unsig
 /* The data-path ops: gs_tcp_buf_alloc, _mr_reg, _mr_dereg, _mr_pack
  * (tcp_mr.c), gs_tcp_write ... gs_tcp_recv (tcp_rma.c). */
 GS_TP_DATA_OPS_DECLARE(gs_tcp);
+/* The control ops: gs_tcp_caps, _close, _ep_error, _describe (tcp_tp.c),
+ * gs_tcp_poll, _wait (tcp_cq.c). */
+GS_TP_CONTROL_OPS_DECLARE(gs_tcp);
 
 /* tcp_tx.c (callers hold tp->lock). */
 /* Writes as much of ep's queue as the socket takes. */
@@ -315,8 +318,6 @@ bool gs_tcp_cq_full(const gs_tcp_tp *tp);
 void gs_tcp_cq_push(gs_tcp_tp *tp, const gs_wc *wc);
 /* Delivers what arrived after the last receive-side check; wakes waiters. */
 void gs_tcp_wake(gs_tcp_tp *tp);
-gs_status gs_tcp_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
-gs_status gs_tcp_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
 
 /* tcp_thread.c: the progress thread. It takes over the progress engine
  * whenever the caller has not polled for GS_TCP_TAKEOVER_NS (computing, or

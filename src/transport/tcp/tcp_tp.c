@@ -16,7 +16,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-static unsigned tcp_caps(const gs_tp *tp)
+unsigned gs_tcp_caps(const gs_tp *tp)
 {
     (void)tp;
     return GS_TP_CAP_USER_MEM | GS_TP_CAP_ATOMIC | GS_TP_CAP_ZCOPY_SEND;
@@ -115,13 +115,13 @@ static gs_status tcp_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     return GS_OK;
 }
 
-static gs_status tcp_close(gs_tp *tp)
+gs_status gs_tcp_close(gs_tp *tp)
 {
     gs_tcp_tp_destroy(gs_tcp_tp_of(tp));
     return GS_OK;
 }
 
-static gs_status tcp_ep_error(gs_ep *base, char *buf, size_t cap)
+gs_status gs_tcp_ep_error(gs_ep *base, char *buf, size_t cap)
 {
     gs_tcp_tp *tp = gs_tcp_tp_of(base->tp);
     gs_tcp_ep *ep = (gs_tcp_ep *)base;
@@ -144,7 +144,7 @@ static gs_tp_zcopy_mode tcp_zcopy_mode(const gs_tp *tp, size_t bytes)
     return tp->cfg->tcp_zcopy == GS_TCP_ZCOPY_ON ? GS_TP_ZCOPY_ALWAYS : GS_TP_ZCOPY_TIMED;
 }
 
-static void tcp_describe(const gs_tp *tp, char *buf, size_t cap)
+void gs_tcp_describe(const gs_tp *tp, char *buf, size_t cap)
 {
     const gs_config *cfg = tp->cfg;
     static const char *const zcopy[] = {"auto", "on", "off"};
@@ -157,14 +157,9 @@ static void tcp_describe(const gs_tp *tp, char *buf, size_t cap)
 const gs_tp_ops gs_tcp_ops = {
     .name = "tcp",
     .id = GS_TRANSPORT_TCP,
-    .caps = tcp_caps,
     .reach = {GS_TP_LAT_KERNEL, GS_TP_BW_NETWORK},
     .zcopy_mode = tcp_zcopy_mode,
     .open = tcp_open,
-    .close = tcp_close,
+    GS_TP_CONTROL_OPS(gs_tcp),
     GS_TP_DATA_OPS(gs_tcp),
-    .poll = gs_tcp_poll,
-    .wait = gs_tcp_wait,
-    .ep_error = tcp_ep_error,
-    .describe = tcp_describe,
 };

@@ -430,6 +430,9 @@ void gs_verbs_memlock_describe(const struct rlimit *lim, char *buf, size_t cap);
 /* The data-path ops: gs_verbs_buf_alloc, _mr_reg, _mr_dereg, _mr_pack
  * (verbs_mr.c), gs_verbs_write ... gs_verbs_recv (verbs_rma.c). */
 GS_TP_DATA_OPS_DECLARE(gs_verbs);
+/* The control ops: gs_verbs_caps, _close, _ep_error, _describe (verbs_tp.c),
+ * gs_verbs_poll, _wait (verbs_cq.c). */
+GS_TP_CONTROL_OPS_DECLARE(gs_verbs);
 /* Internal control operations (credit return, heartbeat, close notice). */
 gs_status gs_verbs_post_ctrl(gs_verbs_ep *ep, gs_verbs_slot_kind kind);
 /* Queues a consumed receive buffer for re-posting at the end of this progress pass. */
@@ -458,9 +461,7 @@ void gs_verbs_lanes_done(gs_verbs_ep *ep, uint32_t op);
  * completed (those fully done with GS_OK, the first other with status, the rest flushed). */
 void gs_verbs_lanes_fail(gs_verbs_ep *ep, gs_status status);
 
-/* verbs_cq.c: completions. */
-gs_status gs_verbs_poll(gs_tp *tp, gs_wc *wcs, int max, int *n_p);
-gs_status gs_verbs_wait(gs_tp *tp, gs_wc *wcs, int max, int *n_p, uint64_t deadline_ns);
+/* verbs_cq.c: completions (gs_verbs_poll and _wait are control ops, above). */
 /* Drains the CQ and runs the housekeeping (re-posts, credits, heartbeats). */
 gs_status gs_verbs_progress(gs_verbs_tp *vt);
 gs_status gs_verbs_outq_push(gs_verbs_tp *vt, const gs_wc *wc);

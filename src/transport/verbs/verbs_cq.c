@@ -374,6 +374,14 @@ static void fail_all(gs_verbs_tp *vt, const char *cause)
                 failed, failed == 1 ? "" : "s");
 }
 
+/* fail_all for an event of the whole device: what it did, after its name and port. */
+static void fail_device(gs_verbs_tp *vt, const char *what)
+{
+    char cause[256];
+    snprintf(cause, sizeof(cause), "device %s port %u %s", vt->dev.name, vt->dev.port, what);
+    fail_all(vt, cause);
+}
+
 /* Gives up on a port that went down and did not come back within the grace (the QP's retry budget). */
 static void check_port(gs_verbs_tp *vt, uint64_t now)
 {
@@ -450,24 +458,15 @@ static void apply_qp_events(gs_verbs_tp *vt)
 
 void gs_verbs_async_event(gs_verbs_tp *vt, const struct ibv_async_event *ev)
 {
-    char cause[256];
     gs_verbs_ep *ep = NULL;
 
     switch (ev->event_type) {
     case IBV_EVENT_DEVICE_FATAL:
-        snprintf(
-            cause, sizeof(cause),
-            "device %s (port %u) reported a fatal error (IBV_EVENT_DEVICE_FATAL): every queue pair on it "
-            "is lost; check dmesg, the device must be reset",
-            vt->dev.name, vt->dev.port);
-        fail_all(vt, cause);
+        fail_device(vt, "reported a fatal error (IBV_EVENT_DEVICE_FATAL): every queue pair on it is lost; "
+                        "check dmesg, the device must be reset");
         break;
     case IBV_EVENT_CQ_ERR:
-        snprintf(cause, sizeof(cause),
-                 "the completion queue on device %s port %u failed (IBV_EVENT_CQ_ERR, e.g. an overrun): "
-                 "completions were lost",
-                 vt->dev.name, vt->dev.port);
-        fail_all(vt, cause);
+        fail_device(vt, "lost completions: its completion queue failed (IBV_EVENT_CQ_ERR, e.g. an overrun)");
         break;
     case IBV_EVENT_PORT_ERR:
     case IBV_EVENT_PORT_ACTIVE: port_event(vt, ev); break;

@@ -52,12 +52,11 @@ typedef struct gs_verbs_conn_blob {
 } gs_verbs_conn_blob;
 
 _Static_assert(offsetof(gs_verbs_conn_blob, version) == 0, "version byte first");
-_Static_assert(offsetof(gs_verbs_conn_blob, qpn) == 16, "blob layout");
-_Static_assert(offsetof(gs_verbs_conn_blob, gid) == 32, "blob layout");
-_Static_assert(offsetof(gs_verbs_conn_blob, ctrl_addr) == 48, "blob layout");
-_Static_assert(offsetof(gs_verbs_conn_blob, pkey) == 60, "blob layout");
-_Static_assert(offsetof(gs_verbs_conn_blob, lane_qpn) == 64, "blob layout");
-_Static_assert(offsetof(gs_verbs_conn_blob, rail_gid) == 128, "blob layout");
+_Static_assert(offsetof(gs_verbs_conn_blob, qpn) == 16 && offsetof(gs_verbs_conn_blob, gid) == 32 &&
+                   offsetof(gs_verbs_conn_blob, ctrl_addr) == 48 &&
+                   offsetof(gs_verbs_conn_blob, pkey) == 60 && offsetof(gs_verbs_conn_blob, lane_qpn) == 64 &&
+                   offsetof(gs_verbs_conn_blob, rail_gid) == 128,
+               "blob layout");
 _Static_assert(sizeof(gs_verbs_conn_blob) == 160, "blob size");
 
 /*

@@ -401,7 +401,7 @@ static void notify_close(gs_verbs_tp *vt)
     }
 }
 
-static gs_status verbs_close(gs_tp *tp)
+gs_status gs_verbs_close(gs_tp *tp)
 {
     gs_verbs_tp *vt = gs_verbs_tp_of(tp);
     int rc;
@@ -498,7 +498,7 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     if (status == GS_OK)
         status = agree(ctx, "probe", probe_peers(vt));
     if (status != GS_OK) {
-        verbs_close(vt ? &vt->base : NULL);
+        gs_verbs_close(vt ? &vt->base : NULL);
         return status;
     }
     vt->up = true;
@@ -518,7 +518,7 @@ static gs_status verbs_open(gs_ctx *ctx, const gs_config *cfg, gs_tp **tp_p)
     return GS_OK;
 }
 
-static unsigned verbs_caps(const gs_tp *tp)
+unsigned gs_verbs_caps(const gs_tp *tp)
 {
     const gs_verbs_tp *vt = (const gs_verbs_tp *)tp;
     unsigned caps = GS_TP_CAP_USER_MEM;
@@ -527,7 +527,7 @@ static unsigned verbs_caps(const gs_tp *tp)
     return caps;
 }
 
-static gs_status verbs_ep_error(gs_ep *base, char *buf, size_t cap)
+gs_status gs_verbs_ep_error(gs_ep *base, char *buf, size_t cap)
 {
     const gs_verbs_ep *ep = (const gs_verbs_ep *)base;
     if (ep->state != GS_VERBS_EP_FAILED && ep->state != GS_VERBS_EP_CLOSED)
@@ -536,7 +536,7 @@ static gs_status verbs_ep_error(gs_ep *base, char *buf, size_t cap)
     return ep->state == GS_VERBS_EP_CLOSED ? GS_ERR_PEER_LOST : ep->err;
 }
 
-static void verbs_describe(const gs_tp *tp, char *buf, size_t cap)
+void gs_verbs_describe(const gs_tp *tp, char *buf, size_t cap)
 {
     const gs_verbs_dev *d = &((const gs_verbs_tp *)tp)->dev;
     char gid[INET6_ADDRSTRLEN] = "-";
@@ -567,13 +567,8 @@ const gs_tp_ops gs_verbs_ops = {
     .open_agrees = true,
     .available = gs_verbs_available,
     .devices = gs_verbs_devices_text,
-    .caps = verbs_caps,
     .reach = {GS_TP_LAT_RDMA, GS_TP_BW_NETWORK},
     .open = verbs_open,
-    .close = verbs_close,
+    GS_TP_CONTROL_OPS(gs_verbs),
     GS_TP_DATA_OPS(gs_verbs),
-    .poll = gs_verbs_poll,
-    .wait = gs_verbs_wait,
-    .ep_error = verbs_ep_error,
-    .describe = verbs_describe,
 };
