@@ -583,7 +583,8 @@ gs_status gs_ireduce(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t c
 }
 
 /* gather and scatter take the same arguments (count elements to or from
- * every rank, at root); blocking, or into *req_p. */
+ * every rank, at root); blocking, or into *req_p. Their wrappers below in
+ * the header's order: the blocking calls, then the non-blocking ones. */
 static gs_status run_gather_scatter(const char *fn, gs_coll_kind kind, gs_comm *comm, const void *sendbuf,
                                     void *recvbuf, size_t count, gs_dtype dtype, int root, bool blocking,
                                     gs_req **req_p)
@@ -599,18 +600,18 @@ gs_status gs_gather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t se
                               true, NULL);
 }
 
-gs_status gs_igather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
-                     int root, gs_req **req_p)
-{
-    return run_gather_scatter("gs_igather", GS_COLL_GATHER, comm, sendbuf, recvbuf, sendcount, dtype, root,
-                              false, req_p);
-}
-
 gs_status gs_scatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
                      int root)
 {
     return run_gather_scatter("gs_scatter", GS_COLL_SCATTER, comm, sendbuf, recvbuf, recvcount, dtype, root,
                               true, NULL);
+}
+
+gs_status gs_igather(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t sendcount, gs_dtype dtype,
+                     int root, gs_req **req_p)
+{
+    return run_gather_scatter("gs_igather", GS_COLL_GATHER, comm, sendbuf, recvbuf, sendcount, dtype, root,
+                              false, req_p);
 }
 
 gs_status gs_iscatter(gs_comm *comm, const void *sendbuf, void *recvbuf, size_t recvcount, gs_dtype dtype,
