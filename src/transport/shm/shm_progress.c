@@ -102,6 +102,12 @@ static bool peer_exited(gs_shm_ep *ep, struct pollfd *pfd)
     return !gs_shm_proc_stat(ep->pid, &start, &zombie) || zombie || start != ep->start_time;
 }
 
+/* Whether the message at the head of ep's ring to us is there. */
+static inline bool ring_ready(const gs_shm_ep *ep)
+{
+    return __atomic_load_n(&ep->rx->slots[ep->rx_head & RING_MASK].seq, __ATOMIC_ACQUIRE) == ep->rx_head + 1;
+}
+
 void gs_shm_check_peers(gs_shm_tp *tp)
 {
     for (int p = 0; p < tp->base.size; p++) {
@@ -122,6 +128,10 @@ void gs_shm_check_peers(gs_shm_tp *tp)
             ep->state = GS_SHM_EP_CLOSED;
             continue;
         }
+        /* what it sent before it died is taken first (a later check marks
+         * it lost): its receives flushed now would drop those messages */
+        if (ring_ready(ep) && !ep->stalled)
+            continue;
         snprintf(why, sizeof(why), "its process %d exited without closing its transport", (int)ep->pid);
         ep_mark_lost(ep, why);
     }
@@ -211,11 +221,6 @@ gs_status gs_shm_ring_post(gs_shm_ep *ep, uint8_t type, uint32_t imm, uint32_t l
 }
 
 /* ---- ring: reader side ------------------------------------------------------ */
-
-static inline bool ring_ready(const gs_shm_ep *ep)
-{
-    return __atomic_load_n(&ep->rx->slots[ep->rx_head & RING_MASK].seq, __ATOMIC_ACQUIRE) == ep->rx_head + 1;
-}
 
 /* Copies a SEND's payload (head inline bytes, then continuation slots) out of the ring. */
 static void ring_gather(const gs_shm_ep *ep, const gs_shm_slot *head, uint8_t *out)
