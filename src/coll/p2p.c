@@ -43,9 +43,11 @@
 
 _Static_assert(GS_P2P_FRAME_MAX == GS_SEND_MAX, "a p2p frame is one transport SEND");
 
-#define GS_P2P_RECVS      16         /* receives posted per peer */
-#define GS_P2P_OUT_SLOTS  64         /* envelope slots */
-#define GS_P2P_READ_CHUNK (8u << 20) /* a rendezvous READs in pieces of this */
+#define GS_P2P_RECVS       16         /* receives posted per peer */
+#define GS_P2P_OUT_SLOTS   64         /* envelope slots */
+#define GS_P2P_READ_CHUNK  (8u << 20) /* a rendezvous READs in pieces of this */
+#define GS_P2P_QUICK_TURNS 256        /* a blocking receive's spin on its peer's mailbox, */
+#define GS_P2P_QUICK_POLL  4          /* polling the transport every 4th turn */
 
 enum { S_QUEUED = 1, S_WAIT_FIN, R_POSTED, R_READ, R_STREAM, P2P_DONE };
 
@@ -1184,12 +1186,54 @@ gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, 
     return gs_p2p_wait(req);
 }
 
+/* The common blocking receive of a small message (a buffer of at most
+ * GS_MAIL_MAX bytes), from one peer that shares the boxes with nothing
+ * queued or posted here: spins on that peer's mailbox (the
+ * transport polled every GS_P2P_QUICK_POLL turns). GS_OK: received;
+ * GS_ERR_AGAIN: the general path takes over (anything else came first, the
+ * message does not fit as it is, or it did not come soon). */
+static gs_status recv_now(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int peer, int tag,
+                          gs_p2p_status *status)
+{
+    gs_p2p *p = comm->p2p;
+    gs_status st = GS_ERR_AGAIN;
+    size_t es = gs_dtype_size(dtype);
+    if (!comm->box || comm->oversubscribed || peer == GS_ANY_SOURCE || peer == comm->rank ||
+        count * es > GS_MAIL_MAX) /* a larger buffer's message may well come by the transport */
+        return GS_ERR_AGAIN;
+    gs_engine_lock(comm);
+    for (unsigned turn = 1; turn <= GS_P2P_QUICK_TURNS; turn++) {
+        gs_mail_msg mm;
+        if (comm->failed != GS_OK || p->unexp || p->posted.head)
+            break;
+        if (gs_mail_peek(comm, &p->mail, peer, &mm)) {
+            if (mm.msg != p->rx_msgs[peer] + 1 || mm.tag != tag || mm.dtype != (uint8_t)dtype ||
+                mm.bytes > GS_MAIL_MAX || mm.bytes > count * es)
+                break;
+            memcpy(buf, mm.data, mm.bytes);
+            gs_mail_take(comm, &p->mail, peer);
+            p->rx_msgs[peer] = mm.msg;
+            if (status)
+                *status = (gs_p2p_status){.source = peer, .tag = tag, .count = mm.bytes / es};
+            st = GS_OK;
+            break;
+        }
+        if (turn % GS_P2P_QUICK_POLL == 0)
+            gs_engine_progress(comm); /* a frame for this receive waits as unexpected: the next turn leaves */
+        gs_cpu_relax();
+    }
+    gs_engine_unlock(comm);
+    return st;
+}
+
 gs_status gs_recv(gs_comm *comm, void *buf, size_t count, gs_dtype dtype, int peer, int tag,
                   gs_p2p_status *status)
 {
     gs_status st = check_args(comm, "gs_recv", buf, count, dtype, peer, tag, true);
     if (st != GS_OK)
         return st;
+    if (recv_now(comm, buf, count, dtype, peer, tag, status) == GS_OK)
+        return GS_OK;
     gs_coll_req *req = &comm->p2p->sync;
     init_op(req, comm, GS_P2P_RECV, count, dtype, peer, tag, 0);
     start_recv(comm, req, buf, status);
