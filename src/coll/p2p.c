@@ -1198,7 +1198,8 @@ static gs_status recv_now(gs_comm *comm, void *buf, size_t count, gs_dtype dtype
     gs_p2p *p = comm->p2p;
     gs_status st = GS_ERR_AGAIN;
     size_t es = gs_dtype_size(dtype);
-    if (!comm->box || comm->oversubscribed || peer == GS_ANY_SOURCE || peer == comm->rank ||
+    if (!comm->box || comm->oversubscribed || comm->cfg->poll == GS_POLL_EVENT || peer == GS_ANY_SOURCE ||
+        peer == comm->rank ||
         count * es > GS_MAIL_MAX) /* a larger buffer's message may well come by the transport */
         return GS_ERR_AGAIN;
     gs_engine_lock(comm);
