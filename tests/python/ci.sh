@@ -30,7 +30,8 @@ cmake --build "$out" --target gs_c10d gradsync gsrun gshello -j"$(nproc)" >/dev/
 # The backend links libgradsync.so (not a copy of the static library): after `import gradsync`
 # the process holds exactly one libgradsync, the one the ctypes bindings loaded.
 echo "python: the module and the bindings share one libgradsync.so"
-readelf -d "$out/python/gradsync/_c10d.so" | grep -q 'NEEDED.*\[libgradsync\.so' || {
+# grep reads all (not -q): leaving early would break readelf's pipe, a failure under pipefail
+readelf -d "$out/python/gradsync/_c10d.so" | grep 'NEEDED.*\[libgradsync\.so' >/dev/null || {
     echo "python: FAILED: _c10d.so does not link libgradsync.so" >&2
     exit 1
 }

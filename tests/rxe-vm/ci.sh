@@ -152,7 +152,7 @@ build=$(cd "$1" && pwd)
 for f in tools/gsinfo tools/gsrun tools/gsperf "${VERBS_TESTS[@]/#/tests/}" "${FAULT_TESTS[@]/#/tests/}"; do
     [ -x "$build/$f" ] || { echo "rxe-vm ci: $build/$f is missing: build the tree first" >&2; exit 1; }
 done
-if ! env -i "$build/tools/gsinfo" | grep -q '^transports:.* verbs'; then
+if ! env -i "$build/tools/gsinfo" | grep '^transports:.* verbs' >/dev/null; then # not -q: an early exit breaks the pipe (pipefail)
     echo "rxe-vm ci: $build has no verbs transport: install libibverbs-dev (scripts/deps.sh does) and" \
         "configure the build again (cmake -S . -B $1 -DGS_WITH_VERBS=ON)" >&2
     exit 1
@@ -187,7 +187,9 @@ for t in "${!GUEST_CASES[@]}"; do
     [[ " ${tests[*]} " == *" $t "* ]] || { echo "rxe-vm ci: GUEST_CASES names $t, which has no verbs cases" >&2; exit 1; }
     for c in ${GUEST_CASES[$t]}; do
         [ "$c" != --except ] || continue # the word after it is checked as any other: it must name a case
-        GS_TEST_TRANSPORT=verbs "$build/tests/$t" --list "$c" | grep -q '^verbs\.' ||
+        # the list first, then grep: grep -q leaving early would break the pipe (pipefail)
+        cases=$(GS_TEST_TRANSPORT=verbs "$build/tests/$t" --list "$c")
+        grep -q '^verbs\.' <<<"$cases" ||
             { echo "rxe-vm ci: GUEST_CASES[$t] names '$c', which no verbs case of $t matches" >&2; exit 1; }
     done
 done
