@@ -1176,8 +1176,8 @@ gs_status gs_send(gs_comm *comm, const void *buf, size_t count, gs_dtype dtype, 
     gs_status st = check_args(comm, "gs_send", buf, count, dtype, peer, tag, false);
     if (st != GS_OK)
         return st;
-    if (send_now(comm, buf, count, dtype, peer, tag))
-        return GS_OK;
+    if (send_now(comm, buf, count, dtype, peer, tag) && comm->failed == GS_OK)
+        return GS_OK; /* sent; if waking the peer failed the communicator, the queued path says why */
     gs_coll_req *req = &comm->p2p->sync;
     init_op(req, comm, GS_P2P_SEND, count, dtype, peer, tag, 0);
     start_send(comm, req, buf);
