@@ -123,13 +123,18 @@ step_result() { # NAME OK(0/1) T0
 # shm inside each guest, verbs between them
 step_mixed() {
     local c a rc
-    # one job, every collective in turn (each gsbench a new context on the same store port)
+    # one job, every collective in turn, each gsbench a new context with a store port and token of
+    # its own (1000 above the job's, then one up a run): a rank that finished a run early must not
+    # reach the store of the run before, whose rank 0 may still be saying goodbye
     job mixed 600 2 GS_TRANSPORT=auto GS_LOG_LEVEL=info GS_TIMEOUT_MS=60000 -- sh -c '
+        i=0
         for run in allreduce:auto allreduce:ring allreduce:hier reduce_scatter:auto reduce_scatter:hier \
             allgather:auto allgather:hier broadcast:auto reduce:auto gather:auto scatter:auto \
             alltoall:auto sendrecv:auto; do
+            i=$((i + 1))
             echo "== ${run%:*} GS_ALGO=${run#*:}"
-            GS_ALGO=${run#*:} "$0" --coll ${run%:*} --sizes 8,4100,64K,1M --iters 2 --warmup 1 --no-pin ||
+            GS_STORE=${GS_STORE%:*}:$((${GS_STORE##*:} + 1000 + i)) GS_JOB_TOKEN=$GS_JOB_TOKEN-$i \
+                GS_ALGO=${run#*:} "$0" --coll ${run%:*} --sizes 8,4100,64K,1M --iters 2 --warmup 1 --no-pin ||
                 { echo "== FAILED: $run"; exit 1; }
         done' "$gsbench"
     if ! all_zero "${job_rcs[@]}"; then
@@ -177,10 +182,13 @@ step_loss() {
     local c a rc
     netem "loss 1%"
     job loss 600 1 GS_TRANSPORT=verbs GS_TIMEOUT_MS=60000 -- sh -c '
+        i=0
         for c in allreduce reduce_scatter allgather broadcast alltoall; do
+            i=$((i + 1))
             echo "== $c"
-            "$0" --coll $c --sizes 8,64K,1M --iters 5 --warmup 1 --no-pin || { echo "== FAILED: $c"; exit 1; }
-        done' "$gsbench"
+            GS_STORE=${GS_STORE%:*}:$((${GS_STORE##*:} + 1000 + i)) GS_JOB_TOKEN=$GS_JOB_TOKEN-$i \
+                "$0" --coll $c --sizes 8,64K,1M --iters 5 --warmup 1 --no-pin || { echo "== FAILED: $c"; exit 1; }
+        done' "$gsbench" # a store of its own a run, as in the mixed step
     all_zero "${job_rcs[@]}" || { ok=1; logs_tail loss; }
     netem ""
 }
