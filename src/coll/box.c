@@ -17,6 +17,9 @@
  * bytes share the cache line of the post number, so a small allreduce costs
  * about one cache-line transfer per peer.
  *
+ * Large pieces post by reference instead (box_ref.c): the post names the
+ * poster's buffers and the ranks copy between the callers' buffers.
+ *
  * Two slots suffice: a rank posts number p only after it has seen every
  * peer's post p-1, and a peer posts p-1 only after it finished reading
  * everyone's post p-2, the previous user of the slot.
@@ -207,66 +210,6 @@ static gs_status peer_failed(gs_coll_op *op)
     return GS_OK;
 }
 
-/* ---- by reference ---------------------------------------------------------------- */
-
-/* Bytes of one rank's piece of the call. */
-static size_t piece_bytes(const gs_coll_op *op)
-{
-    return (size_t)op->count * op->es;
-}
-
-bool gs_box_ref_possible(const gs_comm *comm, size_t piece)
-{
-    return comm->box && comm->size > 1 && piece >= GS_BOX_REF_BYTES &&
-           (gs_tp_caps(comm->tp) & GS_TP_CAP_USER_MEM);
-}
-
-bool gs_box_ref_wanted(const gs_coll_op *op)
-{
-    gs_coll_kind k = op->kind;
-    if (!op->box || op->parts || !gs_box_ref_possible(op->comm, piece_bytes(op)))
-        return false;
-    if (k == GS_COLL_ALLTOALL) /* in place, a peer would read blocks this rank is overwriting */
-        return op->send != op->recv;
-    return k == GS_COLL_BROADCAST || k == GS_COLL_ALLGATHER || k == GS_COLL_GATHER || k == GS_COLL_SCATTER;
-}
-
-void gs_box_ref_extents(const gs_coll_op *op, size_t *send_p, size_t *recv_p)
-{
-    size_t one = piece_bytes(op), all = one * (size_t)op->comm->size;
-    bool root = op->comm->rank == op->root;
-    switch (op->kind) {
-    case GS_COLL_BROADCAST: *send_p = root ? one : 0, *recv_p = root ? 0 : one; break;
-    case GS_COLL_GATHER: *send_p = root ? 0 : one, *recv_p = root ? all : 0; break;
-    case GS_COLL_SCATTER: *send_p = root ? all : 0, *recv_p = root ? 0 : one; break;
-    case GS_COLL_ALLGATHER: *send_p = one, *recv_p = all; break;
-    default: *send_p = all, *recv_p = all; break; /* alltoall */
-    }
-}
-
-/* The post's payload names where its data lies in this rank's send buffer. */
-static void post_ref(gs_coll_op *op, const gs_prim *p, uint8_t *dst)
-{
-    gs_coll_box_ref ref = {.offset = (uint64_t)(p->local - op->send), .stride = p->stride};
-    gs_mr_pack(op->send_mr, &ref.region);
-    memcpy(dst, &ref, sizeof(ref));
-}
-
-/* Peer q's data for this rank, by reference: one read from its buffer into dst. */
-static gs_status read_ref(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst)
-{
-    gs_comm *c = op->comm;
-    gs_coll_box_ref ref;
-    memcpy(&ref, gs_box_payload(gs_box_slot(c->box, q, op->box_post)), sizeof(ref));
-    uint64_t off = ref.offset + (p->pieces ? (uint64_t)c->rank * ref.stride : 0);
-    gs_status st = gs_ep_read(gs_tp_ep(c->tp, q), dst, op->recv_mr, p->bytes, &ref.region, off, 0, 0);
-    if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_COLL, st,
-                       "rank %d: reading %zu bytes of rank %d's buffer (by reference) failed: %s", c->rank,
-                       p->bytes, q, gs_last_error());
-    return GS_OK;
-}
-
 /* ---- posting and reading ----------------------------------------------------- */
 
 static void publish(gs_coll_op *op, uint32_t unit, size_t bytes, uint8_t flags);
@@ -275,10 +218,10 @@ gs_status gs_box_post(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
     uint8_t *dst = gs_box_next_payload(c);
-    if (op->box_ref && p->bytes && p->local) {
-        post_ref(op, p, dst);
-        publish(op, p->send_unit, p->bytes, GS_COLL_HDR_REF);
-        if (p->out && p->out != p->local && !p->stride)
+    uint8_t flags = op->box_ref ? gs_box_ref_fill(op, p, dst) : 0;
+    if (flags) {
+        publish(op, p->send_unit, p->bytes, flags);
+        if (p->out && p->local && p->out != p->local && p->bytes && !p->stride)
             gs_coll_copy_out(op, p->out, p->local, p->bytes);
         return GS_OK;
     }
@@ -382,13 +325,6 @@ static void reduce_all(gs_coll_op *op, const gs_prim *p, size_t n)
     }
 }
 
-/* Whether peer q's current post is a reference (its header says so). */
-static bool by_ref(const gs_coll_op *op, int q)
-{
-    const gs_comm *c = op->comm;
-    return q != c->rank && (gs_box_slot(c->box, q, op->box_post)->hdr.flags & GS_COLL_HDR_REF);
-}
-
 gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
 {
     gs_comm *c = op->comm;
@@ -409,21 +345,25 @@ gs_status gs_box_gather(gs_coll_op *op, gs_prim *p)
         if (st != GS_OK)
             return st;
     }
-    if (p->mode == GS_PRIM_REDUCE) {
+    if (op->box_ref && (st = gs_box_ref_push(op, p)) != GS_OK) /* what this rank writes into peers */
+        return st;
+    if (p->mode == GS_PRIM_REDUCE && op->box_ref && p->bytes && p->out) { /* ref_mr: gs_coll_user_open */
+        st = gs_box_ref_reduce(op, p);
+    } else if (p->mode == GS_PRIM_REDUCE) {
         reduce_all(op, p, n);
     } else if (p->mode == GS_PRIM_GATHER && p->out && p->bytes) {
         for (int q = 0; q < c->size && st == GS_OK; q++) {
             uint8_t *dst = p->out + (size_t)q * p->stride;
             const uint8_t *src = operand(op, p, q);
-            if (by_ref(op, q))
-                st = read_ref(op, p, q, dst);
+            if (gs_box_by_ref(op, q))
+                st = gs_box_ref_take(op, p, q, dst);
             else if (dst != src)
                 gs_coll_copy_out(op, dst, src, p->bytes);
         }
     } else if (p->mode == GS_PRIM_BCAST && p->out && p->bytes) {
         const uint8_t *src = operand(op, p, p->root);
-        if (by_ref(op, p->root))
-            st = read_ref(op, p, p->root, p->out);
+        if (gs_box_by_ref(op, p->root))
+            st = gs_box_ref_take(op, p, p->root, p->out);
         else if (src != p->out)
             gs_coll_copy_out(op, p->out, src, p->bytes);
     }

@@ -104,4 +104,27 @@ static inline void gs_box_pair_init(gs_box *box, int rank)
 /* Wakes the peers that sleep on their doorbell (box.c). */
 void gs_box_ring(gs_comm *comm);
 
+/* ---- box_ref.c: posts by reference, the parts box.c calls */
+
+/* Whether peer q's current post names its input (GS_COLL_HDR_REF). */
+static inline bool gs_box_by_ref(const gs_coll_op *op, int q)
+{
+    const gs_comm *c = op->comm;
+    return q != c->rank && (gs_box_slot(c->box, q, op->box_post)->hdr.flags & GS_COLL_HDR_REF);
+}
+
+/* Fills the payload of a post by reference; its header flags, 0 when the
+ * post names nothing (then it is an ordinary empty post). */
+uint8_t gs_box_ref_fill(gs_coll_op *op, const gs_prim *p, uint8_t *payload);
+/* Bytes [at, at + len) of peer q's data for this rank into dst (in lmr). */
+gs_status gs_box_ref_read(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst, gs_mr *lmr, size_t at,
+                          size_t len);
+/* What this rank reads of peer q's data (of p->bytes) into dst: all, the
+ * part after what the peer writes into it, or nothing. */
+gs_status gs_box_ref_take(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst);
+/* What this rank writes into its peers' results in the receive step. */
+gs_status gs_box_ref_push(gs_coll_op *op, const gs_prim *p);
+/* The root's part of a reduce whose peers posted by reference. */
+gs_status gs_box_ref_reduce(gs_coll_op *op, const gs_prim *p);
+
 #endif

@@ -26,6 +26,7 @@
  *   blocks.c    what each newer collective sends to and receives from each peer
  *   box.c       the direct algorithm's shared-memory plane (one host, shm)
  *   box.h       the boxes' layout, shared by box.c and tiny.c
+ *   box_ref.c   box posts by reference: who copies what between the callers' buffers
  *   parts.c     allreduce by parts over the boxes (large allreduces on one host)
  *   tiny.c      the tiny path: 2-rank allreduce or reduce of at most 256 B, or barrier, over the boxes
  *   zcopy.c     over tcp, large calls' send mode: copied or by reference (GS_OP_ZCOPY)
@@ -334,6 +335,8 @@ struct gs_comm {
     size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
     size_t parts_bytes;      /* over the boxes: allreduces by parts from here (2 ranks 1 MiB, more 64 KiB) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
+    gs_mr *ref_mr; /* a reduce by reference: two GS_BOX_REF_READ_BYTES pieces the peers' operands are
+                      read into (box_ref.c; allocated at the first such call), or NULL */
     uint64_t
         box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
     int box_stream;  /* by parts, 2 ranks: data posts streamed: GS_BOX_STREAM_* (tests force it) */
@@ -463,14 +466,27 @@ static inline uint8_t *gs_coll_payload(uint8_t *slot)
 #define GS_BOX_FAR_NS 120
 enum { GS_BOX_STREAM_AUTO, GS_BOX_STREAM_ALWAYS, GS_BOX_STREAM_NEVER };
 
-/* Over the boxes, broadcast, allgather, gather, scatter and alltoall (not in
- * place) with at least this many bytes per rank's piece post by reference
- * when cross-memory attach works (the shm transport's caller-memory
- * registrations): one copy, the reader's process_vm_readv from the
- * poster's buffer, instead of two through the box, in one column and a
- * last empty one that keeps each buffer until every reader is done
- * (measured beside the box at 64 KiB: docs/collectives.md). */
+/* Over the boxes, broadcast, allgather, gather, scatter, alltoall (not in
+ * place) and reduce (to GS_BOX_REF_REDUCE_MAX) with at least this many
+ * bytes per rank's piece post by reference when cross-memory attach works
+ * (the shm transport's caller-memory registrations): one copy, a
+ * process_vm_readv from the poster's buffer or a process_vm_writev into
+ * the peer's result (box_ref.c says who copies what), instead of two
+ * through the box, in one column and a last empty one that keeps each
+ * buffer until every rank is done (measured beside the box at 64 KiB:
+ * docs/collectives.md). */
 #define GS_BOX_REF_BYTES (32u << 10)
+
+/* A reduce's operands post by reference from GS_BOX_REF_BYTES up to this
+ * size: they are read in GS_BOX_REF_READ_BYTES pieces into a buffer that
+ * stays in the reader's cache and reduced from there (box_ref.c; the
+ * peer's lines are read clean from its buffer, not dirty from its box:
+ * faster where the two cores share no cache). Larger reduces go through the
+ * box, where the other ranks' copies overlap the root's reduction (measured:
+ * by reference wins to 384 KiB and loses from 768 KiB, where the operands
+ * and the result no longer fit a 2 MiB L2 together). */
+#define GS_BOX_REF_REDUCE_MAX (384u << 10)
+#define GS_BOX_REF_READ_BYTES (64u << 10)
 
 /* Results of calls this large are written with non-temporal stores. */
 #define GS_COLL_NT_BYTES (8u << 20)
@@ -674,7 +690,7 @@ gs_status gs_engine_block(gs_comm *comm, int timeout_ms);
 gs_status gs_engine_thread_start(gs_comm *comm);
 void gs_engine_thread_stop(gs_comm *comm);
 
-/* ---- box.c */
+/* ---- box.c, box_ref.c */
 /* Maps every rank's box when all ranks share this host and the transport
  * is shm; all ranks end with boxes or none. */
 gs_status gs_box_open(gs_comm *comm);
@@ -688,8 +704,12 @@ bool gs_box_ref_possible(const gs_comm *comm, size_t piece);
 /* Whether op posts by reference, the same on every rank. */
 bool gs_box_ref_wanted(const gs_coll_op *op);
 /* By reference: the bytes of op->send this rank posts from and of op->recv
- * it reads into (0: none). */
-void gs_box_ref_extents(const gs_coll_op *op, size_t *send_p, size_t *recv_p);
+ * it reads into (0: none), and the access op->recv needs (peers may write
+ * into it). */
+void gs_box_ref_extents(const gs_coll_op *op, size_t *send_p, size_t *recv_p, unsigned *recv_access_p);
+/* By reference: the first bytes of a broadcast's result that the root
+ * writes into each non-root (the rest the non-root reads). */
+size_t gs_box_ref_share(const gs_coll_op *op);
 /* The number of this rank's latest post. */
 uint64_t gs_box_posts(const gs_comm *comm);
 /* Whether every peer made the post op waits for. */

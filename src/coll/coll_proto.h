@@ -30,8 +30,8 @@
 #include <stdint.h>
 
 #define GS_COLL_PROTO_VERSION                                                                                \
-    5 /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference; 4: hier; 5: hier for     \
-       * uneven hosts, reduce_scatter and allgather */
+    6 /* 2: gs_coll_hdr.flags (a payload written apart); 3: box posts by reference; 4: hier; 5: hier for     \
+       * uneven hosts, reduce_scatter and allgather; 6: box posts name a result buffer to write into */
 #define GS_COLL_SLOTS      4    /* data slots per peer (credits) */
 #define GS_COLL_HDR_BYTES  48   /* payload starts here: up to 16 payload bytes share the header's line */
 #define GS_COLL_CTRL_BYTES 1024 /* the control slot */
@@ -92,17 +92,23 @@ typedef struct gs_coll_hdr {
  * memory; RC ordering puts it in place before the header's notification. */
 #define GS_COLL_HDR_APART 0x1u
 /* REF: a box post whose payload is a gs_coll_box_ref naming the poster's
- * registered buffer, not the data: readers copy straight from it (box.c). */
+ * registered input, not the data: readers copy straight from it. INTO: the
+ * payload names the poster's result buffer, which its peers write their
+ * share into (box_ref.c). */
 #define GS_COLL_HDR_REF   0x2u
-#define GS_COLL_HDR_FLAGS (GS_COLL_HDR_APART | GS_COLL_HDR_REF)
+#define GS_COLL_HDR_INTO  0x4u
+#define GS_COLL_HDR_FLAGS (GS_COLL_HDR_APART | GS_COLL_HDR_REF | GS_COLL_HDR_INTO)
 
-/* A post by reference: where the poster's data of this column lies. */
+/* A post by reference: where the poster's data of this column lies, and
+ * where its peers may write. */
 typedef struct gs_coll_box_ref {
-    gs_rmr region;   /* the poster's send buffer, registered for remote reads */
+    gs_rmr region;   /* REF: the poster's send buffer, registered for remote reads */
     uint64_t offset; /* of the post's data (its piece 0) in the region */
     uint64_t stride; /* pieces: bytes between one rank's piece and the next */
+    gs_rmr into;     /* INTO: the poster's whole result buffer, registered for remote writes */
+    uint64_t pushed; /* REF, a broadcast's root: bytes it writes into each poster of INTO (0 or 1/n) */
 } gs_coll_box_ref;
-_Static_assert(sizeof(gs_coll_box_ref) == GS_RMR_BYTES + 16, "box reference layout");
+_Static_assert(sizeof(gs_coll_box_ref) == 2 * GS_RMR_BYTES + 24, "box reference layout");
 
 _Static_assert(offsetof(gs_coll_hdr, version) == 0, "version byte first");
 _Static_assert(offsetof(gs_coll_hdr, flags) == 5 && offsetof(gs_coll_hdr, root) == 8, "header layout");

@@ -115,12 +115,15 @@ static gs_status user_open_ref(gs_coll_op *op)
 {
     gs_comm *c = op->comm;
     size_t send, recv;
+    unsigned recv_access;
     gs_status st = GS_OK;
-    gs_box_ref_extents(op, &send, &recv);
+    gs_box_ref_extents(op, &send, &recv, &recv_access);
     if (send && op->send)
         st = user_get(c, (void *)op->send, send, GS_ACCESS_REMOTE_READ, &op->send_mr);
     if (st == GS_OK && recv && op->recv)
-        st = user_get(c, op->recv, recv, GS_ACCESS_LOCAL_WRITE, &op->recv_mr);
+        st = user_get(c, op->recv, recv, recv_access, &op->recv_mr);
+    if (st == GS_OK && op->kind == GS_COLL_REDUCE && !c->ref_mr)
+        st = gs_mr_alloc(c->tp, 2 * GS_BOX_REF_READ_BYTES, GS_ACCESS_LOCAL_WRITE, &c->ref_mr);
     if (st != GS_OK) {
         char why[256];
         snprintf(why, sizeof(why), "%s", gs_last_error());
@@ -417,6 +420,9 @@ static void release(gs_comm *comm)
     gs_box_close(comm);
     gs_p2p_close(comm);
     gs_pages_free(comm->scratch, comm->box_chunk);
+    if (comm->ref_mr && gs_mr_dereg(comm->ref_mr) != GS_OK)
+        gs_log_warn(COLL, "rank %d: freeing the reduce's read buffer failed: %s", comm->rank,
+                    gs_last_error());
     gs_coll_user_close(&comm->sync_req.op); /* nothing if it holds no registration */
     free_requests(comm);
     gs_pages_free(comm->sync_req.fused, comm->sync_req.fused_cap);
