@@ -3,7 +3,7 @@
  * ib_write_lat / ib_write_bw, over any gradsync transport.
  *
  *   gsrun -n 2 gsperf [--op OP|all] [--lat|--bw] [--min B] [--max B] [--iters N]
- *                     [--transport T] [--no-pin] [--no-floor]
+ *                     [--transport T] [--user-mem] [--no-pin] [--no-floor]
  *
  * Ranks pair up: 2k is the initiator, 2k+1 its target (more than 2 ranks run
  * the pairs at once; the table shows pair 0 and the worst pair). Latency:
@@ -17,6 +17,13 @@
  * cross-process cache-line ping-pong between the two ranks of pair 0 (one
  * way, through a shared memfd) and single-thread memcpy bandwidth, and
  * prints the ratios.
+ *
+ * --user-mem: the buffers are the program's own memory registered with
+ * gs_mr_reg, as a caller's tensors are, instead of gs_mr_alloc's: over
+ * shm a peer reaches them by cross-memory attach (process_vm_readv and
+ * writev), not through a shared mapping. It is registered without remote
+ * atomics (shm gives caller memory none), so fetch_add and cmp_swap are
+ * left out.
  */
 #include "gradsync.h"
 
@@ -49,7 +56,7 @@ static const char *const op_names[OP_COUNT] = {"write", "write_imm", "read", "fe
 
 typedef struct perf_opts {
     int op; /* -1: all */
-    bool lat, bw, pin, floor;
+    bool lat, bw, pin, floor, user_mem;
     size_t min, max;       /* latency sizes (default 8 B .. 4 MiB) */
     size_t bw_min, bw_max; /* bandwidth sizes (default 4 KiB .. 64 MiB) */
     long iters;            /* 0: by size */
@@ -65,6 +72,7 @@ typedef struct perf {
     gs_ep *ep;
     gs_mr *mr;
     uint8_t *recv_area, *send_area; /* halves of mr */
+    void *user_buf;                 /* --user-mem: mr's memory, ours */
     size_t area;
     gs_rmr peer_rmr;
     uint64_t deadline_ns;
@@ -511,10 +519,10 @@ static void compare_floor(perf *p)
 static void run_lat(perf *p, int op)
 {
     if (p->rank == 0) {
-        printf("\n# %s latency (%s), transport %s, %d ranks\n", op_names[op],
+        printf("\n# %s latency (%s), transport %s, %d ranks%s\n", op_names[op],
                op == OP_READ || op == OP_FETCH_ADD || op == OP_CMP_SWAP ? "one op, post to completion"
                                                                         : "half round trip",
-               gs_tp_name(p->tp), p->size);
+               gs_tp_name(p->tp), p->size, p->o.user_mem ? ", caller memory (gs_mr_reg)" : "");
         printf("# median and p99 over batches of %d rounds (single rounds above 64 KiB)\n", LAT_BATCH);
         printf("%10s %8s %11s %11s %14s %14s\n", "bytes", "iters", "median_us", "p99_us", "worst_pair_us",
                "rounds/s_all");
@@ -569,7 +577,8 @@ static void run_bw(perf *p, int op)
     if (op == OP_SEND)
         lo = hi = GS_SEND_MAX;
     if (p->rank == 0) {
-        printf("\n# %s bandwidth, transport %s, %d ranks\n", op_names[op], gs_tp_name(p->tp), p->size);
+        printf("\n# %s bandwidth, transport %s, %d ranks%s\n", op_names[op], gs_tp_name(p->tp), p->size,
+               p->o.user_mem ? ", caller memory (gs_mr_reg)" : "");
         printf("%10s %8s %10s %10s %14s\n", "bytes", "iters", "GB/s", "Mmsg/s", "all_pairs_GB/s");
     }
     for (size_t len = lo; len <= hi; len *= 2) {
@@ -594,7 +603,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: gsperf [--op write|write_imm|read|fetch_add|cmp_swap|send|all] [--lat|--bw]\n"
             "              [--min BYTES] [--max BYTES] [--iters N] [--transport auto|shm|tcp|verbs]\n"
-            "              [--no-pin] [--no-floor]\n"
+            "              [--user-mem] [--no-pin] [--no-floor]\n"
             "run under gsrun (or with GS_RANK, GS_WORLD_SIZE, GS_STORE set), an even number of ranks\n");
     exit(2);
 }
@@ -610,6 +619,7 @@ static void parse(int argc, char **argv, perf_opts *o)
                                           {"transport", required_argument, 0, 't'},
                                           {"no-pin", no_argument, 0, 'P'},
                                           {"no-floor", no_argument, 0, 'F'},
+                                          {"user-mem", no_argument, 0, 'U'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     int c;
@@ -635,6 +645,7 @@ static void parse(int argc, char **argv, perf_opts *o)
         case 't': o->transport = optarg; break;
         case 'P': o->pin = false; break;
         case 'F': o->floor = false; break;
+        case 'U': o->user_mem = true; break;
         default: usage();
         }
     }
@@ -649,6 +660,11 @@ static void parse(int argc, char **argv, perf_opts *o)
         o->max = o->min;
     if (o->min < 1 || o->max < o->min)
         usage();
+    if (o->user_mem && (o->op == OP_FETCH_ADD || o->op == OP_CMP_SWAP)) {
+        fprintf(stderr, "gsperf: --user-mem: %s needs remote atomics, which caller memory is not given\n",
+                op_names[o->op]);
+        exit(2);
+    }
 }
 
 static void pin_rank(int rank)
@@ -672,7 +688,15 @@ static void setup(perf *p)
         max = GS_SEND_MAX;
     p->area = (max + 4095) / 4096 * 4096;
     CHECK("gs_tp_open", gs_tp_open(p->ctx, p->o.transport, &p->tp));
-    CHECK("gs_mr_alloc", gs_mr_alloc(p->tp, 2 * p->area, GS_ACCESS_ALL, &p->mr));
+    if (p->o.user_mem) {
+        if (posix_memalign(&p->user_buf, 4096, 2 * p->area) != 0)
+            die("allocation", GS_ERR_NOMEM);
+        memset(p->user_buf, 0, 2 * p->area);
+        CHECK("gs_mr_reg",
+              gs_mr_reg(p->tp, p->user_buf, 2 * p->area, GS_ACCESS_ALL & ~GS_ACCESS_REMOTE_ATOMIC, &p->mr));
+    } else {
+        CHECK("gs_mr_alloc", gs_mr_alloc(p->tp, 2 * p->area, GS_ACCESS_ALL, &p->mr));
+    }
     p->recv_area = gs_mr_addr(p->mr);
     p->send_area = p->recv_area + p->area;
     p->ep = gs_tp_ep(p->tp, p->peer);
@@ -716,7 +740,7 @@ int main(int argc, char **argv)
                    floor_ns, memcpy_bw);
     }
     for (int op = 0; op < OP_COUNT; op++) {
-        if (p.o.op >= 0 && op != p.o.op)
+        if ((p.o.op >= 0 && op != p.o.op) || (p.o.user_mem && (op == OP_FETCH_ADD || op == OP_CMP_SWAP)))
             continue;
         if (p.o.lat)
             run_lat(&p, op);
@@ -728,6 +752,7 @@ int main(int argc, char **argv)
     if (p.o.floor)
         floor_teardown(&p);
     CHECK("gs_mr_dereg", gs_mr_dereg(p.mr));
+    free(p.user_buf);
     CHECK("gs_tp_close", gs_tp_close(p.tp));
     CHECK("gs_ctx_destroy", gs_ctx_destroy(p.ctx));
     return 0;

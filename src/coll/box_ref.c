@@ -140,7 +140,7 @@ uint8_t gs_box_ref_fill(gs_coll_op *op, const gs_prim *p, uint8_t *payload)
     /* the names go in the data column's post, empty ones included (a gather's root, a
      * broadcast's non-roots; a split reduce's root names its operand in an empty post) */
     bool first = op->col == 0 && piece_bytes(op) > 0;
-    const uint8_t *data = p->bytes && p->local                         ? p->local
+    const uint8_t *data = p->bytes && p->local                          ? p->local
                           : first && reduce_split(op) && posts_into(op) ? op->send
                                                                         : NULL;
     bool into = first && posts_into(op);
@@ -180,8 +180,8 @@ gs_status gs_box_ref_read(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst,
     gs_status st = len ? gs_ep_read(gs_tp_ep(c->tp, q), dst, lmr, len, &ref.region, off, 0, 0) : GS_OK;
     if (st != GS_OK)
         return gs_fail(GS_SUBSYS_COLL, st,
-                       "rank %d: reading %zu bytes of rank %d's buffer (by reference) failed: %s", c->rank, len,
-                       q, gs_last_error());
+                       "rank %d: reading %zu bytes of rank %d's buffer (by reference) failed: %s", c->rank,
+                       len, q, gs_last_error());
     return GS_OK;
 }
 

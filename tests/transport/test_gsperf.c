@@ -1,4 +1,5 @@
-/* gsperf runs under gsrun, prints every op's tables and the limits' ratios. */
+/* gsperf runs under gsrun, prints every op's tables and the limits' ratios;
+ * --user-mem measures caller memory (no atomics). */
 #include "gs_test.h"
 
 #include <stdio.h>
@@ -48,5 +49,27 @@ GS_TEST(gsperf_measures_every_op_and_the_limits)
     snprintf(cmd, sizeof(cmd), "%s/gsrun -n 3 %s/gsperf --iters 20 2>&1; true", dir, dir);
     out = run_capture(cmd);
     GS_ASSERT_CONTAINS(out, "even number of ranks");
+    free(out);
+}
+
+GS_TEST(gsperf_user_mem_reads_and_writes_caller_memory)
+{
+    const char *dir = getenv("GS_TOOLS_DIR");
+    char cmd[1024];
+    char *out;
+    if (!dir)
+        GS_SKIP("GS_TOOLS_DIR is not set (run through ctest)");
+    snprintf(cmd, sizeof(cmd),
+             "%s/gsrun -n 2 %s/gsperf --user-mem --bw --min 4096 --max 65536 --no-floor --no-pin 2>&1", dir,
+             dir);
+    out = run_capture(cmd);
+    GS_ASSERT_CONTAINS(out, "# read bandwidth, transport shm, 2 ranks, caller memory (gs_mr_reg)");
+    GS_ASSERT_CONTAINS(out, "# write bandwidth, transport shm, 2 ranks, caller memory");
+    GS_ASSERT_CONTAINS(out, "     65536 ");
+    GS_ASSERT(strstr(out, "fetch_add") == NULL); /* caller memory has no remote atomics */
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s/gsperf --user-mem --op cmp_swap 2>&1; test $? = 2", dir);
+    out = run_capture(cmd);
+    GS_ASSERT_CONTAINS(out, "cmp_swap needs remote atomics");
     free(out);
 }
