@@ -19,13 +19,14 @@
  *              root copies its own
  *   scatter, allgather, alltoall
  *              every rank reads what it gets (each rank copies its share)
- *   reduce     the root reads each peer's operand piece by piece into a
- *              buffer in its cache (comm->ref_mr) and reduces from there;
- *              at 2 ranks only the first GS_BOX_REF_ROOT_EIGHTHS / 8, and
- *              the other rank reads the root's operand for the rest,
- *              reduces it (rank order, the same bits) and writes the result
- *              into the root's.
- * Every split is computed the same way on every rank from the call alone.
+ *   reduce     (to comm->box_ref_reduce_max) the root reads each peer's
+ *              operand piece by piece into a buffer in its cache
+ *              (comm->ref_mr) and reduces from there; at 2 ranks only the
+ *              first GS_BOX_REF_ROOT_EIGHTHS / 8, and the other rank reads
+ *              the root's operand for the rest, reduces it (rank order, the
+ *              same bits) and writes the result into the root's.
+ * Every split is computed the same way on every rank from the call and the
+ * communicator alone.
  */
 #include "coll/box.h"
 
@@ -59,7 +60,7 @@ bool gs_box_ref_wanted(const gs_coll_op *op)
     if (k == GS_COLL_ALLTOALL) /* in place, a peer would read blocks this rank is overwriting */
         return op->send != op->recv;
     if (k == GS_COLL_REDUCE) /* the same on every rank: the count decides */
-        return piece_bytes(op) <= GS_BOX_REF_REDUCE_MAX;
+        return piece_bytes(op) <= op->comm->box_ref_reduce_max;
     return k == GS_COLL_BROADCAST || k == GS_COLL_ALLGATHER || k == GS_COLL_GATHER || k == GS_COLL_SCATTER;
 }
 

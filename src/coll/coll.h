@@ -335,6 +335,7 @@ struct gs_comm {
     size_t nt_bytes;         /* results from this size on are streamed (GS_COLL_NT_BYTES; tests lower it) */
     size_t parts_bytes;      /* over the boxes: allreduces by parts from here (2 ranks 1 MiB, more 64 KiB) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
+    size_t box_ref_reduce_max; /* reduces post by reference up to this size (box.c: from the L2) */
     gs_mr *ref_mr; /* a reduce by reference: two GS_BOX_REF_READ_BYTES pieces the peers' operands are
                       read into (box_ref.c; allocated at the first such call), or NULL */
     uint64_t
@@ -478,7 +479,8 @@ enum { GS_BOX_STREAM_AUTO, GS_BOX_STREAM_ALWAYS, GS_BOX_STREAM_NEVER };
 #define GS_BOX_REF_BYTES (32u << 10)
 
 /* A reduce's operands post by reference from GS_BOX_REF_BYTES up to this
- * size: they are read in GS_BOX_REF_READ_BYTES pieces into a buffer that
+ * size where the ranks' L2 size is unknown (else 3/16 of the smallest L2,
+ * box.c): they are read in GS_BOX_REF_READ_BYTES pieces into a buffer that
  * stays in the reader's cache and reduced from there (box_ref.c; the
  * peer's lines are read clean from its buffer, not dirty from its box:
  * faster where the two cores share no cache). Larger reduces go through the
