@@ -235,21 +235,22 @@ static gs_status operand(gs_coll_op *op, const uint8_t *mine, int q, size_t at, 
 /* The pieces [from, to) of a reduce, each peer's operand read into the
  * buffers of comm->ref_mr (x0 into the first, the others into the second)
  * while they are in this rank's cache, reduced in rank order as box.c's
- * reduce_all does, into out + at (or the scratch where out is my operand:
- * in place, more than 2 ranks) and then, where given, written into rank
- * to's result. */
+ * reduce_all does, into out + at (or the third buffer where out is my
+ * operand, in place at more than 2 ranks, or avg must still divide; the
+ * first when the result is written into rank to's). */
 static gs_status reduce_pieces(gs_coll_op *op, const uint8_t *mine, uint8_t *out, size_t from, size_t to,
                                int to_rank)
 {
     gs_comm *c = op->comm;
     gs_status st = GS_OK;
-    uint8_t *buf0 = gs_mr_addr(c->ref_mr), *buf = buf0 + GS_BOX_REF_READ_BYTES;
+    uint8_t *buf0 = gs_mr_addr(c->ref_mr), *buf = buf0 + GS_BOX_REF_READ_BYTES,
+            *stage = buf + GS_BOX_REF_READ_BYTES;
     bool avg = op->redop == GS_AVG;
     bool staged = avg || (c->size > 2 && mine == out) || !out;
     for (size_t at = from; at < to && st == GS_OK; at += GS_BOX_REF_READ_BYTES) {
         size_t len = to - at < GS_BOX_REF_READ_BYTES ? to - at : GS_BOX_REF_READ_BYTES, n = len / op->es;
         /* a result to write across stays in the buffer x0 was in (or mine, when x0 is mine) */
-        uint8_t *acc = !out ? buf0 : staged ? c->scratch : out + at;
+        uint8_t *acc = !out ? buf0 : staged ? stage : out + at;
         const uint8_t *a, *b;
         if ((st = operand(op, mine, 0, at, len, buf0, &a)) != GS_OK ||
             (st = operand(op, mine, 1, at, len, buf, &b)) != GS_OK)

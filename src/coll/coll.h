@@ -336,8 +336,9 @@ struct gs_comm {
     size_t parts_bytes;      /* over the boxes: allreduces by parts from here (2 ranks 1 MiB, more 64 KiB) */
     uint8_t *scratch;        /* one chunk: partial results that must stay in cache */
     size_t box_ref_reduce_max; /* reduces post by reference up to this size (box.c: from the L2) */
-    gs_mr *ref_mr; /* a reduce by reference: two GS_BOX_REF_READ_BYTES pieces the peers' operands are
-                      read into (box_ref.c; allocated at the first such call), or NULL */
+    gs_mr *ref_mr; /* a reduce by reference: three GS_BOX_REF_READ_BYTES pieces, two the peers' operands
+                      are read into, one for partial results (box_ref.c; allocated at the first such
+                      call), or NULL */
     uint64_t
         box_line_ns; /* 2 ranks, boxes: the peer's post line delay, least seen in the last call by parts */
     int box_stream;  /* by parts, 2 ranks: data posts streamed: GS_BOX_STREAM_* (tests force it) */

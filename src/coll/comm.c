@@ -123,7 +123,7 @@ static gs_status user_open_ref(gs_coll_op *op)
     if (st == GS_OK && recv && op->recv)
         st = user_get(c, op->recv, recv, recv_access, &op->recv_mr);
     if (st == GS_OK && op->kind == GS_COLL_REDUCE && !c->ref_mr)
-        st = gs_mr_alloc(c->tp, 2 * GS_BOX_REF_READ_BYTES, GS_ACCESS_LOCAL_WRITE, &c->ref_mr);
+        st = gs_mr_alloc(c->tp, 3 * GS_BOX_REF_READ_BYTES, GS_ACCESS_LOCAL_WRITE, &c->ref_mr);
     if (st != GS_OK) {
         char why[256];
         snprintf(why, sizeof(why), "%s", gs_last_error());

@@ -165,3 +165,10 @@ GS_TEST_TP(by_reference_3_ranks)
 {
     cc_run_env(transport, 3, body, 0, NULL);
 }
+/* 4 KiB chunks: box slots (and the communicator's scratch) smaller than a
+ * read piece; avg at 3 ranks stages its partial results. */
+GS_TEST_TP(by_reference_small_chunks_3_ranks)
+{
+    const char *const env[] = {"GS_CHUNK_BYTES=4096", NULL};
+    cc_run_env(transport, 3, body, 0, env);
+}
