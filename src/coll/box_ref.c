@@ -171,34 +171,40 @@ static bool posted_into(const gs_coll_op *op, int q)
     return q != op->comm->rank && (gs_box_slot(op->comm->box, q, op->box_post)->hdr.flags & GS_COLL_HDR_INTO);
 }
 
-gs_status gs_box_ref_read(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst, gs_mr *lmr, size_t at,
+/* One copy between this rank's local (in lmr) and peer q's buffer that its
+ * post names: a read from its input at offset at (from this rank's piece
+ * when the post holds one per rank), or a write into its result at at. */
+static gs_status copy_ref(gs_coll_op *op, int q, bool into, bool pieces, void *local, gs_mr *lmr, uint64_t at,
                           size_t len)
 {
     gs_comm *c = op->comm;
     gs_coll_box_ref ref;
+    gs_ep *ep = gs_tp_ep(c->tp, q);
+    gs_status st;
+    if (!len)
+        return GS_OK;
     ref_of(op, q, &ref);
-    uint64_t off = ref.offset + (p->pieces ? (uint64_t)c->rank * ref.stride : 0) + at;
-    gs_status st = len ? gs_ep_read(gs_tp_ep(c->tp, q), dst, lmr, len, &ref.region, off, 0, 0) : GS_OK;
+    st = into ? gs_ep_write(ep, local, lmr, len, &ref.into, at, 0, 0)
+              : gs_ep_read(ep, local, lmr, len, &ref.region,
+                           ref.offset + (pieces ? (uint64_t)c->rank * ref.stride : 0) + at, 0, 0);
     if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_COLL, st,
-                       "rank %d: reading %zu bytes of rank %d's buffer (by reference) failed: %s", c->rank,
-                       len, q, gs_last_error());
+        return gs_fail(GS_SUBSYS_COLL, st, "rank %d: %s %zu bytes %s rank %d's %s (by reference) failed: %s",
+                       c->rank, into ? "writing" : "reading", len, into ? "into" : "of", q,
+                       into ? "result" : "buffer", gs_last_error());
     return GS_OK;
+}
+
+gs_status gs_box_ref_read(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst, gs_mr *lmr, size_t at,
+                          size_t len)
+{
+    return copy_ref(op, q, false, p->pieces, dst, lmr, at, len);
 }
 
 /* Writes len bytes from src (in lmr) at offset off of the result buffer
  * that peer q's post names. */
 static gs_status write_into(gs_coll_op *op, int q, const uint8_t *src, gs_mr *lmr, uint64_t off, size_t len)
 {
-    gs_comm *c = op->comm;
-    gs_coll_box_ref ref;
-    ref_of(op, q, &ref);
-    gs_status st = len ? gs_ep_write(gs_tp_ep(c->tp, q), src, lmr, len, &ref.into, off, 0, 0) : GS_OK;
-    if (st != GS_OK)
-        return gs_fail(GS_SUBSYS_COLL, st,
-                       "rank %d: writing %zu bytes into rank %d's result (by reference) failed: %s", c->rank,
-                       len, q, gs_last_error());
-    return GS_OK;
+    return copy_ref(op, q, true, false, (void *)src, lmr, off, len);
 }
 
 gs_status gs_box_ref_take(gs_coll_op *op, const gs_prim *p, int q, uint8_t *dst)
@@ -229,7 +235,7 @@ static gs_status operand(gs_coll_op *op, const uint8_t *mine, int q, size_t at, 
         return GS_OK;
     }
     *x_p = buf;
-    return gs_box_ref_read(op, &(gs_prim){.bytes = len}, q, buf, op->comm->ref_mr, at, len);
+    return copy_ref(op, q, false, false, buf, op->comm->ref_mr, at, len);
 }
 
 /* The pieces [from, to) of a reduce, each peer's operand read into the
